@@ -1,0 +1,168 @@
+"""The `batchfutures` command line.
+
+    batchfutures demo                 run a real map on the embedded default (or the env's queue)
+    batchfutures status JOB           Batch status of a job (or array child "<id>:<i>")
+    batchfutures logs JOB [--follow]  its console output
+    batchfutures result JOB           its result(s), printed with repr()
+    batchfutures cancel JOB           cancel or terminate it
+
+The environment comes from the BATCHFUTURES_* variables (an AWS queue), else the local
+emulator; `--workdir` picks the emulator's folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any, List, Optional
+
+from ._version import __version__
+
+
+def _square(x: int) -> int:
+    return x * x
+
+
+def _environment(args: argparse.Namespace) -> Any:
+    from .environments import LocalEnvironment, resolve_environment
+
+    if getattr(args, "workdir", None):
+        return LocalEnvironment(args.workdir)
+    return resolve_environment(None)
+
+
+def _describe(env: Any, job_id: str) -> Optional[dict]:
+    from . import batchapi
+
+    found = batchapi.describe_jobs(env.batch, [job_id])
+    return found[0] if found else None
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .executor import BatchExecutor
+
+    env = _environment(args)
+    count, chunksize = args.items, args.chunksize
+    print(f"batchfutures {__version__}: squaring {count} numbers on {env!r} "
+          f"(chunksize {chunksize})", flush=True)
+    started = time.monotonic()
+    with BatchExecutor(env) as executor:
+        results = list(executor.map(_square, range(count), chunksize=chunksize))
+    print(results)
+    print(f"{count} results in {time.monotonic() - started:.2f} s", flush=True)
+    return 0 if results == [x * x for x in range(count)] else 1
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    env = _environment(args)
+    job = _describe(env, args.job)
+    if job is None:
+        print(f"{args.job}: unknown to Batch (never submitted, or its metadata expired)")
+        return 1
+    summary = {key: job.get(key) for key in ("jobId", "jobName", "status", "statusReason")
+               if job.get(key) is not None}
+    array = job.get("arrayProperties") or {}
+    if array.get("statusSummary"):
+        summary["children"] = {k: v for k, v in array["statusSummary"].items() if v}
+    attempts = job.get("attempts") or []
+    if attempts:
+        container = attempts[-1].get("container") or {}
+        summary["exitCode"] = container.get("exitCode")
+        if container.get("reason"):
+            summary["reason"] = container["reason"]
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    from .executor import BatchExecutor
+
+    with BatchExecutor(_environment(args)) as executor:
+        attached = executor.attach(args.job)
+        future = attached if not isinstance(attached, list) else attached[0]
+        printed = 0
+        while True:
+            lines = future.log().splitlines()
+            for line in lines[printed:]:
+                print(line, flush=True)
+            printed = max(printed, len(lines))
+            if not args.follow or future.done():
+                break
+            time.sleep(1.0)
+        executor.shutdown(wait=False, cancel_futures=False)
+    return 0
+
+
+def cmd_result(args: argparse.Namespace) -> int:
+    from .executor import BatchExecutor
+
+    with BatchExecutor(_environment(args)) as executor:
+        attached = executor.attach(args.job)
+        futures = attached if isinstance(attached, list) else [attached]
+        status = 0
+        for future in futures:
+            try:
+                print(repr(future.result(timeout=args.timeout)))
+            except Exception as error:  # show every item's outcome, not just the first failure
+                print(f"{type(error).__name__}: {error}")
+                status = 1
+    return status
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from . import batchapi
+
+    env = _environment(args)
+    reason = f"batchfutures: cancelled from the command line ({args.reason})"
+    batchapi.call(env.batch.terminate_job, jobId=args.job, reason=reason)
+    print(f"{args.job}: terminate requested")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="batchfutures", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"batchfutures {__version__}")
+    parser.add_argument("--workdir", help="use the local emulator with this folder")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    demo = commands.add_parser("demo", help="run a small map and print its results")
+    demo.add_argument("--items", type=int, default=10)
+    demo.add_argument("--chunksize", type=int, default=2)
+    demo.set_defaults(run=cmd_demo)
+
+    for name, run, text in (("status", cmd_status, "show a job's Batch status"),
+                            ("logs", cmd_logs, "print a job's console output"),
+                            ("result", cmd_result, "print a job's results"),
+                            ("cancel", cmd_cancel, "cancel or terminate a job")):
+        sub = commands.add_parser(name, help=text)
+        sub.add_argument("job", help="Batch job id, or '<array job id>:<index>'")
+        sub.set_defaults(run=run)
+        if name == "logs":
+            sub.add_argument("--follow", action="store_true", help="keep printing until the job ends")
+        if name == "result":
+            sub.add_argument("--timeout", type=float, default=None)
+        if name == "cancel":
+            sub.add_argument("--reason", default="no reason given")
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as error:
+        from .errors import BatchError
+
+        if isinstance(error, BatchError):
+            print(f"batchfutures: {error}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

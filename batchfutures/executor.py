@@ -1,0 +1,179 @@
+"""`BatchExecutor`: a `concurrent.futures.Executor` whose workers are AWS Batch jobs.
+
+    BatchExecutor(env, **settings) ──holds──> Session (environment, storage, poller, buffers)
+        │  with_settings(**overrides) ──> another BatchExecutor on the same Session
+        │
+        ├─ submit(fn, *args)  ──> Session.submit: coalesced with neighbours into one array job
+        ├─ map(fn, *its)      ──> slices of up to 10,000 children x chunksize items, submitted as
+        │                         the iterator is consumed (a bounded look-ahead), results in order
+        ├─ map_futures(...)   ──> the same layout, every slice at once, one future per item
+        ├─ attach(job_id)     ──> futures of an earlier job, from Batch and from storage
+        └─ shutdown()         ──> flush, optionally cancel, wait, stop the poller
+
+The executor is a thin layer: the job state lives in `session.Session`, `jobs.TrackedJob` and
+`poller.Poller`.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import itertools
+import time
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Union
+
+from . import serialization
+from .environments import EnvironmentLike, resolve_environment
+from .errors import SerializationError
+from .futures import BatchFuture
+from .session import MAX_ARRAY_SIZE, Session, job_name_for
+from .settings import JobSettings
+
+__all__ = ["BatchExecutor"]
+
+# map() keeps this many slices (of up to 10,000 children) submitted ahead of the one it yields.
+MAP_LOOKAHEAD_SLICES = 2
+
+
+class BatchExecutor(concurrent.futures.Executor):
+    """Run calls as AWS Batch (array) jobs; with no environment, on the embedded emulator."""
+
+    def __init__(self, env: EnvironmentLike = None, **settings: Any) -> None:
+        self._settings = JobSettings.from_kwargs(**settings)
+        environment = resolve_environment(env)
+        environment.validate_settings(self._settings)
+        self._session = Session(environment)
+
+    @classmethod
+    def _view(cls, session: Session, settings: JobSettings) -> "BatchExecutor":
+        view = cls.__new__(cls)
+        view._settings = settings
+        view._session = session
+        return view
+
+    @property
+    def environment(self) -> Any:
+        return self._session.env
+
+    @property
+    def settings(self) -> JobSettings:
+        return self._settings
+
+    def with_settings(self, **overrides: Any) -> "BatchExecutor":
+        """An executor view with other job settings, sharing environment, storage and poller."""
+        settings = JobSettings.from_kwargs(self._settings, **overrides)
+        self._session.env.validate_settings(settings)
+        return self._view(self._session, settings)
+
+    # -- submit ------------------------------------------------------------------------------
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> BatchFuture:
+        if not callable(fn):
+            raise TypeError(f"submit() needs a callable, not {type(fn).__name__}")
+        return self._session.submit(self._settings, fn, args, kwargs)
+
+    # -- map ---------------------------------------------------------------------------------
+    def map(self, fn: Callable[..., Any], *iterables: Iterable[Any], timeout: Optional[float] = None,
+            chunksize: int = 1) -> Iterator[Any]:
+        """Like the built-in map, run as array jobs; results in input order.
+
+        When the call on item k raised, items 0..k-1 are yielded and then item k's exception.
+        ``timeout`` counts from this call and raises concurrent.futures.TimeoutError.
+        """
+        end_time = None if timeout is None else time.monotonic() + timeout
+        slices = self._slices(fn, iterables, chunksize)
+        # The first slices go now, as ProcessPoolExecutor.map submits at once: bad input raises
+        # here, and a map nobody iterates still runs. Later slices follow as results are taken.
+        submitted: collections.deque = collections.deque(
+            itertools.islice(slices, MAP_LOOKAHEAD_SLICES + 1))
+
+        def results() -> Iterator[Any]:
+            current: collections.deque = collections.deque()
+            try:
+                while True:
+                    if not current:
+                        if not submitted:
+                            return
+                        current.extend(submitted.popleft())
+                        more = next(slices, None)
+                        if more is not None:
+                            submitted.append(more)
+                        continue
+                    future = current.popleft()
+                    if end_time is None:
+                        yield future.result()
+                    else:
+                        yield future.result(end_time - time.monotonic())
+            finally:
+                for future in itertools.chain(current, *submitted):
+                    future.cancel()
+
+        return results()
+
+    def map_futures(self, fn: Callable[..., Any], *iterables: Iterable[Any],
+                    chunksize: int = 1) -> List[BatchFuture]:
+        """The layout of map(), every slice submitted now, one future per item."""
+        futures: List[BatchFuture] = []
+        for group in self._slices(fn, iterables, chunksize):
+            futures.extend(group)
+        return futures
+
+    def _slices(self, fn: Callable[..., Any], iterables: tuple, chunksize: int) -> Iterator[List[BatchFuture]]:
+        """Submit ``zip(*iterables)`` as Batch jobs of at most 10,000 children, one per slice."""
+        if isinstance(chunksize, bool) or not isinstance(chunksize, int) or chunksize < 1:
+            raise ValueError("chunksize must be >= 1.")
+        if not callable(fn):
+            raise TypeError(f"map() needs a callable, not {type(fn).__name__}")
+        if not iterables:
+            raise TypeError("map() must have at least one iterable")
+        self._session._check_open()
+        serialization.dumps(fn)  # SerializationError before any upload
+        items = zip(*iterables)
+        name = job_name_for(fn)
+        session = self._session
+        settings = self._settings
+
+        def generate() -> Iterator[List[BatchFuture]]:
+            position = 0
+            while True:
+                session._check_open()
+                batch = list(itertools.islice(items, MAX_ARRAY_SIZE * chunksize))
+                if not batch:
+                    return
+                chunks = [batch[i:i + chunksize] for i in range(0, len(batch), chunksize)]
+                blobs = []
+                for number, chunk in enumerate(chunks):
+                    try:
+                        blobs.append(serialization.pack_items([(0, args, {}) for args in chunk]))
+                    except SerializationError:
+                        raise _name_item(fn, chunk, position + number * chunksize)
+                futures = [[BatchFuture(session) for _ in chunk] for chunk in chunks]
+                session.submit_job(settings, [fn], chunks, futures, chunksize=chunksize,
+                                   name=name, blobs=blobs)
+                position += len(batch)
+                yield [future for group in futures for future in group]
+
+        return generate()
+
+    # -- attach, shutdown ----------------------------------------------------------------------
+    def attach(self, job_id: str) -> Union[BatchFuture, List[BatchFuture]]:
+        """The future(s) of a job submitted earlier, possibly by another process."""
+        futures = self._session.attach(job_id)
+        return futures[0] if len(futures) == 1 else futures
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self._session.shutdown(wait=wait, cancel_futures=cancel_futures)
+
+    def __repr__(self) -> str:
+        return f"BatchExecutor({self._session.env!r}, {self._settings.as_dict()!r})"
+
+
+def _name_item(fn: Callable[..., Any], chunk: list, first_index: int) -> SerializationError:
+    """Find the item of a chunk that cannot be pickled, for a message that names it."""
+    for offset, args in enumerate(chunk):
+        try:
+            serialization.pack_items([(0, args, {})])
+        except SerializationError as error:
+            return SerializationError(
+                f"argument(s) of item {first_index + offset} for {getattr(fn, '__name__', fn)!r} "
+                f"cannot be pickled: {error}")
+    return SerializationError(f"items {first_index}.. for {getattr(fn, '__name__', fn)!r} cannot be pickled")

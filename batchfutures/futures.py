@@ -1,0 +1,115 @@
+"""`BatchFuture`: a real `concurrent.futures.Future` that knows its Batch job.
+
+One future per call, also inside array jobs: a future is bound to one item of one child of one
+Batch job. Its state moves only through the standard `Future` methods, driven by the poller:
+
+    PENDING --(child reaches STARTING/RUNNING: set_running_or_notify_cancel)--> RUNNING
+    PENDING | RUNNING --(result object read, or job FAILED)--> FINISHED
+    PENDING --(cancel(), before the child starts)--> CANCELLED  (the remote child is cancelled too)
+
+`result()` and `exception()` first flush the executor's coalescing buffer, so a caller waiting on
+a call that has not been sent yet does not wait out the coalescing window.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from typing import TYPE_CHECKING, Any, Optional
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .jobs import JobCore, TrackedJob
+
+__all__ = ["BatchFuture"]
+
+
+class BatchFuture(concurrent.futures.Future):
+    """The future of one call run by AWS Batch (or the local emulator)."""
+
+    def __init__(self, core: "Optional[JobCore]" = None) -> None:
+        super().__init__()
+        self._core = core
+        self._job: "Optional[TrackedJob]" = None
+        self._child: Optional[int] = None
+        self._status: Optional[str] = None
+        self._status_reason: Optional[str] = None
+        self._exit_code: Optional[int] = None
+        self._bind_lock = threading.Lock()
+
+    # -- what Batch says about the call ---------------------------------------------------
+    @property
+    def job_id(self) -> Optional[str]:
+        """The Batch job id; ``"<array job id>:<index>"`` for an array child; None before submission."""
+        job = self._job
+        if job is None:
+            return None
+        return job.child_id(self._child)
+
+    @property
+    def status(self) -> Optional[str]:
+        """The Batch status of this call's job (child), or None before submission."""
+        return self._status
+
+    @property
+    def status_reason(self) -> Optional[str]:
+        return self._status_reason
+
+    @property
+    def exit_code(self) -> Optional[int]:
+        return self._exit_code
+
+    def log(self) -> str:
+        """The job's console output: CloudWatch Logs on AWS, the attempt's log file locally."""
+        core = self._require_core()
+        core.flush_for(self)
+        return core.read_log(self)
+
+    def abort(self, reason: str = "aborted by the user") -> bool:
+        """Terminate the remote job even while it runs; the future then raises JobAbortedError.
+
+        Returns False when the future had already finished.
+        """
+        return self._require_core().abort(self, reason)
+
+    # -- concurrent.futures.Future ----------------------------------------------------------
+    def result(self, timeout: Optional[float] = None) -> Any:
+        if self._core is not None and not self.done():
+            self._core.flush_for(self)
+        return super().result(timeout)
+
+    def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
+        if self._core is not None and not self.done():
+            self._core.flush_for(self)
+        return super().exception(timeout)
+
+    def cancel(self) -> bool:
+        """Cancel the call if it has not started; its remote child is then cancelled too."""
+        cancelled = super().cancel()
+        if cancelled and self._core is not None:
+            self._core.on_cancelled(self)
+        return cancelled
+
+    # -- used by the poller -----------------------------------------------------------------
+    def _bind(self, job: "TrackedJob", child: int) -> None:
+        with self._bind_lock:
+            self._job = job
+            self._child = child
+            self._status = "SUBMITTED"
+
+    def _update(self, status: Optional[str], reason: Optional[str] = None,
+                exit_code: Optional[int] = None) -> None:
+        if status is not None:
+            self._status = status
+        if reason is not None:
+            self._status_reason = reason
+        if exit_code is not None:
+            self._exit_code = exit_code
+
+    def _require_core(self) -> "JobCore":
+        if self._core is None:
+            raise RuntimeError("this future does not belong to a BatchExecutor")
+        return self._core
+
+    def __repr__(self) -> str:
+        base = super().__repr__()
+        return f"{base[:-1]} job_id={self.job_id!r} batch_status={self._status!r}>"

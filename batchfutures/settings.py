@@ -1,0 +1,168 @@
+"""Job settings: validated once, when an executor or a settings view is made.
+
+A `JobSettings` is immutable and hashable, so the executor can coalesce calls that share the
+same settings into one array job. `submit_fields` turns it into the per-job parts of a SubmitJob
+request (container overrides, timeout, retry strategy, tags); the job definition never changes.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
+
+from .errors import ConfigurationError
+
+MAX_ATTEMPTS = 10
+_UNITS = {
+    "": 1, "m": 1, "mb": 1, "mib": 1, "mi": 1,
+    "g": 1024, "gb": 1024, "gib": 1024, "gi": 1024,
+    "t": 1024 * 1024, "tb": 1024 * 1024, "tib": 1024 * 1024, "ti": 1024 * 1024,
+    "k": 1 / 1024, "kb": 1 / 1024, "kib": 1 / 1024, "ki": 1 / 1024,
+}
+_MEMORY_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*$")
+# Batch forbids overriding its own variables; names must be valid environment names.
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+SETTING_NAMES = ("vcpus", "memory", "gpus", "timeout", "retries", "tags", "share_id", "priority",
+                 "environment")
+
+
+def parse_memory(value: Union[int, float, str]) -> int:
+    """MiB from an int (MiB) or a string such as "512MiB", "8GiB", "1.5 GB"."""
+    if isinstance(value, bool):
+        raise ConfigurationError(f"memory must be MiB or a string like '8GiB', not {value!r}")
+    if isinstance(value, (int, float)):
+        mib = value
+    elif isinstance(value, str):
+        match = _MEMORY_RE.match(value)
+        unit = match.group(2).lower() if match else None
+        if not match or unit not in _UNITS:
+            raise ConfigurationError(
+                f"memory={value!r} is not a size; use MiB as an int or a string like '512MiB', '8GiB'"
+            )
+        mib = float(match.group(1)) * _UNITS[unit]
+    else:
+        raise ConfigurationError(f"memory must be MiB or a string like '8GiB', not {value!r}")
+    if not math.isfinite(mib) or mib < 4:
+        raise ConfigurationError(f"memory={value!r} must be at least 4 MiB")
+    return int(math.ceil(mib))
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    vcpus: float = 1
+    memory: Optional[int] = None  # MiB; None means "derive from vcpus, gpus and the definition"
+    gpus: int = 0
+    timeout: Optional[float] = None
+    retries: int = 1
+    tags: Tuple[Tuple[str, str], ...] = ()
+    share_id: Optional[str] = None
+    priority: Optional[int] = None
+    environment: Tuple[Tuple[str, str], ...] = field(default=())
+
+    @classmethod
+    def from_kwargs(cls, base: Optional["JobSettings"] = None, **kwargs: Any) -> "JobSettings":
+        unknown = set(kwargs) - set(SETTING_NAMES)
+        if unknown:
+            raise ConfigurationError(
+                f"unknown job setting(s) {sorted(unknown)}; the settings are {', '.join(SETTING_NAMES)}"
+            )
+        values: Dict[str, Any] = {}
+        if "vcpus" in kwargs:
+            values["vcpus"] = _check_vcpus(kwargs["vcpus"])
+        if "memory" in kwargs:
+            values["memory"] = None if kwargs["memory"] is None else parse_memory(kwargs["memory"])
+        if "gpus" in kwargs:
+            values["gpus"] = _check_int("gpus", kwargs["gpus"], minimum=0)
+        if "timeout" in kwargs:
+            values["timeout"] = _check_timeout(kwargs["timeout"])
+        if "retries" in kwargs:
+            retries = _check_int("retries", kwargs["retries"], minimum=1)
+            if retries > MAX_ATTEMPTS:
+                raise ConfigurationError(f"retries={retries}: Batch allows 1 to {MAX_ATTEMPTS} attempts")
+            values["retries"] = retries
+        if "tags" in kwargs:
+            values["tags"] = _check_pairs("tags", kwargs["tags"])
+        if "share_id" in kwargs:
+            share = kwargs["share_id"]
+            if share is not None and (not isinstance(share, str) or not share):
+                raise ConfigurationError(f"share_id must be a non-empty string, not {share!r}")
+            values["share_id"] = share
+        if "priority" in kwargs:
+            priority = kwargs["priority"]
+            if priority is not None:
+                priority = _check_int("priority", priority, minimum=0)
+                if priority > 9999:
+                    raise ConfigurationError(f"priority={priority}: Batch allows 0 to 9999")
+            values["priority"] = priority
+        if "environment" in kwargs:
+            env = _check_pairs("environment", kwargs["environment"])
+            for name, _ in env:
+                if not _ENV_NAME_RE.match(name):
+                    raise ConfigurationError(f"environment variable name {name!r} is not valid")
+                if name.upper().startswith("AWS_BATCH"):
+                    raise ConfigurationError(
+                        f"environment variable {name!r}: names starting with AWS_BATCH are reserved by Batch"
+                    )
+            values["environment"] = env
+        return replace(base or cls(), **values)
+
+    def memory_mib(self, definition_memory: Optional[int] = None) -> int:
+        """The memory a job gets: the setting, or the contract's default."""
+        if self.memory is not None:
+            return self.memory
+        derived = max(2048, int(math.ceil(1024 * self.vcpus)), 4096 * self.gpus)
+        return max(definition_memory or 0, derived)
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {
+            "vcpus": self.vcpus, "memory": self.memory, "gpus": self.gpus, "timeout": self.timeout,
+            "retries": self.retries, "tags": dict(self.tags), "share_id": self.share_id,
+            "priority": self.priority, "environment": dict(self.environment),
+        }
+
+
+def _check_vcpus(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigurationError(f"vcpus must be a number, not {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigurationError(f"vcpus={value!r} must be positive")
+    return int(value) if float(value).is_integer() else float(value)
+
+
+def _check_int(name: str, value: Any, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        else:
+            raise ConfigurationError(f"{name} must be an integer, not {value!r}")
+    if value < minimum:
+        raise ConfigurationError(f"{name}={value} must be at least {minimum}")
+    return value
+
+
+def _check_timeout(value: Any) -> Optional[float]:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigurationError(f"timeout must be a number of seconds, not {value!r}")
+    if value <= 0:
+        raise ConfigurationError(f"timeout={value!r} must be positive")
+    return value
+
+
+def _check_pairs(name: str, value: Any) -> Tuple[Tuple[str, str], ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(f"{name} must be a mapping of strings, not {type(value).__name__}")
+    pairs = []
+    for key, item in value.items():
+        if not isinstance(key, str) or not key:
+            raise ConfigurationError(f"{name}: key {key!r} must be a non-empty string")
+        if not isinstance(item, (str, int, float)) or isinstance(item, bool):
+            raise ConfigurationError(f"{name}[{key!r}] must be a string, not {item!r}")
+        pairs.append((key, str(item)))
+    return tuple(sorted(pairs))

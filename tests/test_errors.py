@@ -1,0 +1,83 @@
+"""Failed jobs are classified from Batch's own strings, the same for the emulator and AWS."""
+
+import pickle
+
+import pytest
+
+from batchfutures import errors
+from batchfutures.errors import classify_failure
+
+
+def job(status_reason=None, reason=None, exit_code=None, memory=None, timeout=None):
+    container = {}
+    if reason is not None:
+        container["reason"] = reason
+    if exit_code is not None:
+        container["exitCode"] = exit_code
+    description = {"jobId": "j-1", "status": "FAILED",
+                   "attempts": [{"container": container, "statusReason": status_reason}],
+                   "container": {"resourceRequirements": [{"type": "MEMORY", "value": str(memory)}]}
+                   if memory else {}}
+    if status_reason is not None:
+        description["statusReason"] = status_reason
+    if timeout:
+        description["timeout"] = {"attemptDurationSeconds": timeout}
+    return description
+
+
+def test_hierarchy():
+    assert issubclass(errors.ConfigurationError, (errors.BatchError, ValueError))
+    assert issubclass(errors.SerializationError, (errors.BatchError, pickle.PicklingError))
+    for cls in (errors.MemoryLimitExceeded, errors.JobTimeoutError, errors.JobAbortedError,
+                errors.HostTerminatedError):
+        assert issubclass(cls, errors.JobFailedError)
+    for cls in (errors.EnvironmentMismatchError, errors.RemoteError, errors.JobMetadataExpired,
+                errors.JobFailedError):
+        assert issubclass(cls, errors.BatchError)
+
+
+@pytest.mark.parametrize("exit_code", [137, 1, None])
+def test_oom_whatever_the_exit_code(exit_code):
+    failure = classify_failure(job("Essential container in task exited",
+                                   "OutOfMemoryError: Container killed due to memory usage",
+                                   exit_code, memory=512), log_tail="last line")
+    assert type(failure) is errors.MemoryLimitExceeded
+    assert failure.memory_mib == 512 and failure.exit_code == exit_code
+    assert "512 MiB" in str(failure) and "memory=" in str(failure)
+    assert failure.log_tail == "last line" and failure.job_id == "j-1"
+
+
+def test_oom_reason_is_case_insensitive():
+    failure = classify_failure(job("Essential container in task exited", "outOfMemoryError: x", 137))
+    assert isinstance(failure, errors.MemoryLimitExceeded)
+
+
+def test_timeout():
+    failure = classify_failure(job("Job attempt duration exceeded timeout", exit_code=137, timeout=60))
+    assert type(failure) is errors.JobTimeoutError and "60 s" in str(failure)
+
+
+def test_host_terminated():
+    failure = classify_failure(job("Host EC2 (instance i-0abc) terminated."))
+    assert type(failure) is errors.HostTerminatedError
+
+
+@pytest.mark.parametrize("reason", ["batchfutures: aborted by the user", "stop it now"])
+def test_aborted(reason):
+    failure = classify_failure(job(reason, exit_code=137))
+    assert type(failure) is errors.JobAbortedError and failure.status_reason == reason
+
+
+def test_plain_failure():
+    failure = classify_failure(job("Essential container in task exited", exit_code=3))
+    assert type(failure) is errors.JobFailedError
+    assert failure.exit_code == 3 and "exited with code 3" in str(failure)
+
+
+def test_failures_pickle_with_their_fields():
+    failure = classify_failure(job("Essential container in task exited", "OutOfMemoryError: x",
+                                   137, memory=256), log_tail="tail")
+    copy = pickle.loads(pickle.dumps(failure))
+    assert type(copy) is errors.MemoryLimitExceeded
+    assert (copy.job_id, copy.exit_code, copy.memory_mib, copy.log_tail) == ("j-1", 137, 256, "tail")
+    assert str(copy) == str(failure)
