@@ -126,7 +126,7 @@ class BatchExecutor(concurrent.futures.Executor):
         if not iterables:
             raise TypeError("map() must have at least one iterable")
         self._session._check_open()
-        serialization.dumps(fn)  # SerializationError before any upload
+        self._session.pickled_function(fn)  # SerializationError before any upload
         items = zip(*iterables)
         name = job_name_for(fn)
         session = self._session

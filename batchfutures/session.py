@@ -76,7 +76,9 @@ class Session:
                              grace=env.describe_grace)
         self._lock = threading.RLock()
         self._buffers: Dict[JobSettings, _Buffer] = {}
-        self._functions: Dict[int, Tuple[Any, str]] = {}  # id(fn) -> (fn kept alive, url)
+        # id(fn) -> (fn kept alive so its id is not reused, its pickle). Cleared at every flush,
+        # so a later batch sees the function's globals as they are then, as ProcessPoolExecutor.
+        self._functions: Dict[int, Tuple[Any, bytes]] = {}
         self._queue_checked = False
         self.closed = False
         self.submitted_jobs: List[str] = []
@@ -86,7 +88,7 @@ class Session:
 
     # -- submit and coalescing ---------------------------------------------------------------
     def submit(self, settings: JobSettings, fn: Callable, args: tuple, kwargs: dict) -> BatchFuture:
-        serialization.dumps(fn)  # SerializationError now, nothing uploaded
+        self.pickled_function(fn)  # SerializationError now, before anything is uploaded
         serialization.pack_items([(0, args, kwargs)])
         future = BatchFuture(self)
         with self._lock:
@@ -146,6 +148,7 @@ class Session:
     def flush(self, settings: JobSettings) -> None:
         with self._lock:
             buffer = self._buffers.pop(settings, None)
+            self._functions.clear()
         if buffer is None:
             return
         calls = [call for call in buffer.calls if not call[0].done()]  # skip cancelled, aborted
@@ -260,15 +263,20 @@ class Session:
         self.env.check_queue()
         self._queue_checked = True
 
-    def _function_url(self, fn: Callable) -> str:
+    def pickled_function(self, fn: Callable) -> bytes:
+        """The callable's pickle, made once per function object and run."""
         with self._lock:
             known = self._functions.get(id(fn))
         if known is not None and known[0] is fn:
             return known[1]
-        url = self.storage.put_function(self.run_id, serialization.dumps(fn))
+        data = serialization.dumps(fn)
         with self._lock:
-            self._functions[id(fn)] = (fn, url)
-        return url
+            self._functions[id(fn)] = (fn, data)
+        return data
+
+    def _function_url(self, fn: Callable) -> str:
+        # content-addressed: the same pickle is uploaded once per run
+        return self.storage.put_function(self.run_id, self.pickled_function(fn))
 
     # -- results, logs, cancel, abort --------------------------------------------------------
     def decode_result(self, data: bytes, count: int) -> List[Tuple[bool, Any]]:
