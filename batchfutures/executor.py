@@ -117,7 +117,8 @@ class BatchExecutor(concurrent.futures.Executor):
             futures.extend(group)
         return futures
 
-    def _slices(self, fn: Callable[..., Any], iterables: tuple, chunksize: int) -> Iterator[List[BatchFuture]]:
+    def _slices(self, fn: Callable[..., Any], iterables: tuple,
+                chunksize: int) -> Iterator[List[BatchFuture]]:
         """Submit ``zip(*iterables)`` as Batch jobs of at most 10,000 children, one per slice."""
         if isinstance(chunksize, bool) or not isinstance(chunksize, int) or chunksize < 1:
             raise ValueError("chunksize must be >= 1.")

@@ -44,7 +44,7 @@ def check_fargate(vcpus: float, memory: int, gpus: int) -> None:
     if memory not in allowed:
         raise ConfigurationError(
             f"memory={memory} MiB does not go with vcpus={vcpus} on Fargate; "
-            f"allowed: {allowed[0]}..{allowed[-1]} MiB in steps of {allowed[1] - allowed[0] if len(allowed) > 1 else 0}")
+            f"allowed: {', '.join(str(m) for m in allowed)} MiB")
 
 
 def parse_ulimits(ulimits: Sequence[str]) -> List[Dict[str, Any]]:

@@ -189,7 +189,6 @@ class Session:
         job_url = self.storage.job_url(self.run_id, job_key)
         items = sum(len(group) for group in futures)
         header = {
-            "stamp": serialization.payload_stamp(),
             "functions": function_urls,
             "children": len(blobs),
             "items": items,
@@ -197,7 +196,7 @@ class Session:
             "run_id": self.run_id,
             "job_key": job_key,
         }
-        header.update(serialization.payload_stamp())
+        header.update(serialization.payload_stamp())  # the worker checks its versions against these
         self.storage.write_inputs(job_url, header, blobs)
         memory = settings.memory_mib(self.env.definition_memory())
         request = self._request(settings, name, job_url, len(blobs), memory)

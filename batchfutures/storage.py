@@ -55,7 +55,6 @@ class Storage:
             if endpoint:
                 options.setdefault("client_kwargs", {}).setdefault("endpoint_url", endpoint)
         self.fs, path = fsspec.core.url_to_fs(root_url, **options)
-        self.protocol = self.fs.protocol[0] if isinstance(self.fs.protocol, (tuple, list)) else self.fs.protocol
         self.root = path.rstrip("/")
         self.root_url = root_url.rstrip("/")
         self.local = isinstance(self.fs, LocalFileSystem)
