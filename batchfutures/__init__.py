@@ -7,24 +7,31 @@ With no environment the jobs run on the embedded emulator of the AWS Batch API, 
 processes; with an `AWSBatchEnvironment` they run on AWS Batch. See docs/architecture.md.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from ._version import __version__
-from .environments import AWSBatchEnvironment, LocalEnvironment
-from .errors import (
-    BatchError,
-    ConfigurationError,
-    EnvironmentMismatchError,
-    HostTerminatedError,
-    JobAbortedError,
-    JobFailedError,
-    JobMetadataExpired,
-    JobTimeoutError,
-    MemoryLimitExceeded,
-    RemoteError,
-    SerializationError,
-)
-from .executor import BatchExecutor
-from .futures import BatchFuture
-from .settings import JobSettings, parse_memory
+
+# Names are imported on first use, so `python -m batchfutures.worker` (the container command)
+# does not pay for the executor's imports (boto3, botocore) when it starts.
+_EXPORTS = {
+    "BatchExecutor": "executor",
+    "BatchFuture": "futures",
+    "LocalEnvironment": "environments",
+    "AWSBatchEnvironment": "environments",
+    "JobSettings": "settings",
+    "parse_memory": "settings",
+    "BatchError": "errors",
+    "ConfigurationError": "errors",
+    "SerializationError": "errors",
+    "EnvironmentMismatchError": "errors",
+    "RemoteError": "errors",
+    "JobMetadataExpired": "errors",
+    "JobFailedError": "errors",
+    "MemoryLimitExceeded": "errors",
+    "JobTimeoutError": "errors",
+    "JobAbortedError": "errors",
+    "HostTerminatedError": "errors",
+}
 
 __all__ = [
     "__version__",
@@ -46,3 +53,37 @@ __all__ = [
     "JobAbortedError",
     "HostTerminatedError",
 ]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .environments import AWSBatchEnvironment, LocalEnvironment
+    from .errors import (
+        BatchError,
+        ConfigurationError,
+        EnvironmentMismatchError,
+        HostTerminatedError,
+        JobAbortedError,
+        JobFailedError,
+        JobMetadataExpired,
+        JobTimeoutError,
+        MemoryLimitExceeded,
+        RemoteError,
+        SerializationError,
+    )
+    from .executor import BatchExecutor
+    from .futures import BatchFuture
+    from .settings import JobSettings, parse_memory
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'batchfutures' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return sorted(__all__)

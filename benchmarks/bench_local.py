@@ -1,0 +1,105 @@
+"""`ex.map` on the embedded default against its local peers, side by side in one run.
+
+    python benchmarks/bench_local.py [--repeats 3]
+
+Cases: (a) 200 trivial calls, chunksize 1; (b) 2,000 trivial calls, chunksize 100;
+(c) 8 calls of about 0.5 s CPU each. Peers: ProcessPoolExecutor(2), submitit's LocalExecutor
+(map_array) and Lithops' localhost FunctionExecutor.map, each skipped with a line saying so
+when it is not installed (pip install -e '.[bench]').
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _common import half_second_of_cpu, median_seconds, table, trivial  # noqa: E402
+
+from batchfutures import BatchExecutor, LocalEnvironment  # noqa: E402
+
+CASES = {
+    "(a) 200 trivial calls, chunksize 1": (trivial, 200, 1),
+    "(b) 2,000 trivial calls, chunksize 100": (trivial, 2000, 100),
+    "(c) 8 calls of ~0.5 s CPU": (half_second_of_cpu, 8, 1),
+}
+
+
+def run_batchfutures(executor, fn, n, chunksize):
+    results = list(executor.map(fn, range(n), chunksize=chunksize))
+    assert len(results) == n
+
+
+def run_process_pool(pool, fn, n, chunksize):
+    assert len(list(pool.map(fn, range(n), chunksize=chunksize))) == n
+
+
+def submitit_runner(folder):
+    try:
+        import submitit
+    except ImportError:
+        return None
+    executor = submitit.LocalExecutor(folder=folder)
+    executor.update_parameters(timeout_min=10)
+
+    def run(fn, n, chunksize):
+        jobs = executor.map_array(fn, list(range(n)))
+        assert len([job.result() for job in jobs]) == n
+    return run
+
+
+def lithops_runner():
+    try:
+        import lithops
+    except ImportError:
+        return None
+    config = {"lithops": {"backend": "localhost", "storage": "localhost", "log_level": "ERROR"}}
+
+    def run(fn, n, chunksize):
+        executor = lithops.FunctionExecutor(config=config)
+        executor.map(fn, list(range(n)))
+        assert len(executor.get_result()) == n
+    return run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--peer-repeats", type=int, default=1,
+                        help="repetitions for submitit and Lithops, which are slow")
+    args = parser.parse_args()
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; median of {args.repeats} runs")
+    with tempfile.TemporaryDirectory() as folder:
+        env = LocalEnvironment(os.path.join(folder, "bf"))
+        executor = BatchExecutor(env)
+        run_batchfutures(executor, trivial, 4, 1)  # warm: emulator started, modules imported
+        pool = concurrent.futures.ProcessPoolExecutor(2)
+        run_process_pool(pool, trivial, 4, 1)
+        submitit_run = submitit_runner(os.path.join(folder, "submitit"))
+        lithops_run = lithops_runner()
+        for title, (fn, n, chunksize) in CASES.items():
+            rows = {
+                "batchfutures (emulator)": median_seconds(
+                    lambda: run_batchfutures(executor, fn, n, chunksize), args.repeats),
+                "ProcessPoolExecutor(2)": median_seconds(
+                    lambda: run_process_pool(pool, fn, n, chunksize), args.repeats),
+            }
+            rows["submitit LocalExecutor"] = None if submitit_run is None else median_seconds(
+                lambda: submitit_run(fn, n, chunksize), args.peer_repeats)
+            rows["lithops localhost"] = None if lithops_run is None else median_seconds(
+                lambda: lithops_run(fn, n, chunksize), args.peer_repeats)
+            print(table(title, rows, baseline="ProcessPoolExecutor(2)"), flush=True)
+        if submitit_run is None:
+            print("submitit is not installed: skipped (pip install submitit)")
+        if lithops_run is None:
+            print("lithops is not installed: skipped (pip install lithops)")
+        pool.shutdown()
+        executor.shutdown()
+
+
+if __name__ == "__main__":
+    main()
