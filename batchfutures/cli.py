@@ -5,6 +5,11 @@
     batchfutures logs JOB [--follow]  its console output
     batchfutures result JOB           its result(s), printed with repr()
     batchfutures cancel JOB           cancel or terminate it
+    batchfutures jobs [--status S]    this library's jobs in the queue
+    batchfutures cleanup              remove stored payloads of finished runs
+    batchfutures check                verify the environment end to end, one line per part
+    batchfutures template             print the CloudFormation template for AWS
+    batchfutures image                print the commands that build and push the worker image
 
 The environment comes from the BATCHFUTURES_* variables (an AWS queue), else the local
 emulator; `--workdir` picks the emulator's folder.
@@ -121,6 +126,81 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_jobs(args: argparse.Namespace) -> int:
+    from . import batchapi
+
+    env = _environment(args)
+    statuses = [args.status] if args.status else list(_STATUSES)
+    found = []
+    for status in statuses:
+        token = None
+        while True:
+            request = {"jobQueue": env.job_queue, "jobStatus": status, "maxResults": 1000}
+            if token:
+                request["nextToken"] = token
+            response = batchapi.call(env.batch.list_jobs, **request)
+            found.extend(j for j in response.get("jobSummaryList", [])
+                         if j.get("jobName", "").startswith("bf-"))
+            token = response.get("nextToken")
+            if not token:
+                break
+    ours = []
+    for job in batchapi.describe_jobs(env.batch, [j["jobId"] for j in found]):
+        if "batchfutures:version" in (job.get("tags") or {}):
+            ours.append(job)
+    for job in sorted(ours, key=lambda j: j.get("createdAt", 0)):
+        size = (job.get("arrayProperties") or {}).get("size")
+        children = f"  [{size} children]" if size else ""
+        print(f"{job['jobId']}  {job['status']:<9}  {job['jobName']}{children}")
+    if not ours:
+        print(f"no batchfutures jobs in {env.job_queue}")
+    return 0
+
+
+def cmd_cleanup(args: argparse.Namespace) -> int:
+    env = _environment(args)
+    storage = env.storage
+    horizon = time.time() - args.older_than * 3600
+    removed = 0
+    for run_id, modified in storage.list_runs():
+        if modified is not None and modified > horizon and not args.all:
+            continue
+        print(("would remove " if args.dry_run else "removing ") + storage.run_url(run_id))
+        if not args.dry_run:
+            storage.delete_run(run_id)
+        removed += 1
+    print(f"{removed} run(s) {'to remove' if args.dry_run else 'removed'}")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from .checks import run_checks
+
+    env = _environment(args)
+    failures = 0
+    for name, ok, detail in run_checks(env):
+        failures += not ok
+        print(f"{'ok  ' if ok else 'FAIL'} {name}: {detail}")
+    return 1 if failures else 0
+
+
+def cmd_template(args: argparse.Namespace) -> int:
+    from .setup_resources import template_text
+
+    print(template_text(), end="")
+    return 0
+
+
+def cmd_image(args: argparse.Namespace) -> int:
+    from .setup_resources import image_commands
+
+    print(image_commands(repository=args.repository, region=args.region))
+    return 0
+
+
+_STATUSES = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING", "SUCCEEDED", "FAILED")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="batchfutures", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -146,6 +226,23 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("--timeout", type=float, default=None)
         if name == "cancel":
             sub.add_argument("--reason", default="no reason given")
+
+    jobs = commands.add_parser("jobs", help="list this library's jobs in the queue")
+    jobs.add_argument("--status", choices=_STATUSES)
+    jobs.set_defaults(run=cmd_jobs)
+    cleanup = commands.add_parser("cleanup", help="remove stored payloads of finished runs")
+    cleanup.add_argument("--older-than", type=float, default=24.0, metavar="HOURS",
+                         help="remove runs untouched for this long (default 24)")
+    cleanup.add_argument("--all", action="store_true", help="remove every run")
+    cleanup.add_argument("--dry-run", action="store_true")
+    cleanup.set_defaults(run=cmd_cleanup)
+    commands.add_parser("check", help="verify the environment end to end").set_defaults(run=cmd_check)
+    commands.add_parser("template", help="print the CloudFormation template").set_defaults(
+        run=cmd_template)
+    image = commands.add_parser("image", help="print the worker image build and push commands")
+    image.add_argument("--repository", help="ECR repository URI")
+    image.add_argument("--region")
+    image.set_defaults(run=cmd_image)
     return parser
 
 
