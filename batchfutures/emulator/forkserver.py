@@ -1,0 +1,283 @@
+"""A preloaded fork server, so an attempt of the worker starts in milliseconds.
+
+A fresh interpreter importing fsspec and cloudpickle takes ~200 ms; Batch's own containers pay
+that too, but a local emulator need not. The server is one single-threaded process that has
+imported the worker once; for each attempt it forks, and the child becomes the attempt:
+
+    emulator ── {"id", "url", "env", "cwd", "log", "memory_mib"} ──> server (stdin)
+             <── {"id", "pid"} ───────────────────────────────────── fork(): child runs the worker
+             <── {"pid", "returncode"} ──────────────────────────── SIGCHLD: the child ended
+
+Every attempt is still its own process: its own session (killed as a group), its own log file
+on stdout/stderr, its own RLIMIT_DATA, its own environment. The server dies when the emulator
+closes its stdin (or dies), killing the attempts it started.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+from typing import Any, Callable, Dict, List, Optional
+
+WORKER_MODULE = "batchfutures.worker"
+
+
+def is_worker_command(argv: List[str]) -> bool:
+    """`python -m batchfutures.worker <url>`: the only command the server runs."""
+    return (len(argv) == 4 and os.path.basename(argv[0]).startswith("python")
+            and argv[1] == "-m" and argv[2] == WORKER_MODULE)
+
+
+# -- the server process -------------------------------------------------------------------------
+def _child(request: Dict[str, Any], wakeup_read: int, wakeup_write: int) -> None:
+    """In the forked child: become the attempt, run the worker, exit with its status."""
+    code = 1
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for fd in (wakeup_read, wakeup_write, 0):
+            os.close(fd)
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        for fd in (null, log):
+            if fd > 2:
+                os.close(fd)
+        sys.stdout = open(1, "w", buffering=1, closefd=False)
+        sys.stderr = open(2, "w", buffering=1, closefd=False)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        for entry in reversed(request["env"].get("PYTHONPATH", "").split(os.pathsep)):
+            if entry and entry not in sys.path:
+                sys.path.insert(0, entry)
+        if request.get("cwd"):
+            os.chdir(request["cwd"])
+        memory = request.get("memory_mib")
+        if memory:
+            import resource
+
+            limit = int(memory) * 1024 * 1024
+            resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+        sys.argv = [WORKER_MODULE, request["url"]]
+        from batchfutures import worker
+
+        code = worker.main([request["url"]])
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+    except BaseException:  # the attempt fails like a container whose command crashed
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def serve() -> None:
+    """The server's loop: single-threaded, so forking is safe."""
+    import batchfutures.serialization  # noqa: F401  preload what every attempt needs
+    import batchfutures.storage  # noqa: F401
+    import batchfutures.worker  # noqa: F401
+
+    wakeup_read, wakeup_write = os.pipe()
+    os.set_blocking(wakeup_write, False)
+    signal.set_wakeup_fd(wakeup_write)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    out = sys.stdout.fileno()
+    children: Dict[int, int] = {}
+    buffer = b""
+
+    def send(message: Dict[str, Any]) -> None:
+        os.write(out, (json.dumps(message) + "\n").encode())
+
+    def reap() -> None:
+        while children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            children.pop(pid, None)
+            send({"pid": pid, "returncode": os.waitstatus_to_exitcode(status)})
+
+    while True:
+        try:
+            ready, _, _ = select.select([0, wakeup_read], [], [])
+        except InterruptedError:
+            continue
+        if wakeup_read in ready:
+            os.read(wakeup_read, 4096)
+            reap()
+        if 0 in ready:
+            chunk = os.read(0, 65536)
+            if not chunk:  # the emulator is gone: so are its attempts
+                for pid in list(children):
+                    try:
+                        os.killpg(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+                return
+            buffer += chunk
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                request = json.loads(line)
+                pid = os.fork()
+                if pid == 0:
+                    _child(request, wakeup_read, wakeup_write)
+                children[pid] = request["id"]
+                send({"id": request["id"], "pid": pid})
+        reap()
+
+
+# -- the emulator's side ------------------------------------------------------------------------
+class ForkedAttempt:
+    """An attempt started by the fork server: the same interface as launcher.AttemptProcess."""
+
+    def __init__(self, pid: int, memory_mib: Optional[int],
+                 on_exit: Callable[["ForkedAttempt"], None]) -> None:
+        self.pid = pid
+        self.memory_mib = memory_mib
+        self.kill_reason: Optional[str] = None
+        self.returncode: Optional[int] = None
+        self._on_exit = on_exit
+
+    @property
+    def running(self) -> bool:
+        return self.returncode is None
+
+    def kill(self, reason: str) -> None:
+        if self.returncode is not None:
+            return
+        if self.kill_reason is None:
+            self.kill_reason = reason
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except OSError:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+    def exit_code(self) -> int:
+        code = self.returncode if self.returncode is not None else -signal.SIGKILL
+        return 128 - code if code < 0 else code
+
+    def resident_mib(self) -> float:
+        from .launcher import _PAGE, _tree
+
+        total = 0
+        for pid in _tree(self.pid):
+            try:
+                with open(f"/proc/{pid}/statm", "rb") as handle:
+                    total += int(handle.read().split()[1]) * _PAGE
+            except (OSError, IndexError, ValueError):
+                continue
+        return total / (1024 * 1024)
+
+    def _exited(self, returncode: int) -> None:
+        self.returncode = returncode
+        self._on_exit(self)
+
+
+class ForkServer:
+    """Starts the server lazily and turns its messages into ForkedAttempt events."""
+
+    def __init__(self, python_path: str) -> None:
+        self._python_path = python_path
+        self._process: Optional[subprocess.Popen] = None
+        self._lock = threading.Lock()
+        self._next_id = 0
+        self._pids: Dict[int, threading.Event] = {}
+        self._started: Dict[int, int] = {}
+        self._attempts: Dict[int, ForkedAttempt] = {}
+        self._early_exits: Dict[int, int] = {}
+        self.broken = False
+
+    def _ensure(self) -> subprocess.Popen:
+        if self._process is None or self._process.poll() is not None:
+            env = dict(os.environ)
+            if self._python_path:
+                env["PYTHONPATH"] = self._python_path
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "batchfutures.emulator.forkserver"], env=env,
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                start_new_session=True)
+            threading.Thread(target=self._read, args=(self._process,), daemon=True,
+                             name="bf-forkserver-reader").start()
+        return self._process
+
+    def _read(self, process: subprocess.Popen) -> None:
+        for line in process.stdout:
+            message = json.loads(line)
+            if "id" in message:
+                with self._lock:
+                    self._started[message["id"]] = message["pid"]
+                    event = self._pids.pop(message["id"], None)
+                if event is not None:
+                    event.set()
+            else:
+                with self._lock:
+                    attempt = self._attempts.pop(message["pid"], None)
+                    if attempt is None:  # ended before its handle was registered
+                        self._early_exits[message["pid"]] = message["returncode"]
+                if attempt is not None:
+                    attempt._exited(message["returncode"])
+        self.broken = True
+        with self._lock:
+            orphans, self._attempts = list(self._attempts.values()), {}
+        for attempt in orphans:  # the server died: so did its children's reports
+            attempt._exited(-signal.SIGKILL)
+
+    def spawn(self, url: str, env: Dict[str, str], log_path: str, memory_mib: Optional[int],
+              on_exit: Callable[[ForkedAttempt], None]) -> ForkedAttempt:
+        os.makedirs(os.path.dirname(log_path), exist_ok=True)
+        with self._lock:
+            process = self._ensure()
+            self._next_id += 1
+            request_id = self._next_id
+            event = self._pids[request_id] = threading.Event()
+            request = {"id": request_id, "url": url, "env": env, "cwd": os.getcwd(),
+                       "log": log_path, "memory_mib": memory_mib}
+            process.stdin.write((json.dumps(request) + "\n").encode())
+            process.stdin.flush()
+        if not event.wait(10):
+            self.broken = True
+            raise OSError("the emulator's fork server did not answer")
+        with self._lock:
+            pid = self._started.pop(request_id)
+            attempt = ForkedAttempt(pid, memory_mib, on_exit)
+            early = self._early_exits.pop(pid, None)
+            if early is None:
+                self._attempts[pid] = attempt
+        if early is not None:
+            attempt._exited(early)
+        return attempt
+
+    def close(self) -> None:
+        process, self._process = self._process, None
+        if process is not None:
+            try:
+                process.stdin.close()
+            except OSError:
+                pass
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+if __name__ == "__main__":
+    serve()
