@@ -28,6 +28,9 @@ __all__ = ["Environment", "LocalEnvironment", "AWSBatchEnvironment", "resolve_en
            "default_workdir"]
 
 LOG_GROUP = "/aws/batch/job"
+# Options of a job definition registered from `image=` (see jobdefinitions.definition_properties).
+DEFINITION_OPTIONS = ("job_role_arn", "execution_role_arn", "platform", "privileged", "ulimits",
+                      "mounts", "shm_size", "log_configuration")
 ENV_VARS = {
     "job_queue": "BATCHFUTURES_JOB_QUEUE",
     "job_definition": "BATCHFUTURES_JOB_DEFINITION",
@@ -203,6 +206,11 @@ class AWSBatchEnvironment(Environment):
             raise ConfigurationError("io_bucket must name an S3 bucket")
         if not job_definition and not image:
             raise ConfigurationError("give job_definition (name or ARN) or an image to register one from")
+        unknown = set(definition_options) - set(DEFINITION_OPTIONS)
+        if unknown:
+            raise ConfigurationError(
+                f"unknown AWSBatchEnvironment option(s) {sorted(unknown)}; job definition options "
+                f"are {', '.join(DEFINITION_OPTIONS)}")
         bucket = io_bucket[5:] if io_bucket.startswith("s3://") else io_bucket
         self.job_queue = job_queue
         self.io_bucket = bucket.strip("/")

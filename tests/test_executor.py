@@ -385,3 +385,37 @@ def test_poller_calls_grow_with_jobs_not_items(tmp_path):
     assert calls["describe_jobs"] <= polls + 2
     assert calls.get("list_jobs", 0) <= 2 * polls
     assert sum(calls.values()) < 5000 / 10
+
+
+def test_throttled_batch_api_is_retried_and_every_future_resolves(local_env):
+    local_env.emulator.inject_faults(0.3, seed=7)
+    try:
+        with BatchExecutor(local_env) as executor:
+            assert list(executor.map(square, range(30), chunksize=3)) == [x * x for x in range(30)]
+            assert executor.submit(square, 4).result(timeout=60) == 16
+        assert local_env.emulator.faults.injected > 0
+    finally:
+        local_env.emulator.inject_faults(0)
+
+
+def test_disabled_queue_is_a_configuration_error_before_any_upload(local_env):
+    local_env.emulator.update_job_queue(jobQueue="batchfutures", state="DISABLED")
+    try:
+        executor = BatchExecutor(local_env)
+        with pytest.raises(batchfutures.ConfigurationError, match="DISABLED"):
+            executor.map(square, [1, 2])
+        error = executor.submit(square, 1).exception(timeout=30)
+        assert isinstance(error, batchfutures.ConfigurationError)
+        executor.shutdown()
+        storage = local_env.workdir / "storage"
+        assert not storage.exists() or not [p for p in storage.rglob("*") if p.is_file()]
+    finally:
+        local_env.emulator.update_job_queue(jobQueue="batchfutures", state="ENABLED")
+
+
+def test_failure_carries_the_tail_of_the_log(executor):
+    def crash():
+        print("about to crash")
+        os._exit(5)
+    error = executor.submit(crash).exception(timeout=60)
+    assert isinstance(error, JobFailedError) and "about to crash" in error.log_tail
