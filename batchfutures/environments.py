@@ -289,6 +289,10 @@ class AWSBatchEnvironment(Environment):
         if settings.timeout is not None and settings.timeout < 60:
             raise ConfigurationError(
                 f"timeout={settings.timeout}: AWS Batch requires at least 60 seconds per attempt")
+        if str(self.definition_options.get("platform", "EC2")).upper() == "FARGATE":
+            from .jobdefinitions import check_fargate
+
+            check_fargate(settings.vcpus, settings.memory_mib(), settings.gpus)
 
     def __repr__(self) -> str:
         return (f"AWSBatchEnvironment(job_queue={self.job_queue!r}, io_bucket={self.io_bucket!r}, "

@@ -69,3 +69,14 @@ def test_local_accepts_short_timeouts(tmp_path):
     executor = BatchExecutor(LocalEnvironment(tmp_path), timeout=0.5)
     assert executor.settings.timeout == 0.5
     executor.shutdown()
+
+
+def test_fargate_combinations_are_checked_before_submit():
+    env = AWSBatchEnvironment(job_queue="q", io_bucket="b", image="repo/worker:3.11",
+                              execution_role_arn="arn:aws:iam::1:role/x", platform="FARGATE",
+                              region_name="us-east-1")
+    BatchExecutor(env, vcpus=1, memory="2GiB")
+    BatchExecutor(env, vcpus=0.5, memory=1024)
+    for bad in ({"vcpus": 1, "memory": 512}, {"vcpus": 3}, {"gpus": 1, "vcpus": 1, "memory": 4096}):
+        with pytest.raises(ConfigurationError):
+            BatchExecutor(env, **bad)
