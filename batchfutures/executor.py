@@ -80,7 +80,7 @@ class BatchExecutor(concurrent.futures.Executor):
         ``timeout`` counts from this call and raises concurrent.futures.TimeoutError.
         """
         end_time = None if timeout is None else time.monotonic() + timeout
-        slices = self._slices(fn, iterables, chunksize)
+        slices = self._slices(fn, iterables, chunksize, per_child=True)
         # The first slices go now, as ProcessPoolExecutor.map submits at once: bad input raises
         # here, and a map nobody iterates still runs. Later slices follow as results are taken.
         submitted: collections.deque = collections.deque(
@@ -98,14 +98,15 @@ class BatchExecutor(concurrent.futures.Executor):
                         if more is not None:
                             submitted.append(more)
                         continue
-                    future = current.popleft()
-                    if end_time is None:
-                        yield future.result()
-                    else:
-                        yield future.result(end_time - time.monotonic())
+                    child = current.popleft()
+                    remaining = None if end_time is None else end_time - time.monotonic()
+                    for ok, value in child.result(remaining):
+                        if not ok:
+                            raise value
+                        yield value
             finally:
-                for future in itertools.chain(current, *submitted):
-                    future.cancel()
+                for child in itertools.chain(current, *submitted):
+                    child.cancel()
 
         return results()
 
@@ -117,9 +118,13 @@ class BatchExecutor(concurrent.futures.Executor):
             futures.extend(group)
         return futures
 
-    def _slices(self, fn: Callable[..., Any], iterables: tuple,
-                chunksize: int) -> Iterator[List[BatchFuture]]:
-        """Submit ``zip(*iterables)`` as Batch jobs of at most 10,000 children, one per slice."""
+    def _slices(self, fn: Callable[..., Any], iterables: tuple, chunksize: int, *,
+                per_child: bool = False) -> Iterator[List[BatchFuture]]:
+        """Submit ``zip(*iterables)`` as Batch jobs of at most 10,000 children, one per slice.
+
+        Each slice yields one future per item, or with ``per_child`` one per child, resolved
+        with that child's ``(ok, value)`` outcomes (map's iterator needs no more).
+        """
         if isinstance(chunksize, bool) or not isinstance(chunksize, int) or chunksize < 1:
             raise ValueError("chunksize must be >= 1.")
         if not callable(fn):
@@ -147,10 +152,15 @@ class BatchExecutor(concurrent.futures.Executor):
                         blobs.append(serialization.pack_items([(0, args, {}) for args in chunk]))
                     except SerializationError:
                         raise _name_item(fn, chunk, position + number * chunksize)
-                futures = [[BatchFuture(session) for _ in chunk] for chunk in chunks]
+                if per_child:
+                    futures = [[BatchFuture(session)] for _ in chunks]
+                else:
+                    futures = [[BatchFuture(session) for _ in chunk] for chunk in chunks]
+                del batch
                 session.submit_job(settings, [fn], chunks, futures, chunksize=chunksize,
-                                   name=name, blobs=blobs)
-                position += len(batch)
+                                   name=name, blobs=blobs, per_child=per_child)
+                position += sum(len(chunk) for chunk in chunks)
+                del chunks, blobs
                 yield [future for group in futures for future in group]
 
         return generate()

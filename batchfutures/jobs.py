@@ -38,10 +38,14 @@ class TrackedJob:
 
     def __init__(self, job_id: str, job_url: str, children: Sequence[List[BatchFuture]], *,
                  array: bool, memory_mib: Optional[int] = None,
-                 submitted_at: Optional[float] = None) -> None:
+                 submitted_at: Optional[float] = None,
+                 item_counts: Optional[Sequence[int]] = None) -> None:
         self.job_id = job_id
         self.job_url = job_url
         self.children = list(children)
+        # None: one future per item. Otherwise one future per child (map's iterator), resolved
+        # with the child's list of (ok, value) outcomes, so a large map holds no per-item futures.
+        self.item_counts = list(item_counts) if item_counts is not None else None
         self.array = array
         self.memory_mib = memory_mib
         self.submitted_at = time.monotonic() if submitted_at is None else submitted_at
@@ -89,10 +93,18 @@ class TrackedJob:
                     if not future.running() and not future.done():
                         future.set_running_or_notify_cancel()
 
+    def items_in(self, index: int) -> int:
+        if self.item_counts is not None:
+            return self.item_counts[index]
+        return len(self.children[index])
+
     def settle_child(self, index: int, outcomes: Sequence[tuple]) -> None:
         """Give each item of a child its outcome: ``(ok, value_or_exception)`` pairs."""
-        for future, (ok, value) in zip(self.children[index], outcomes):
-            settle(future, ok, value)
+        if self.item_counts is not None:
+            settle(self.children[index][0], True, list(outcomes))
+        else:
+            for future, (ok, value) in zip(self.children[index], outcomes):
+                settle(future, ok, value)
         self.unresolved.discard(index)
 
     def fail_child(self, index: int, error_for_each: Any) -> None:

@@ -216,7 +216,7 @@ class Poller:
                 missing.append(index)
                 continue
             job.set_status(index, "SUCCEEDED")
-            job.settle_child(index, self._session.decode_result(data, len(job.children[index])))
+            job.settle_child(index, self._session.decode_result(data, job.items_in(index)))
         for index in missing:
             if index in job.unresolved and index not in job.failed_seen:
                 child_id = job.child_id(index)

@@ -179,7 +179,7 @@ class Session:
     def submit_job(self, settings: JobSettings, functions: Sequence[Callable],
                    chunks: Sequence[Sequence[Tuple[int, tuple, dict]]],
                    futures: Sequence[List[BatchFuture]], *, chunksize: int, name: str,
-                   blobs: Optional[List[bytes]] = None) -> TrackedJob:
+                   blobs: Optional[List[bytes]] = None, per_child: bool = False) -> TrackedJob:
         """Upload one Batch job's payload, submit it, and hand it to the poller."""
         self._check_queue_once()
         if blobs is None:
@@ -187,7 +187,8 @@ class Session:
         function_urls = [self._function_url(fn) for fn in functions]
         job_key = uuid.uuid4().hex
         job_url = self.storage.job_url(self.run_id, job_key)
-        items = sum(len(group) for group in futures)
+        item_counts = [len(chunk) for chunk in chunks]
+        items = sum(item_counts)
         header = {
             "functions": function_urls,
             "children": len(blobs),
@@ -210,7 +211,8 @@ class Session:
             self.storage.write_job_pointer(job_id, job_url)
         except Exception:  # only attach-after-expiry needs it; the job itself is fine
             logger.warning("batchfutures: could not record the storage pointer of job %s", job_id)
-        job = TrackedJob(job_id, job_url, futures, array=len(blobs) > 1, memory_mib=memory)
+        job = TrackedJob(job_id, job_url, futures, array=len(blobs) > 1, memory_mib=memory,
+                         item_counts=item_counts if per_child else None)
         with self._lock:
             self.submitted_jobs.append(job_id)
         logger.debug("submitted Batch job %s (%d children, %d items)", job_id, len(blobs), items)
