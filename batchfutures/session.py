@@ -184,7 +184,10 @@ class Session:
         self._check_queue_once()
         if blobs is None:
             blobs = [serialization.pack_items(chunk) for chunk in chunks]
-        function_urls = [self._function_url(fn) for fn in functions]
+        try:
+            function_urls = [self._function_url(fn) for fn in functions]
+        except (FileNotFoundError, PermissionError) as error:
+            raise _storage_error(self.storage, error) from error
         job_key = uuid.uuid4().hex
         job_url = self.storage.job_url(self.run_id, job_key)
         item_counts = [len(chunk) for chunk in chunks]
@@ -198,7 +201,10 @@ class Session:
             "job_key": job_key,
         }
         header.update(serialization.payload_stamp())  # the worker checks its versions against these
-        self.storage.write_inputs(job_url, header, blobs)
+        try:
+            self.storage.write_inputs(job_url, header, blobs)
+        except (FileNotFoundError, PermissionError) as error:
+            raise _storage_error(self.storage, error) from error
         memory = settings.memory_mib(self.env.definition_memory())
         request = self._request(settings, name, job_url, len(blobs), memory)
         try:
@@ -433,6 +439,12 @@ def _user() -> str:
         return _JOB_NAME_BAD.sub("-", getpass.getuser())[:64] or "unknown"
     except Exception:
         return "unknown"
+
+
+def _storage_error(storage: Any, error: BaseException) -> ConfigurationError:
+    return ConfigurationError(
+        f"cannot write job payloads to {storage.root_url}: {error}. Check that the bucket (or "
+        f"folder) exists and that these credentials may write to it.")
 
 
 def _wrap_submit_error(error: BaseException) -> BaseException:
