@@ -1,0 +1,512 @@
+"""`EmulatorServer`: the emulator over HTTP, so a stock boto3 client can drive it unmodified.
+
+    boto3.client("batch", endpoint_url=server.endpoint_url)  ─ REST-JSON, POST /v1/submitjob ...
+    boto3.client("logs",  endpoint_url=server.endpoint_url)  ─ JSON 1.1, POST / + X-Amz-Target
+                 │
+    ThreadingHTTPServer (standard library, one thread per connection)
+                 │  route from botocore's models -> operation -> xform_name -> method
+    service.submit_job(**params), service.logs.get_log_events(**params), ...
+
+Nothing is routed by hand: every operation of botocore's Batch model is a route (its
+`http.method` and `http.requestUri`), every operation of the CloudWatch Logs model a target
+(`Logs_20140328.<Operation>`), and a request is answered by whichever method of the service
+object has the operation's snake_case name; an operation it does not implement is an unknown
+route. Errors are encoded as each protocol's parser in botocore reads them:
+
+    REST-JSON (Batch)  status, header `x-amzn-ErrorType: <Code>`, body {"message": ...}
+    JSON 1.1 (Logs)    status, body {"__type": <Code>, "message": ...}
+
+A service `ClientError` keeps its code and status (`TooManyRequestsException` is 429, which
+botocore's retry handlers treat as throttling); a `ParamValidationError` is a 400
+`ClientException` (Logs: `InvalidParameterException`); an unknown route a 404
+`UnknownOperationException`; any other exception a 500 `ServerException`, logged to the
+`batchfutures` logger. The server thread never dies of a request.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+import logging
+import re
+import socket
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Dict, List, Optional, Set, Tuple
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from botocore import xform_name
+from botocore.exceptions import ClientError, ParamValidationError
+from botocore.validate import ParamValidator
+
+logger = logging.getLogger("batchfutures")
+
+IDLE_CONNECTION_TIMEOUT = 60.0  # seconds a keep-alive connection may sit unused
+_VALIDATOR = ParamValidator()
+
+
+class _Answer(Exception):
+    """An error answer: HTTP status, error code, message."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+def _load_model(service: str) -> Any:
+    import botocore.session
+
+    return botocore.session.get_session().get_service_model(service)
+
+
+# -- values on the wire <-> values of a boto3 client, by shape -------------------------------
+def _from_wire(shape: Any, value: Any) -> Any:
+    """A JSON value of the wire as botocore's parser would hand it to the caller."""
+    if shape is None or value is None:
+        return value
+    kind = shape.type_name
+    if kind == "structure" and isinstance(value, dict):
+        out = {}
+        wire_names = {m.serialization.get("name", n): n for n, m in shape.members.items()}
+        for key, item in value.items():
+            name = wire_names.get(key, key)
+            out[name] = _from_wire(shape.members.get(name), item)
+        return out
+    if kind == "list" and isinstance(value, list):
+        return [_from_wire(shape.member, item) for item in value]
+    if kind == "map" and isinstance(value, dict):
+        return {key: _from_wire(shape.value, item) for key, item in value.items()}
+    if kind == "blob" and isinstance(value, str):
+        return base64.b64decode(value)
+    return value
+
+
+def _to_wire(shape: Any, value: Any) -> Any:
+    """A value returned by the service as botocore's serializer would have put it in JSON."""
+    if value is None:
+        return None
+    kind = shape.type_name if shape is not None else None
+    if isinstance(value, dict):
+        if kind == "structure":
+            return {shape.members[k].serialization.get("name", k) if k in shape.members else k:
+                    _to_wire(shape.members.get(k), v) for k, v in value.items()}
+        return {k: _to_wire(shape.value if kind == "map" else None, v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_to_wire(shape.member if kind == "list" else None, v) for v in value]
+    if isinstance(value, (bytes, bytearray)):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=datetime.timezone.utc)
+        if shape is not None and shape.serialization.get("timestampFormat") == "iso8601":
+            return value.isoformat()
+        return value.timestamp()
+    return value
+
+
+def _scalar(shape: Any, text: str) -> Any:
+    """A value from a URI label, query string or header, typed by its shape."""
+    kind = shape.type_name
+    if kind in ("integer", "long"):
+        return int(text)
+    if kind in ("float", "double"):
+        return float(text)
+    if kind == "boolean":
+        return text.lower() == "true"
+    if kind == "blob":
+        return base64.b64decode(text)
+    return text
+
+
+def _header_text(shape: Any, value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(_header_text(shape.member, v) for v in value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(_to_wire(shape, value))
+
+
+def _json_body(raw: bytes) -> Dict[str, Any]:
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except ValueError as error:
+        raise _Answer(400, "SerializationException", f"request body is not JSON: {error}")
+    if not isinstance(body, dict):
+        raise _Answer(400, "SerializationException", "request body must be a JSON object")
+    return body
+
+
+# -- the two protocols ----------------------------------------------------------------------
+class _Api:
+    """One botocore service model answered by one target object."""
+
+    protocol = ""
+    content_type = "application/json"
+
+    def __init__(self, model: Any, target: Any, validation_code: str) -> None:
+        self.model = model
+        self.target = target
+        self.validation_code = validation_code
+
+    def method(self, operation: Any) -> Any:
+        method = getattr(self.target, xform_name(operation.name), None)
+        if not callable(method):
+            raise _Answer(404, "UnknownOperationException",
+                          f"{self.model.service_name} operation {operation.name} is not emulated")
+        return method
+
+    def validate(self, operation: Any, params: Dict[str, Any]) -> None:
+        """Check `params` as botocore does before sending (raw HTTP callers skip that check)."""
+        if operation.input_shape is None:
+            return
+        report = _VALIDATOR.validate(params, operation.input_shape)
+        if report.has_errors():
+            raise ParamValidationError(report=report.generate_report())
+
+    def error_answer(self, status: int, code: str, message: str) -> Tuple[Dict[str, str], Any]:
+        raise NotImplementedError
+
+    def response(self, operation: Any, result: Any) -> Tuple[int, Dict[str, str], bytes]:
+        body = _to_wire(operation.output_shape, result or {})
+        return 200, {}, json.dumps(body, separators=(",", ":")).encode()
+
+
+class _RestJsonApi(_Api):
+    """REST-JSON (Batch): the operation is the method and path of botocore's `requestUri`."""
+
+    protocol = "rest-json"
+
+    def __init__(self, model: Any, target: Any, validation_code: str = "ClientException") -> None:
+        super().__init__(model, target, validation_code)
+        routes = []
+        for name in model.operation_names:
+            operation = model.operation_model(name)
+            path = operation.http["requestUri"].partition("?")[0]
+            labels: List[str] = []
+
+            def label(match: "re.Match[str]", labels: List[str] = labels) -> str:
+                labels.append(match.group(1))
+                greedy = match.group(2) == "+"
+                return f"(?P<l{len(labels) - 1}>{'.+' if greedy else '[^/]+'})"
+
+            pattern = ""
+            for literal, placeholder in re.findall(r"([^{]*)(\{[^}]*\})?", path):
+                pattern += re.escape(literal)
+                if placeholder:
+                    pattern += re.sub(r"\{([^}+]+)(\+?)\}", label, placeholder)
+            routes.append((len(labels), operation.http["method"].upper(), re.compile(pattern),
+                           labels, operation))
+        routes.sort(key=lambda route: route[0])  # literal paths before labelled ones
+        self.routes = [route[1:] for route in routes]
+
+    def find(self, method: str, path: str) -> Optional[Tuple[Any, Dict[str, str]]]:
+        for http_method, pattern, labels, operation in self.routes:
+            if http_method != method:
+                continue
+            match = pattern.fullmatch(path)
+            if match:
+                values = {name: unquote(match.group(f"l{i}")) for i, name in enumerate(labels)}
+                return operation, values
+        return None
+
+    def params(self, operation: Any, labels: Dict[str, str], query: Dict[str, List[str]],
+               headers: Any, raw: bytes) -> Dict[str, Any]:
+        shape = operation.input_shape
+        if shape is None:
+            return {}
+        payload = shape.serialization.get("payload")
+        params: Dict[str, Any] = {}
+        if payload:
+            member = shape.members[payload]
+            if member.type_name == "structure":
+                if raw.strip():
+                    params[payload] = _from_wire(member, _json_body(raw))
+            elif raw:
+                params[payload] = raw if member.type_name == "blob" else raw.decode("utf-8")
+        else:
+            params = _from_wire(shape, _json_body(raw))
+        bound: Set[str] = set()
+        for name, member in shape.members.items():
+            location = member.serialization.get("location")
+            wire = member.serialization.get("name", name)
+            if location == "uri" and wire in labels:
+                params[name] = _scalar(member, labels[wire])
+            elif location == "querystring":
+                if member.type_name == "map":
+                    continue  # takes whatever the named members leave, below
+                bound.add(wire)
+                if wire in query:
+                    if member.type_name == "list":
+                        params[name] = [_scalar(member.member, v) for v in query[wire]]
+                    else:
+                        params[name] = _scalar(member, query[wire][0])
+            elif location == "header" and headers.get(wire) is not None:
+                text = headers[wire]
+                if member.type_name == "list":
+                    params[name] = [_scalar(member.member, v.strip()) for v in text.split(",")]
+                else:
+                    params[name] = _scalar(member, text)
+            elif location == "headers":
+                prefix = wire.lower()
+                found = {k[len(prefix):]: v for k, v in headers.items() if k.lower().startswith(prefix)}
+                if found:
+                    params[name] = found
+        for name, member in shape.members.items():
+            if member.serialization.get("location") == "querystring" and member.type_name == "map":
+                rest = {k: (v if member.value.type_name == "list" else v[0])
+                        for k, v in query.items() if k not in bound}
+                if rest:
+                    params[name] = rest
+        return params
+
+    def error_answer(self, status: int, code: str, message: str) -> Tuple[Dict[str, str], Any]:
+        return {"x-amzn-ErrorType": code}, {"message": message}
+
+    def response(self, operation: Any, result: Any) -> Tuple[int, Dict[str, str], bytes]:
+        result = dict(result or {})
+        result.pop("ResponseMetadata", None)
+        shape = operation.output_shape
+        status = int(operation.http.get("responseCode", 200))
+        headers: Dict[str, str] = {}
+        if shape is None:
+            return status, headers, b"{}"
+        payload = shape.serialization.get("payload")
+        for name, member in shape.members.items():
+            location = member.serialization.get("location")
+            if name not in result or location is None:
+                continue
+            value = result.pop(name)
+            wire = member.serialization.get("name", name)
+            if location == "statusCode":
+                status = int(value)
+            elif location == "header":
+                headers[wire] = _header_text(member, value)
+            elif location == "headers":
+                for key, item in value.items():
+                    headers[wire + key] = str(item)
+        if payload:
+            member = shape.members[payload]
+            value = result.get(payload)
+            if member.type_name in ("blob", "string"):
+                data = value if isinstance(value, (bytes, bytearray)) else str(value or "").encode()
+                return status, headers, bytes(data)
+            body = _to_wire(member, value or {})
+        else:
+            body = _to_wire(shape, result)
+        return status, headers, json.dumps(body, separators=(",", ":")).encode()
+
+
+class _JsonApi(_Api):
+    """JSON 1.x (CloudWatch Logs): POST / with `X-Amz-Target: <targetPrefix>.<Operation>`."""
+
+    protocol = "json"
+
+    def __init__(self, model: Any, target: Any, validation_code: str = "InvalidParameterException") -> None:
+        super().__init__(model, target, validation_code)
+        self.prefix = model.metadata["targetPrefix"]
+        self.content_type = f"application/x-amz-json-{model.metadata.get('jsonVersion', '1.0')}"
+
+    def find(self, target: str) -> Optional[Any]:
+        prefix, _, name = target.rpartition(".")
+        if prefix != self.prefix or name not in self.model.operation_names:
+            return None
+        return self.model.operation_model(name)
+
+    def params(self, operation: Any, raw: bytes) -> Dict[str, Any]:
+        return _from_wire(operation.input_shape, _json_body(raw)) if operation.input_shape else {}
+
+    def error_answer(self, status: int, code: str, message: str) -> Tuple[Dict[str, str], Any]:
+        return {}, {"__type": code, "message": message}
+
+
+# -- the HTTP server ------------------------------------------------------------------------
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as botocore's connection pool expects
+    server_version = "batchfutures-emulator"
+    timeout = IDLE_CONNECTION_TIMEOUT
+    server: "_HTTPServer"
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.track(self.connection, True)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.server.track(self.connection, False)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        logger.debug("batchfutures emulator server: " + format, *args)
+
+    def do_GET(self) -> None:
+        self._handle()
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_GET
+
+    def _handle(self) -> None:
+        owner = self.server.owner
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length > 0 else b""
+        target = self.headers.get("X-Amz-Target")
+        api: _Api = owner.json_apis[0] if target and owner.json_apis else owner.rest_api
+        request_id = str(uuid.uuid4())
+        try:
+            try:
+                if target:
+                    api = next((a for a in owner.json_apis if a.find(target)), api)
+                    operation = api.find(target) if isinstance(api, _JsonApi) else None
+                    if operation is None:
+                        raise _Answer(404, "UnknownOperationException", f"unknown operation {target}")
+                    params = api.params(operation, raw)
+                else:
+                    api = owner.rest_api
+                    url = urlsplit(self.path)
+                    found = api.find(self.command, url.path)
+                    if found is None:
+                        raise _Answer(404, "UnknownOperationException",
+                                      f"no operation at {self.command} {url.path}")
+                    operation, labels = found
+                    query = parse_qs(url.query, keep_blank_values=True)
+                    params = api.params(operation, labels, query, self.headers, raw)
+                method = api.method(operation)
+                api.validate(operation, params)
+                result = method(**params)
+                status, headers, body = api.response(operation, result)
+                headers["Content-Type"] = api.content_type
+            except _Answer as answer:
+                status, code, message = answer.status, answer.code, answer.message
+            except ClientError as error:
+                info = error.response.get("Error") or {}
+                code = info.get("Code") or "ClientException"
+                message = info.get("Message") or str(error)
+                status = int((error.response.get("ResponseMetadata") or {}).get("HTTPStatusCode") or 400)
+            except ParamValidationError as error:
+                status, code, message = 400, api.validation_code, str(error)
+            except Exception as error:
+                logger.exception("batchfutures emulator server: %s %s failed", self.command, self.path)
+                status, code = 500, "ServerException"
+                message = f"internal error: {type(error).__name__}: {error}"
+            else:
+                code = None
+            if code is not None:
+                headers, document = api.error_answer(status, code, message)
+                headers["Content-Type"] = api.content_type
+                body = json.dumps(document).encode()
+            headers["x-amzn-RequestId"] = request_id
+            self.send_response(status)
+            for key, value in headers.items():
+                self.send_header(key, value)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+        except (ConnectionError, socket.timeout, OSError) as error:  # the client went away
+            logger.debug("batchfutures emulator server: connection lost: %s", error)
+            self.close_connection = True
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: Tuple[str, int], owner: "EmulatorServer") -> None:
+        self.owner = owner
+        self._connections: Set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(address, _Handler)
+
+    def track(self, connection: socket.socket, open_: bool) -> None:
+        with self._connections_lock:
+            if open_:
+                self._connections.add(connection)
+            else:
+                self._connections.discard(connection)
+
+    def close_connections(self) -> None:
+        with self._connections_lock:
+            connections, self._connections = list(self._connections), set()
+        for connection in connections:
+            try:
+                connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        logger.exception("batchfutures emulator server: request from %s failed", client_address)
+
+
+class EmulatorServer:
+    """`service` (a `BatchEmulator`) served over HTTP on `host`:`port` (0: a free port).
+
+    `start()` serves from a background thread and returns the server; `stop()` stops it and
+    closes its connections (the service itself stays open: its owner closes it). Usable as a
+    context manager, which starts it if needed and stops it on exit.
+    """
+
+    def __init__(self, service: Any, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.service = service
+        self.host = host
+        self.port = int(port)
+        self.rest_api = _RestJsonApi(_load_model("batch"), service)
+        logs = getattr(service, "logs", None)
+        self.json_apis: List[_JsonApi] = [_JsonApi(_load_model("logs"), logs)] if logs is not None else []
+        self._httpd: Optional[_HTTPServer] = None
+        self._thread: Optional[threading.Thread] = None
+        self._lock = threading.Lock()
+
+    @property
+    def endpoint_url(self) -> str:
+        if self._httpd is None:
+            raise RuntimeError("the emulator server is not started")
+        host = self.host if self.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port}"
+
+    def start(self) -> "EmulatorServer":
+        with self._lock:
+            if self._httpd is not None:
+                return self
+            httpd = _HTTPServer((self.host, self.port), self)
+            self.port = httpd.server_address[1]
+            self._httpd = httpd
+            self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                            name=f"bf-emulator-http-{self.port}", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        with self._lock:
+            httpd, thread = self._httpd, self._thread
+            self._httpd = self._thread = None
+        if httpd is None:
+            return
+        httpd.shutdown()
+        httpd.close_connections()
+        httpd.server_close()
+        if thread is not None:
+            thread.join()
+
+    @property
+    def running(self) -> bool:
+        return self._httpd is not None
+
+    def __enter__(self) -> "EmulatorServer":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        where = self.endpoint_url if self._httpd is not None else "stopped"
+        return f"EmulatorServer({where})"
+
+
+__all__ = ["EmulatorServer"]
