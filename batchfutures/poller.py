@@ -94,12 +94,14 @@ class Poller:
             changed = False
             try:
                 self._session.flush_due()
+                self._session.send_cancellations()
                 changed = self.poll_once()
             except Exception:  # never let one bad poll strand every future
                 logger.exception("batchfutures poller: poll failed; trying again")
             with self._lock:
                 idle = not self._jobs
             if idle and self._stopping and not self._session.has_pending():
+                self._session.send_cancellations()
                 return
             interval = self._min_interval if changed else min(interval * 2, self._max_interval)
             delay = min(interval, self._session.next_flush_delay())

@@ -80,6 +80,7 @@ class Session:
         # so a later batch sees the function's globals as they are then, as ProcessPoolExecutor.
         self._functions: Dict[int, Tuple[Any, bytes]] = {}
         self._queue_checked = False
+        self._to_cancel: Dict[str, Tuple[TrackedJob, set]] = {}  # job id -> (job, child indices)
         self.closed = False
         self.submitted_jobs: List[str] = []
         subscribe = getattr(env, "subscribe", None)
@@ -329,18 +330,34 @@ class Session:
         return "\n".join(batchapi.read_log(self.env.logs, self.env.log_group, stream))
 
     def on_cancelled(self, future: BatchFuture) -> None:
-        """A future was cancelled: cancel its remote child once none of its items is wanted."""
+        """A future was cancelled: its remote child is cancelled once none of its items is wanted.
+
+        The CancelJob calls are made by the poller, in bulk: when every unfinished child of a
+        job is cancelled, one call on the job itself replaces one per child.
+        """
         job = future._job
         if job is None:
             return  # still buffered: the flush skips it
-        index = future._child
-        if not all(f.cancelled() for f in job.children[index]):
-            return
-        try:
-            batchapi.call(self.env.batch.cancel_job, jobId=job.child_id(index),
-                          reason=f"{ABORT_REASON_PREFIX} cancelled by the client")
-        except Exception as error:
-            logger.warning("batchfutures: could not cancel Batch job %s: %s", job.child_id(index), error)
+        if all(f.cancelled() for f in job.children[future._child]):
+            with self._lock:
+                self._to_cancel.setdefault(job.job_id, (job, set()))[1].add(future._child)
+            self.poller.wake()
+
+    def send_cancellations(self) -> None:
+        with self._lock:
+            pending, self._to_cancel = self._to_cancel, {}
+        reason = f"{ABORT_REASON_PREFIX} cancelled by the client"
+        for job, indices in pending.values():
+            # children a CancelJob on the whole job would wrongly stop: still wanted, not started
+            wanted = [i for i in range(job.size) if i not in indices and
+                      any(not f.done() and not f.running() for f in job.children[i])]
+            targets = [job.job_id] if not wanted or not job.array else \
+                [job.child_id(i) for i in sorted(indices)]
+            for target in targets:
+                try:
+                    batchapi.call(self.env.batch.cancel_job, jobId=target, reason=reason)
+                except Exception as error:
+                    logger.warning("batchfutures: could not cancel Batch job %s: %s", target, error)
 
     def abort(self, future: BatchFuture, reason: str) -> bool:
         if future.done():

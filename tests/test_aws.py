@@ -1,0 +1,222 @@
+"""The AWS path end to end: stock boto3 against the emulator's HTTP endpoint, S3 on moto's server.
+
+Nothing of ours is mocked: AWSBatchEnvironment builds real boto3 `batch` and `logs` clients
+(pointed at the emulator through AWS_ENDPOINT_URL_BATCH / _CLOUDWATCH_LOGS, as a user would point
+them at any compatible endpoint) and real s3fs storage; the workers read and write the same moto
+S3 server. All traffic goes to 127.0.0.1.
+"""
+
+import concurrent.futures
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+
+import boto3
+import botocore.session
+import pytest
+from botocore.validate import ParamValidator
+
+from batchfutures import (
+    AWSBatchEnvironment,
+    BatchExecutor,
+    ConfigurationError,
+    JobTimeoutError,
+    MemoryLimitExceeded,
+)
+from batchfutures.emulator import BatchEmulator
+from batchfutures.emulator.server import EmulatorServer
+
+REGION = "us-east-1"
+
+
+def square(x):
+    return x * x
+
+
+@pytest.fixture(scope="module")
+def aws(tmp_path_factory, s3_endpoint):
+    """An emulator behind its HTTP endpoint, and the variables that point boto3 at it."""
+    emulator = BatchEmulator(tmp_path_factory.mktemp("aws-emulator"), max_vcpus=2)
+    server = EmulatorServer(emulator).start()
+    saved = {k: os.environ.get(k) for k in ("AWS_ENDPOINT_URL_BATCH", "AWS_ENDPOINT_URL_CLOUDWATCH_LOGS")}
+    os.environ["AWS_ENDPOINT_URL_BATCH"] = server.endpoint_url
+    os.environ["AWS_ENDPOINT_URL_CLOUDWATCH_LOGS"] = server.endpoint_url
+    yield emulator
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    server.stop()
+    emulator.close()
+
+
+@pytest.fixture
+def bucket(s3_endpoint):
+    name = f"bf-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", region_name=REGION).create_bucket(Bucket=name)
+    return name
+
+
+@pytest.fixture
+def requests_seen():
+    """Every SubmitJob / RegisterJobDefinition request boto3 sends, captured by an event hook."""
+    seen = []
+
+    def capture(params, model, **_):
+        seen.append((model.name, json.loads(json.dumps(params))))
+    original = boto3.session.Session.client
+
+    def client(self, service, *args, **kwargs):
+        made = original(self, service, *args, **kwargs)
+        if service == "batch":
+            made.meta.events.register("provide-client-params.batch.*", capture)
+        return made
+    boto3.session.Session.client = client
+    yield seen
+    boto3.session.Session.client = original
+
+
+def environment(bucket, **kwargs):
+    kwargs.setdefault("job_definition", "batchfutures-worker")
+    return AWSBatchEnvironment(job_queue="batchfutures", io_bucket=bucket, region_name=REGION,
+                               **kwargs)
+
+
+def test_map_on_the_aws_path(aws, bucket, requests_seen):
+    with BatchExecutor(environment(bucket)) as executor:
+        assert list(executor.map(square, range(20), chunksize=3)) == [x * x for x in range(20)]
+        future = executor.submit(print, "hello over http")
+        future.result(timeout=60)
+        assert "hello over http" in future.log()
+    keys = [o["Key"] for o in boto3.client("s3", region_name=REGION).list_objects_v2(
+        Bucket=bucket)["Contents"]]
+    assert any(k.startswith("batchfutures/runs/") and k.endswith("/inputs") for k in keys)
+    assert any("/results/" in k for k in keys)
+    submits = [params for name, params in requests_seen if name == "SubmitJob"]
+    assert submits and all(p["jobQueue"] == "batchfutures" for p in submits)
+
+
+def test_requests_fit_the_model_and_aws_limits(aws, bucket, requests_seen):
+    model = botocore.session.get_session().get_service_model("batch")
+    with BatchExecutor(environment(bucket, job_definition=None, image="example/worker:py3.11"),
+                       tags={"team": "science"}) as executor:
+        executor.submit(square, 3).result(timeout=60)
+        big = executor.map_futures(square, range(100_000), chunksize=10)  # 10,000 children
+        executor.shutdown(wait=True, cancel_futures=True)
+        assert sum(f.cancelled() for f in big) > 90_000
+    assert {name for name, _ in requests_seen} >= {"SubmitJob", "RegisterJobDefinition"}
+    for name, params in requests_seen:
+        if name not in ("SubmitJob", "RegisterJobDefinition"):
+            continue
+        report = ParamValidator().validate(params, model.operation_model(name).input_shape)
+        assert not report.has_errors(), report.generate_report()
+        assert len(json.dumps(params)) < 30 * 1024
+        if name == "SubmitJob":
+            assert len(json.dumps(params["containerOverrides"])) < 8192
+            assert params["tags"]["team"] == "science" and params["propagateTags"] is True
+            assert params["tags"]["batchfutures:version"]
+            rules = params["retryStrategy"]["evaluateOnExit"]
+            assert rules[0] == {"onStatusReason": "Host EC2*", "action": "RETRY"}
+            assert rules[-1]["action"] == "EXIT"
+
+
+def test_job_definition_is_registered_once_and_reused(aws, bucket, requests_seen):
+    image = f"example/worker:{uuid.uuid4().hex[:8]}"
+    for _ in range(2):
+        with BatchExecutor(environment(bucket, job_definition=None, image=image)) as executor:
+            assert executor.submit(square, 5).result(timeout=60) == 25
+    registrations = [p for name, p in requests_seen if name == "RegisterJobDefinition"]
+    assert len(registrations) == 1
+    assert registrations[0]["containerProperties"]["image"] == image
+
+
+def test_out_of_memory_on_the_aws_path(aws, bucket):
+    with BatchExecutor(environment(bucket), memory=256) as executor:
+        error = executor.submit(lambda: len(bytearray(600 * 1024 * 1024))).exception(timeout=60)
+    assert isinstance(error, MemoryLimitExceeded) and error.memory_mib == 256
+
+
+def test_timeout_on_the_aws_path(aws, bucket):
+    # AWS refuses timeouts under 60 s from the client, so the short timeout lives in the
+    # job definition, as it may on AWS too.
+    batch = boto3.client("batch", region_name=REGION)
+    name = f"short-{uuid.uuid4().hex[:8]}"
+    batch.register_job_definition(
+        jobDefinitionName=name, type="container", timeout={"attemptDurationSeconds": 1},
+        containerProperties={"image": "local", "command": ["python", "-m", "batchfutures.worker"],
+                             "resourceRequirements": [{"type": "VCPU", "value": "1"},
+                                                      {"type": "MEMORY", "value": "2048"}]})
+    with BatchExecutor(environment(bucket, job_definition=name)) as executor:
+        error = executor.submit(time.sleep, 30).exception(timeout=60)
+    assert isinstance(error, JobTimeoutError)
+
+
+def test_timeout_under_a_minute_is_refused(aws, bucket):
+    with pytest.raises(ConfigurationError):
+        BatchExecutor(environment(bucket), timeout=10)
+
+
+def test_throttled_endpoint_is_retried(aws, bucket):
+    aws.inject_faults(0.3, seed=3)
+    try:
+        with BatchExecutor(environment(bucket)) as executor:
+            futures = executor.map_futures(square, range(12), chunksize=2)
+            done, _ = concurrent.futures.wait(futures, timeout=90)
+            assert [f.result() for f in futures] == [x * x for x in range(12)]
+        assert aws.faults.injected > 0
+    finally:
+        aws.inject_faults(0)
+
+
+def test_disabled_queue_is_refused_before_any_upload(aws, bucket):
+    batch = boto3.client("batch", region_name=REGION)
+    batch.update_job_queue(jobQueue="batchfutures", state="DISABLED")
+    try:
+        executor = BatchExecutor(environment(bucket))
+        with pytest.raises(ConfigurationError, match="DISABLED"):
+            executor.map(square, [1, 2, 3])
+        executor.shutdown()
+    finally:
+        batch.update_job_queue(jobQueue="batchfutures", state="ENABLED")
+    assert "Contents" not in boto3.client("s3", region_name=REGION).list_objects_v2(Bucket=bucket)
+
+
+def test_missing_bucket_is_a_configuration_error(aws):
+    executor = BatchExecutor(environment(f"missing-{uuid.uuid4().hex[:8]}"))
+    with pytest.raises(ConfigurationError, match="bucket|storage"):
+        executor.map(square, [1, 2])
+    executor.shutdown()
+
+
+def test_log_reading_follows_pagination(aws, bucket):
+    def chatty():
+        for i in range(12_000):  # more than one page of GetLogEvents (10,000 events)
+            print(f"line {i}")
+    with BatchExecutor(environment(bucket)) as executor:
+        future = executor.submit(chatty)
+        future.result(timeout=60)
+        lines = future.log().splitlines()
+    assert lines[0] == "line 0" and lines[-1] == "line 11999" and len(lines) == 12_000
+
+
+def run_check(bucket, definition="batchfutures-worker", queue="batchfutures"):
+    env = dict(os.environ, BATCHFUTURES_JOB_QUEUE=queue, BATCHFUTURES_JOB_DEFINITION=definition,
+               BATCHFUTURES_IO_BUCKET=bucket, AWS_DEFAULT_REGION=REGION)
+    completed = subprocess.run([sys.executable, "-m", "batchfutures", "check"], env=env,
+                               capture_output=True, text=True, timeout=120)
+    return completed.returncode, completed.stdout.splitlines()
+
+
+def test_check_reports_each_broken_part(aws, bucket):
+    code, lines = run_check(bucket)
+    assert code == 0 and all(line.startswith("ok") for line in lines), lines
+    code, lines = run_check(f"missing-{uuid.uuid4().hex[:8]}", definition="no-such-definition",
+                            queue="no-such-queue")
+    assert code == 1
+    verdicts = {line.split(":")[0].split(None, 1)[1]: line.split()[0] for line in lines}
+    assert verdicts == {"credentials": "ok", "job queue": "FAIL", "bucket": "FAIL",
+                        "job definition": "FAIL"}, lines
