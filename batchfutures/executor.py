@@ -24,7 +24,6 @@ from typing import Any, Callable, Iterable, Iterator, List, Optional, Union
 
 from . import serialization
 from .environments import EnvironmentLike, resolve_environment
-from .errors import SerializationError
 from .futures import BatchFuture
 from .session import MAX_ARRAY_SIZE, Session, job_name_for
 from .settings import JobSettings
@@ -146,12 +145,10 @@ class BatchExecutor(concurrent.futures.Executor):
                 if not batch:
                     return
                 chunks = [batch[i:i + chunksize] for i in range(0, len(batch), chunksize)]
-                blobs = []
-                for number, chunk in enumerate(chunks):
-                    try:
-                        blobs.append(serialization.pack_items([(0, args, {}) for args in chunk]))
-                    except SerializationError:
-                        raise _name_item(fn, chunk, position + number * chunksize)
+                # a failure names the map's item: "item k" counts from the map's first item
+                blobs = [serialization.pack_items([(0, args, {}) for args in chunk],
+                                                  first_item=position + number * chunksize)
+                         for number, chunk in enumerate(chunks)]
                 if per_child:
                     futures = [[BatchFuture(session)] for _ in chunks]
                 else:
@@ -176,15 +173,3 @@ class BatchExecutor(concurrent.futures.Executor):
 
     def __repr__(self) -> str:
         return f"BatchExecutor({self._session.env!r}, {self._settings.as_dict()!r})"
-
-
-def _name_item(fn: Callable[..., Any], chunk: list, first_index: int) -> SerializationError:
-    """Find the item of a chunk that cannot be pickled, for a message that names it."""
-    for offset, args in enumerate(chunk):
-        try:
-            serialization.pack_items([(0, args, {})])
-        except SerializationError as error:
-            return SerializationError(
-                f"argument(s) of item {first_index + offset} for {getattr(fn, '__name__', fn)!r} "
-                f"cannot be pickled: {error}")
-    return SerializationError(f"items {first_index}.. for {getattr(fn, '__name__', fn)!r} cannot be pickled")

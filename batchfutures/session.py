@@ -36,6 +36,7 @@ from .errors import (
     ConfigurationError,
     JobAbortedError,
     JobMetadataExpired,
+    RemoteError,
 )
 from .futures import BatchFuture
 from .jobs import TrackedJob, settle
@@ -288,7 +289,10 @@ class Session:
 
     # -- results, logs, cancel, abort --------------------------------------------------------
     def decode_result(self, data: bytes, count: int) -> List[Tuple[bool, Any]]:
-        _, outcomes = serialization.unpack_result(data)
+        try:
+            _, outcomes = serialization.unpack_result(data)
+        except ValueError as error:  # truncated or foreign: every item of the child fails
+            return [(False, RemoteError(f"the result object could not be read: {error}"))] * count
         decoded = [serialization.outcome_result(outcome) for outcome in outcomes]
         if len(decoded) < count:  # a truncated result never passes for a complete one
             decoded += [(False, BatchError("the worker recorded no outcome for this item"))] * (
