@@ -1,33 +1,64 @@
-"""What travels through storage, and how it is pickled.
+"""What travels through storage, and how it is pickled (cloudpickle).
 
-    client                                   worker
-    ------                                   ------
-    dumps(fn)            -> functions/<sha>  loads
-    pack_items(chunk)    -> inputs blob      unpack_items -> [(fn index, args, kwargs), ...]
-    payload_stamp()      -> inputs header    check_stamp(header) -> mismatch message or None
-    unpack_result(data)  <- results/<i>      pack_result([encode_ok(v) | encode_error(e) ...])
-    outcome_result(o)    -> (ok, value or exception) for the poller to set on a future
+    client                                       worker
+    ------                                       ------
+    dumps(fn)            -> functions/<sha>.pkl  loads(data) -> fn
+    pack_items(chunk)    -> inputs, child blob   unpack_items(blob) -> [(fn index, args, kwargs)]
+    payload_stamp()      -> inputs header        check_stamp(header) -> mismatch message or None
+                                                 run each item -> encode_ok(value)
+                                                                | encode_error(exc, tb)
+                                                                | encode_unpicklable(...)
+                                                                | encode_mismatch(message)
+    unpack_result(data)  <- results/<i>          pack_result(outcomes, meta)
+    outcome_result(o)    -> (ok, value or exception): the poller sets it on a future
+    decode_outcome(o)    -> value, or raises the exception
 
-Each outcome is pickled on its own, so one outcome the client cannot load fails only its item.
-A remote exception comes back as itself, with `__cause__` holding the remote traceback text,
-as `concurrent.futures.process` does.
+Result object (``results/<i>``), one per child, one outcome per item:
+
+    b"BFRESLT1" | uint64 LE M | M bytes JSON meta | uint64 LE K | K uint64 LE outcome lengths
+    | the K outcomes, concatenated
+
+Each outcome is its own pickle, so one the client cannot load fails only its own item. An
+outcome is a plain pickle of a tuple of builtins; the user's value or exception is a cloudpickle
+nested in it as bytes, so the kind, type name, repr and traceback text survive even when the
+value itself cannot be loaded on the client:
+
+    ("ok", payload)
+    ("error", payload, type name, repr, traceback text)
+    ("unpicklable", message, type name, repr, traceback text)
+    ("mismatch", message)
+
+A remote exception comes back as itself (same type, same args) with ``__cause__`` holding the
+remote traceback text, as ``concurrent.futures.process`` does.
 """
 
 from __future__ import annotations
 
+import json
 import pickle
 import platform
+import struct
 import traceback
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import cloudpickle
 
-RESULT_FORMAT = 1
+__all__ = [
+    "RemoteTraceback", "dumps", "loads", "payload_stamp", "check_stamp", "stamp_differences",
+    "pack_items", "unpack_items", "encode_ok", "encode_error", "encode_unpicklable",
+    "encode_mismatch", "pack_result", "unpack_result", "outcome_result", "decode_outcome",
+    "outcome_kind",
+]
+
+PROTOCOL = pickle.HIGHEST_PROTOCOL
+RESULT_MAGIC = b"BFRESLT1"
 OK, ERROR, UNPICKLABLE, MISMATCH = "ok", "error", "unpicklable", "mismatch"
+REPR_LIMIT = 2000
+_U64 = struct.Struct("<Q")
 
 
 class RemoteTraceback(Exception):
-    """Holds the remote traceback text; set as the `__cause__` of a re-raised remote exception."""
+    """Holds the remote traceback text; the ``__cause__`` of a re-raised remote exception."""
 
     def __init__(self, tb: str) -> None:
         super().__init__(tb)
@@ -37,32 +68,89 @@ class RemoteTraceback(Exception):
         return self.tb
 
 
+# -- pickling on the client ---------------------------------------------------------------------
 def _serialization_error(message: str) -> Exception:
-    from .errors import SerializationError
+    from .errors import SerializationError  # lazily: the worker never needs errors.py for this
 
     return SerializationError(message)
 
 
-def dumps(obj: Any, *, what: Optional[str] = None) -> bytes:
-    """cloudpickle ``obj``; any failure becomes a SerializationError naming what failed."""
-    try:
-        return cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception as error:  # PicklingError, TypeError, AttributeError, RecursionError...
-        label = what or _describe(obj)
-        raise _serialization_error(f"cannot pickle {label}: {type(error).__name__}: {error}") from error
-
-
 def _describe(obj: Any) -> str:
     name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
-    return f"{type(obj).__name__} {name!r}" if name else f"a {type(obj).__name__}"
+    kind = type(obj).__name__
+    if isinstance(name, str):
+        module = getattr(obj, "__module__", None)
+        where = f" from {module}" if isinstance(module, str) else ""
+        return f"the {kind} {name!r}{where}"
+    return f"a {type(obj).__module__}.{kind}" if type(obj).__module__ != "builtins" else f"a {kind}"
+
+
+def _try_dumps(obj: Any) -> Tuple[Optional[bytes], Optional[BaseException]]:
+    try:
+        return cloudpickle.dumps(obj, protocol=PROTOCOL), None
+    except MemoryError:
+        raise
+    except Exception as error:  # PicklingError, TypeError, AttributeError, RecursionError...
+        return None, error
+
+
+def _reason(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def dumps(obj: Any, *, what: Optional[str] = None) -> bytes:
+    """cloudpickle ``obj``; any failure raises SerializationError naming what failed."""
+    data, error = _try_dumps(obj)
+    if data is None:
+        assert error is not None
+        raise _serialization_error(f"cannot pickle {what or _describe(obj)}: {_reason(error)}") \
+            from error
+    return data
 
 
 def loads(data: bytes) -> Any:
     return cloudpickle.loads(data)
 
 
+def pack_items(items: Sequence[Tuple[int, tuple, dict]], *, first_item: Optional[int] = None) -> bytes:
+    """A child's blob: its items, (function index into header["functions"], args, kwargs) each.
+
+    The whole chunk is one pickle (fast). When it fails, the culprit is looked for argument by
+    argument so the SerializationError names it; ``first_item`` numbers the items in the
+    message (the map position of the chunk's first item).
+    """
+    items = list(items)
+    data, error = _try_dumps(items)
+    if data is not None:
+        return data
+    assert error is not None
+    for position, (_, args, kwargs) in enumerate(items):
+        if len(items) == 1 and first_item is None:
+            of = "of the call"
+        else:
+            of = f"of item {position + (first_item or 0)}"
+        for number, value in enumerate(args):
+            failure = _try_dumps(value)[1]
+            if failure is not None:
+                raise _serialization_error(
+                    f"cannot pickle positional argument {number} ({_describe(value)}) {of}: "
+                    f"{_reason(failure)}") from failure
+        for name, value in kwargs.items():
+            failure = _try_dumps(value)[1]
+            if failure is not None:
+                raise _serialization_error(
+                    f"cannot pickle keyword argument {name!r} ({_describe(value)}) {of}: "
+                    f"{_reason(failure)}") from failure
+    raise _serialization_error(f"cannot pickle the call's arguments: {_reason(error)}") from error
+
+
+def unpack_items(blob: bytes) -> List[Tuple[int, tuple, dict]]:
+    return cloudpickle.loads(blob)
+
+
+# -- the version stamp --------------------------------------------------------------------------
 def payload_stamp() -> Dict[str, str]:
-    """The versions the client pickled with; the worker compares its own against them."""
+    """The versions the client pickles with; stamped at the top level of every inputs header."""
     from ._version import __version__
 
     python = platform.python_version()
@@ -74,102 +162,212 @@ def payload_stamp() -> Dict[str, str]:
     }
 
 
+def _theirs(header: Dict[str, Any]) -> Dict[str, str]:
+    python = str(header.get("python") or header.get("python_minor") or "")
+    # the full version wins over "python_minor": a stamp whose "python" alone was changed (or
+    # that disagrees with itself) must not pass for this interpreter's minor version
+    minor = ".".join(python.split(".")[:2]) or str(header.get("python_minor") or "")
+    return {"python": python, "python_minor": minor,
+            "cloudpickle": str(header.get("cloudpickle") or ""),
+            "batchfutures": str(header.get("batchfutures") or "")}
+
+
+def _versions(stamp: Dict[str, str]) -> str:
+    parts = [f"Python {stamp['python'] or '?'}", f"cloudpickle {stamp['cloudpickle'] or '?'}"]
+    if stamp.get("batchfutures"):
+        parts.append(f"batchfutures {stamp['batchfutures']}")
+    return ", ".join(parts)
+
+
+def _both(header: Dict[str, Any]) -> str:
+    return (f"the client pickled with {_versions(_theirs(header))}; "
+            f"this worker runs {_versions(payload_stamp())}")
+
+
 def check_stamp(header: Dict[str, Any]) -> Optional[str]:
-    """A message naming both sides when this interpreter cannot trust the payload, else None."""
-    mine = payload_stamp()
-    theirs_python = str(header.get("python_minor") or header.get("python", ""))
-    theirs_minor = ".".join(theirs_python.split(".")[:2])
-    theirs_cp = str(header.get("cloudpickle", ""))
-    problems = []
-    if theirs_minor and theirs_minor != mine["python_minor"]:
-        problems.append(f"Python {header.get('python', theirs_minor)} on the client, "
-                        f"Python {mine['python']} on the worker")
-    if theirs_cp and theirs_cp.split(".")[0] != mine["cloudpickle"].split(".")[0]:
-        problems.append(f"cloudpickle {theirs_cp} on the client, cloudpickle {mine['cloudpickle']} "
-                        f"on the worker")
-    if not problems:
+    """A message naming both sides when the worker cannot trust the payload, else None.
+
+    Python major.minor and the cloudpickle major version must match: pickles of code objects
+    do not cross Python minor versions, and cloudpickle's format changes with its major version.
+    """
+    theirs, mine = _theirs(header), payload_stamp()
+    differ = (theirs["python_minor"] and theirs["python_minor"] != mine["python_minor"]) or (
+        theirs["cloudpickle"]
+        and theirs["cloudpickle"].split(".")[0] != mine["cloudpickle"].split(".")[0])
+    if not differ:
         return None
-    return ("the worker cannot load this payload: " + "; ".join(problems)
-            + ". Build the worker image with the client's versions (batchfutures image).")
+    return (f"the worker cannot load this payload: {_both(header)}. Run the worker with the "
+            f"client's Python minor version and cloudpickle major version (an image built for "
+            f"this client: `batchfutures image`).")
 
 
-# -- items -------------------------------------------------------------------------------------
-def pack_items(items: Sequence[Tuple[int, tuple, dict]]) -> bytes:
-    """A child's items: (function index into header["functions"], args, kwargs) each."""
-    return dumps(list(items), what="the call's arguments")
+def stamp_differences(header: Dict[str, Any]) -> List[str]:
+    """Every version in the stamp that differs from this interpreter's (even a patch level)."""
+    theirs, mine = _theirs(header), payload_stamp()
+    return [f"{name} {theirs[name]} on the client, {mine[name]} on the worker"
+            for name in ("python", "cloudpickle", "batchfutures")
+            if theirs[name] and theirs[name] != mine[name]]
 
 
-def unpack_items(blob: bytes) -> List[Tuple[int, tuple, dict]]:
-    return loads(blob)
+def load_failure_message(what: str, header: Dict[str, Any], error: BaseException) -> Optional[str]:
+    """For a payload that failed to load: a mismatch message when any version differs."""
+    differences = stamp_differences(header)
+    if not differences:
+        return None
+    return (f"the worker could not load {what} ({_reason(error)}), and its versions differ from "
+            f"the client's: {'; '.join(differences)}. Run the worker with the client's versions.")
 
 
-# -- outcomes ----------------------------------------------------------------------------------
-def encode_ok(value: Any) -> bytes:
+# -- outcomes (worker side) ---------------------------------------------------------------------
+def _safe_repr(obj: Any) -> str:
     try:
-        return cloudpickle.dumps((OK, value), protocol=pickle.HIGHEST_PROTOCOL)
+        text = repr(obj)
+    except Exception as error:
+        text = f"<{type(obj).__name__} object; repr() failed: {_reason(error)}>"
+    return text if len(text) <= REPR_LIMIT else text[:REPR_LIMIT] + "...(truncated)"
+
+
+def _type_name(obj: Any) -> str:
+    cls = type(obj)
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _envelope(*fields: Any) -> bytes:
+    return pickle.dumps(fields, protocol=PROTOCOL)
+
+
+def encode_ok(value: Any) -> bytes:
+    """The outcome of an item that returned ``value``; an unpicklable value is recorded as such.
+
+    MemoryError propagates: the worker treats it as running out of memory.
+    """
+    try:
+        payload = cloudpickle.dumps(value, protocol=PROTOCOL)
     except MemoryError:
         raise
-    except Exception as error:
+    except BaseException as error:
         return encode_unpicklable(
-            f"the result ({type(value).__name__}) could not be pickled: {error}",
-            traceback.format_exc())
+            f"the function returned {_type_name(value)}, which could not be pickled: "
+            f"{_reason(error)}", traceback.format_exc(), type_name=_type_name(value),
+            repr_text=_safe_repr(value))
+    return _envelope(OK, payload)
 
 
 def encode_error(error: BaseException, tb_text: Optional[str] = None) -> bytes:
-    tb_text = tb_text or "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    """The outcome of an item whose call raised ``error`` (any BaseException but MemoryError).
+
+    The exception is also loaded back here: one that pickles but cannot be rebuilt (an
+    ``__init__`` with other arguments than its ``args``) is recorded as unpicklable, with its
+    type, repr and traceback, rather than failing on the client without them.
+    """
+    if tb_text is None:
+        tb_text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    type_name, repr_text = _type_name(error), _safe_repr(error)
     try:
-        return cloudpickle.dumps((ERROR, error, tb_text), protocol=pickle.HIGHEST_PROTOCOL)
+        payload = cloudpickle.dumps(error, protocol=PROTOCOL)
+        pickle.loads(payload)
     except MemoryError:
         raise
-    except Exception as pickling_error:
+    except BaseException as failure:
         return encode_unpicklable(
-            f"the exception {type(error).__name__}: {error} could not be pickled "
-            f"({pickling_error})", tb_text)
+            f"the function raised {repr_text}, which could not be pickled and loaded back "
+            f"({_reason(failure)})", tb_text, type_name=type_name, repr_text=repr_text)
+    return _envelope(ERROR, payload, type_name, repr_text, tb_text)
 
 
-def encode_unpicklable(message: str, tb_text: str) -> bytes:
-    return pickle.dumps((UNPICKLABLE, message, tb_text), protocol=pickle.HIGHEST_PROTOCOL)
+def encode_unpicklable(message: str, tb_text: str, *, type_name: str = "",
+                       repr_text: str = "") -> bytes:
+    return _envelope(UNPICKLABLE, message, type_name, repr_text, tb_text)
 
 
 def encode_mismatch(message: str) -> bytes:
-    return pickle.dumps((MISMATCH, message), protocol=pickle.HIGHEST_PROTOCOL)
+    return _envelope(MISMATCH, message)
 
 
+# -- the result object --------------------------------------------------------------------------
 def pack_result(outcomes: Sequence[bytes], meta: Dict[str, Any]) -> bytes:
-    """One object per child: its metadata and one separately pickled outcome per item."""
-    return pickle.dumps({"format": RESULT_FORMAT, "meta": dict(meta), "outcomes": list(outcomes)},
-                        protocol=pickle.HIGHEST_PROTOCOL)
+    """One object per child: JSON metadata and its items' outcomes (format in the docstring)."""
+    meta_bytes = json.dumps(meta, sort_keys=True, default=str).encode()
+    lengths = struct.pack(f"<{len(outcomes)}Q", *(len(o) for o in outcomes))
+    return b"".join([RESULT_MAGIC, _U64.pack(len(meta_bytes)), meta_bytes,
+                     _U64.pack(len(outcomes)), lengths, *outcomes])
 
 
 def unpack_result(data: bytes) -> Tuple[Dict[str, Any], List[bytes]]:
-    record = pickle.loads(data)
-    return record.get("meta", {}), record["outcomes"]
+    """(meta, encoded outcomes); ValueError for anything but a whole result object."""
+    view = memoryview(data)
+    try:
+        if bytes(view[:8]) != RESULT_MAGIC:
+            raise ValueError("not a batchfutures result object")
+        (meta_length,) = _U64.unpack_from(view, 8)
+        position = 16 + meta_length
+        meta = json.loads(bytes(view[16:position]))
+        (count,) = _U64.unpack_from(view, position)
+        position += 8
+        lengths = struct.unpack_from(f"<{count}Q", view, position)
+        position += 8 * count
+    except (struct.error, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"a truncated or corrupt result object: {error}") from error
+    if position + sum(lengths) != len(view):
+        raise ValueError("a truncated or corrupt result object: its size does not add up")
+    outcomes = []
+    for length in lengths:
+        outcomes.append(bytes(view[position:position + length]))
+        position += length
+    return meta, outcomes
+
+
+# -- outcomes (client side) ---------------------------------------------------------------------
+def outcome_kind(encoded: bytes) -> str:
+    """"ok", "error", "unpicklable" or "mismatch" (without loading the user's objects)."""
+    return str(pickle.loads(encoded)[0])
+
+
+def _remote_error(message: str, tb_text: Optional[str]) -> Exception:
+    from .errors import RemoteError
+
+    return RemoteError(message, tb_text)
 
 
 def outcome_result(encoded: bytes) -> Tuple[bool, Any]:
-    """``(True, value)`` or ``(False, exception)`` for the poller to set on a future."""
-    from .errors import EnvironmentMismatchError, RemoteError
-
+    """``(True, value)`` or ``(False, exception)``, for the poller to set on a future."""
     try:
-        outcome = cloudpickle.loads(encoded)
-    except Exception as error:  # e.g. the exception's class does not exist on the client
-        return False, RemoteError(
-            f"the remote outcome could not be loaded here: {type(error).__name__}: {error}",
-            traceback.format_exc())
-    kind = outcome[0]
+        fields = pickle.loads(encoded)
+        kind = fields[0]
+    except Exception as error:
+        return False, _remote_error(f"the item's outcome is corrupt: {_reason(error)}",
+                                    traceback.format_exc())
     if kind == OK:
-        return True, outcome[1]
+        try:
+            return True, cloudpickle.loads(fields[1])
+        except Exception as error:  # e.g. the value's class does not exist on the client
+            return False, _remote_error(
+                f"the function's return value could not be loaded here: {_reason(error)}",
+                traceback.format_exc())
     if kind == ERROR:
-        error, tb_text = outcome[1], outcome[2]
+        _, payload, type_name, repr_text, tb_text = fields
+        try:
+            error = cloudpickle.loads(payload)
+            if not isinstance(error, BaseException):
+                raise TypeError(f"expected an exception, got {type(error).__name__}")
+        except Exception as failure:  # e.g. the exception's class does not exist on the client
+            return False, _remote_error(
+                f"the function raised {type_name}: {repr_text}, which could not be loaded here "
+                f"({_reason(failure)})", tb_text)
         error.__cause__ = RemoteTraceback(f'\n"""\n{tb_text}"""')
         return False, error
     if kind == MISMATCH:
-        return False, EnvironmentMismatchError(outcome[1])
-    return False, RemoteError(outcome[1], outcome[2])
+        from .errors import EnvironmentMismatchError
+
+        return False, EnvironmentMismatchError(fields[1])
+    if kind == UNPICKLABLE:
+        _, message, _type_name, _repr, tb_text = fields
+        return False, _remote_error(message, tb_text)
+    return False, _remote_error(f"the item's outcome has an unknown kind {kind!r}", None)
 
 
 def decode_outcome(encoded: bytes) -> Any:
-    """The value of an outcome, or raise its exception."""
+    """The item's value, or raise its exception."""
     ok, value = outcome_result(encoded)
     if ok:
         return value

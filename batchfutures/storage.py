@@ -1,48 +1,115 @@
 """Storage: one layout for every environment, through fsspec (local files, or S3 via s3fs).
 
-    R = file:///.../storage  or  s3://bucket/prefix
+The executor writes a job's payload here and submits a Batch job that carries only a URL; the
+worker reads its slice and writes its result; the poller lists and reads results.
 
-    R/runs/<run_id>/functions/<sha256>.pkl     cloudpickled callable, content-addressed
-    R/runs/<run_id>/jobs/<job_key>/inputs       one object per Batch job (format below)
-    R/runs/<run_id>/jobs/<job_key>/results/<i>  one object per child i (0 for a plain job)
-    R/jobs/<batch job id>                       the job's URL, so attach() works after Batch forgot it
+    client (Session)                    R = file:///.../storage  or  s3://bucket/prefix
+    ----------------                    ------------------------------------------------
+    put_function(run, pickle)  ───────> R/runs/<run_id>/functions/<sha256>.pkl   once per run
+    write_inputs(job, header, blobs) ─> R/runs/<run_id>/jobs/<job_key>/inputs     one per Batch job
+    write_job_pointer(id, job) ───────> R/jobs/<batch job id>                     (attach after expiry)
+                                                 │
+    worker (child i) <── read_child_inputs ──────┘  GET [0, 64 KiB), then GET its own blob
+                     ── write_result(job, i) ──> R/runs/<run_id>/jobs/<job_key>/results/<i>
+                                                 │
+    poller <── list_results (one LIST) ──────────┤
+           <── read_result(job, i) ──────────────┘
 
-Inputs object, so a child reads its own byte range and nothing else:
+Inputs object (``<job>/inputs``), so a child reads its own byte range and nothing else:
 
-    b"BFINPUT1" | uint64 LE header length H | H bytes of JSON header
-    | (children + 1) uint64 LE offsets, relative to the data start | data (child blobs, in order)
+    offset 0      8 bytes         magic b"BFINPUT2"
+    offset 8      uint64 LE       H, the length of the JSON header
+    offset 16     H bytes         JSON header (UTF-8); "children" holds n
+    offset 16+H   (n+1) uint64 LE offsets from the start of the object:
+                                  child i's blob is bytes [offset[i], offset[i+1]); offset[n] = size
+                  zero padding    when n > 1, up to PREFIX_READ, so the first read (the prefix)
+                                  never holds another child's blob
+    offset[0]     the child blobs, concatenated in order
 
-A child reads the first 64 KiB (usually the header, its index entries and its blob too), then
-at most one more range. Writes are atomic from a reader's view: a local file is written under a
-temporary name in the same folder and renamed; an object store PUT is atomic by itself.
+A child's first read is the fixed prefix [0, PREFIX_READ): the header and, unless there are more
+than ~8,000 children, its index entries. Its second read is its blob. (A header longer than the
+prefix, or an index entry past it, costs one more read each.) A plain job (n = 1) is not padded:
+its one read usually holds its blob too.
+
+Writes are atomic from a reader's view. A local file is written under a temporary name in the
+same folder (``.<name>.<random>.tmp``) and renamed over the target (os.replace), or, for an
+exclusive write, hard-linked to it (fails if the target exists); the temporary is removed
+whatever happens. An object store PUT (s3fs ``pipe_file``) is atomic by itself (past 100 MB s3fs
+uploads in parts, visible only once completed and aborted on failure), and an exclusive one sends
+``If-None-Match: *``. A half-written object is never visible and a failed write leaves nothing
+behind. On object stores, transient errors (5xx, throttling, connection trouble) are retried
+with tenacity on top of s3fs's own retries; local disk errors fail at once.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import inspect
 import json
 import os
 import struct
 import threading
 import uuid
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple, TypeVar
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
-from tenacity import retry, retry_if_exception, stop_after_attempt, wait_random_exponential
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
-MAGIC = b"BFINPUT1"
+__all__ = ["Storage", "INPUTS_MAGIC", "PREFIX_READ"]
+
+INPUTS_MAGIC = b"BFINPUT2"
 PREFIX_READ = 64 * 1024
+ATTEMPTS = 4
 _U64 = struct.Struct("<Q")
+_PAIR = struct.Struct("<2Q")
+_T = TypeVar("_T")
+
+# errno values that say "try again" (s3fs maps 500 to EREMOTEIO, 503 SlowDown and 409 to EBUSY)
+_TRANSIENT_ERRNOS = {
+    errno.EAGAIN, errno.EINTR, errno.EBUSY, errno.EIO, errno.ETIMEDOUT, errno.ECONNRESET,
+    errno.ECONNABORTED, errno.ECONNREFUSED, errno.EPIPE, getattr(errno, "EREMOTEIO", 121),
+    getattr(errno, "ESTALE", 116),
+}
+_PERMANENT = (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError,
+              NotADirectoryError, NotImplementedError)
+_TRANSIENT_NAMES = ("Timeout", "Connection", "IncompleteRead", "ResponseParser", "ClientPayload")
 
 
 def _transient(error: BaseException) -> bool:
-    return isinstance(error, (OSError, TimeoutError)) and not isinstance(
-        error, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError))
+    """Worth another attempt: network trouble, throttling, a 5xx; not a missing object."""
+    if isinstance(error, _PERMANENT):
+        return False
+    if isinstance(error, (TimeoutError, ConnectionError)):
+        return True
+    if isinstance(error, OSError):
+        # s3fs turns an S3 error code it does not know into an OSError without errno
+        return error.errno is None or error.errno in _TRANSIENT_ERRNOS
+    # botocore/aiohttp connection and read errors that escaped s3fs's own retries
+    return any(word in cls.__name__ for cls in type(error).__mro__ for word in _TRANSIENT_NAMES)
 
 
-_retry = retry(retry=retry_if_exception(_transient), stop=stop_after_attempt(4),
-               wait=wait_random_exponential(multiplier=0.2, max=5), reraise=True)
+def _retrying() -> Retrying:
+    return Retrying(retry=retry_if_exception(_transient), stop=stop_after_attempt(ATTEMPTS),
+                    wait=wait_random_exponential(multiplier=0.2, max=5), reraise=True)
+
+
+def _s3_options(options: Dict[str, Any]) -> Dict[str, Any]:
+    """Point s3fs at AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL (moto, MinIO, LocalStack).
+
+    botocore >= 1.31 reads these variables itself, but s3fs >= 2023.1 may come with an older
+    aiobotocore/botocore that does not, so the endpoint is passed explicitly unless the caller
+    gave one or AWS_IGNORE_CONFIGURED_ENDPOINT_URLS is set.
+    """
+    if os.environ.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "").lower() in ("1", "true"):
+        return options
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    client_kwargs = dict(options.get("client_kwargs") or {})  # never mutate the caller's dict
+    if endpoint and not options.get("endpoint_url") and not client_kwargs.get("endpoint_url"):
+        client_kwargs["endpoint_url"] = endpoint
+        options = {**options, "client_kwargs": client_kwargs}
+    return options
 
 
 class Storage:
@@ -51,23 +118,28 @@ class Storage:
     def __init__(self, root_url: str, *, storage_options: Optional[Dict[str, Any]] = None) -> None:
         options = dict(storage_options or {})
         if root_url.startswith(("s3://", "s3a://")):
-            endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-            if endpoint:
-                options.setdefault("client_kwargs", {}).setdefault("endpoint_url", endpoint)
+            options = _s3_options(options)
+        self.storage_options = options
         self.fs, path = fsspec.core.url_to_fs(root_url, **options)
         self.root = path.rstrip("/")
         self.root_url = root_url.rstrip("/")
         self.local = isinstance(self.fs, LocalFileSystem)
+        # s3fs >= 2024.12 can PUT with If-None-Match: * (pipe_file(mode="create"))
+        pipe = getattr(self.fs, "_pipe_file", None)
+        self._conditional_put = pipe is not None and "mode" in inspect.signature(pipe).parameters
         self._uploaded: Set[str] = set()
         self._lock = threading.Lock()
 
     @classmethod
-    def from_url(cls, url: str) -> "Storage":
-        """A Storage rooted at the R of a job URL ``R/runs/<run>/jobs/<key>``."""
+    def from_url(cls, url: str, *, storage_options: Optional[Dict[str, Any]] = None) -> "Storage":
+        """The Storage rooted at R of a job URL ``R/runs/<run_id>/jobs/<job_key>`` (the worker's)."""
         root, sep, _ = url.rpartition("/runs/")
-        if not sep:
-            raise ValueError(f"{url!r} is not a batchfutures job URL")
-        return cls(root)
+        if not sep or not root:
+            raise ValueError(f"{url!r} is not a batchfutures job URL (R/runs/<run>/jobs/<key>)")
+        return cls(root, storage_options=storage_options)
+
+    def __repr__(self) -> str:
+        return f"Storage({self.root_url!r})"
 
     # -- URLs and paths ----------------------------------------------------------------------
     def url(self, *parts: str) -> str:
@@ -79,66 +151,117 @@ class Storage:
     def job_url(self, run_id: str, job_key: str) -> str:
         return self.url("runs", run_id, "jobs", job_key)
 
+    def inputs_url(self, job_url: str) -> str:
+        return f"{job_url}/inputs"
+
+    def result_url(self, job_url: str, index: int) -> str:
+        return f"{job_url}/results/{int(index)}"
+
     def _path(self, url: str) -> str:
         if url.startswith(self.root_url):
             return self.root + url[len(self.root_url):]
         return self.fs._strip_protocol(url)
 
-    # -- primitive, atomic operations --------------------------------------------------------
-    @_retry
-    def put_bytes(self, url: str, data: bytes) -> None:
-        path = self._path(url)
-        if self.local:
-            folder = os.path.dirname(path)
-            os.makedirs(folder, exist_ok=True)
-            temporary = os.path.join(folder, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
-            try:
-                with open(temporary, "wb") as handle:
-                    handle.write(data)
-                os.replace(temporary, path)
-            except BaseException:
-                try:
-                    os.unlink(temporary)
-                except FileNotFoundError:
-                    pass
-                raise
-        else:
-            self.fs.pipe_file(path, data)
+    def _retried(self, fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+        if self.local:  # local disk errors are not transient; fail at once
+            return fn(*args, **kwargs)
+        return _retrying()(fn, *args, **kwargs)
 
-    @_retry
-    def get_bytes(self, url: str, start: Optional[int] = None, end: Optional[int] = None) -> Optional[bytes]:
-        try:
-            return self.fs.cat_file(self._path(url), start=start, end=end)
-        except FileNotFoundError:
-            return None
+    # -- primitive, atomic operations --------------------------------------------------------
+    def put_bytes(self, url: str, data: bytes, *, exclusive: bool = False) -> bool:
+        """Write one whole object atomically; retried on transient errors.
+
+        ``exclusive=True`` writes only if no object exists there yet and returns False (writing
+        nothing) when one does. Returns True when this call wrote the object.
+        """
+        return self._retried(self._put_once, self._path(url), data, exclusive)
+
+    def _put_once(self, path: str, data: bytes, exclusive: bool) -> bool:
+        if self.local:
+            return _local_atomic_write(path, data, exclusive)
+        if not exclusive:
+            self.fs.pipe_file(path, data)
+            return True
+        if self._conditional_put:
+            try:
+                self.fs.pipe_file(path, data, mode="create")  # PUT with If-None-Match: *
+                return True
+            except FileExistsError:
+                return False
+            except OSError as error:  # 501 NotImplemented: a store without conditional writes
+                if error.errno != errno.ENOSYS:
+                    raise
+        if self._object_at(path):  # best effort where the store cannot check for us
+            return False
+        self.fs.pipe_file(path, data)
+        return True
+
+    def get_bytes(self, url: str, start: Optional[int] = None,
+                  end: Optional[int] = None) -> Optional[bytes]:
+        """The object's bytes [start, end), or None when it does not exist."""
+        path = self._path(url)
+        if start is None and not self.local:
+            # s3fs reads a whole object by first asking its size, from a listing cache that may
+            # predate the object; a range "bytes=0-" is one GET that always sees the object.
+            start = 0
+
+        def read() -> Optional[bytes]:
+            try:
+                return self.fs.cat_file(path, start=start, end=end)
+            except FileNotFoundError:
+                return None
+            except OSError as error:  # 416 for a range on an empty object
+                if error.errno != errno.EINVAL or start or end is not None:
+                    raise
+                self.fs.invalidate_cache(path)
+                return self.fs.cat_file(path)
+        return self._retried(read)
 
     def exists(self, url: str) -> bool:
+        """Whether an object or a folder is there."""
         path = self._path(url)
         if not self.local:
-            self.fs.invalidate_cache(path)
-        return self.fs.exists(path)
+            self.fs.invalidate_cache(path)  # s3fs caches listings; other processes write
+        return bool(self._retried(self.fs.exists, path))
 
     def _names(self, url: str) -> List[str]:
         path = self._path(url)
         if not self.local:
-            self.fs.invalidate_cache(path)  # s3fs caches listings; results appear over time
-        try:
-            return [entry.rstrip("/").rpartition("/")[2] for entry in self.fs.ls(path, detail=False)]
-        except FileNotFoundError:
-            return []
+            self.fs.invalidate_cache(path)
+
+        def names() -> List[str]:
+            try:
+                entries = self.fs.ls(path, detail=False)
+            except FileNotFoundError:
+                return []
+            return [entry.rstrip("/").rpartition("/")[2] for entry in entries]
+        return self._retried(names)
 
     def delete(self, url: str) -> None:
+        """Remove an object or a whole folder; nothing there is fine."""
         path = self._path(url)
-        try:
-            self.fs.rm(path, recursive=True)
-        except FileNotFoundError:
-            pass
+        with self._lock:  # put_function must upload again what is deleted here
+            gone = url.rstrip("/")
+            self._uploaded = {known for known in self._uploaded
+                              if known != gone and not known.startswith(gone + "/")}
+
+        def remove() -> None:
+            try:
+                self.fs.rm(path, recursive=True)
+            except FileNotFoundError:
+                pass
+        self._retried(remove)
+        if not self.local:
+            self.fs.invalidate_cache(path)
 
     # -- functions ---------------------------------------------------------------------------
-    def put_function(self, run_id: str, payload: bytes) -> str:
-        """Upload a pickled callable under its content hash, once per run."""
+    def function_url(self, run_id: str, payload: bytes) -> str:
         digest = hashlib.sha256(payload).hexdigest()
-        url = self.url("runs", run_id, "functions", f"{digest}.pkl")
+        return self.url("runs", run_id, "functions", f"{digest}.pkl")
+
+    def put_function(self, run_id: str, payload: bytes) -> str:
+        """Upload a pickled callable under its content hash, once per run and Storage."""
+        url = self.function_url(run_id, payload)
         with self._lock:
             if url in self._uploaded:
                 return url
@@ -154,62 +277,102 @@ class Storage:
         return data
 
     # -- inputs ------------------------------------------------------------------------------
-    def write_inputs(self, job_url: str, header: Dict[str, Any], child_blobs: List[bytes]) -> None:
-        header_bytes = json.dumps(header, sort_keys=True).encode()
-        offsets = [0]
+    def write_inputs(self, job_url: str, header: Dict[str, Any], child_blobs: List[bytes]) -> str:
+        """Write a Batch job's inputs object (format in the module docstring); returns its URL.
+
+        ``header["children"]`` is set to ``len(child_blobs)``.
+        """
+        header = dict(header, children=len(child_blobs))
+        header_bytes = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+        table_end = 16 + len(header_bytes) + 8 * (len(child_blobs) + 1)
+        data_start = max(table_end, PREFIX_READ) if len(child_blobs) > 1 else table_end
+        offsets = [data_start]
         for blob in child_blobs:
             offsets.append(offsets[-1] + len(blob))
-        table = struct.pack(f"<{len(offsets)}Q", *offsets)
-        data = b"".join([MAGIC, _U64.pack(len(header_bytes)), header_bytes, table, *child_blobs])
-        self.put_bytes(f"{job_url}/inputs", data)
+        data = b"".join([INPUTS_MAGIC, _U64.pack(len(header_bytes)), header_bytes,
+                         struct.pack(f"<{len(offsets)}Q", *offsets),
+                         bytes(data_start - table_end), *child_blobs])
+        url = self.inputs_url(job_url)
+        self.put_bytes(url, data)
+        return url
 
     def read_header(self, job_url: str) -> Dict[str, Any]:
         return self._read_prefix(job_url)[0]
 
     def _read_prefix(self, job_url: str) -> Tuple[Dict[str, Any], bytes, int]:
-        prefix = self.get_bytes(f"{job_url}/inputs", 0, PREFIX_READ)
+        """(header, the bytes read so far from offset 0, offset of the index table)."""
+        url = self.inputs_url(job_url)
+        prefix = self.get_bytes(url, 0, PREFIX_READ)
         if prefix is None:
             raise FileNotFoundError(f"the inputs of {job_url} are missing")
-        if prefix[:8] != MAGIC:
-            raise ValueError(f"{job_url}/inputs is not a batchfutures inputs object")
+        if len(prefix) < 16 or prefix[:8] != INPUTS_MAGIC:
+            raise ValueError(f"{url} is not a batchfutures inputs object ({INPUTS_MAGIC!r})")
         (length,) = _U64.unpack_from(prefix, 8)
-        if 16 + length > len(prefix):
-            prefix = prefix + self.get_bytes(f"{job_url}/inputs", len(prefix), 16 + length)
+        if 16 + length > len(prefix):  # a header longer than the prefix: one more read
+            prefix += self._range(url, len(prefix), 16 + length)
         header = json.loads(prefix[16:16 + length])
         return header, prefix, 16 + length
 
+    def _range(self, url: str, start: int, end: int) -> bytes:
+        data = self.get_bytes(url, start, end)
+        if data is None or len(data) != end - start:
+            raise ValueError(f"{url} is truncated: bytes [{start}, {end}) are not all there")
+        return data
+
     def read_child_inputs(self, job_url: str, index: int) -> Tuple[Dict[str, Any], bytes]:
-        """The header and child ``index``'s blob, reading only the ranges it needs."""
-        header, prefix, table_start = self._read_prefix(job_url)
+        """The header and child ``index``'s blob, reading only the prefix and its own range."""
+        header, prefix, table = self._read_prefix(job_url)
         children = int(header["children"])
         if not 0 <= index < children:
-            raise IndexError(f"child {index} out of range: the job has {children} children")
-        entry = table_start + 8 * index
+            raise IndexError(f"child {index} is out of range: the job has {children} children")
+        entry = table + 8 * index
         if entry + 16 <= len(prefix):
-            begin, end = struct.unpack_from("<2Q", prefix, entry)
-        else:
-            begin, end = struct.unpack("<2Q", self.get_bytes(f"{job_url}/inputs", entry, entry + 16))
-        data_start = table_start + 8 * (children + 1)
-        start, stop = data_start + begin, data_start + end
-        if stop <= len(prefix):
+            start, stop = _PAIR.unpack_from(prefix, entry)
+        else:  # more children than the prefix has index entries for
+            start, stop = _PAIR.unpack(self._range(self.inputs_url(job_url), entry, entry + 16))
+        if stop <= len(prefix):  # a plain job: the prefix already holds its blob
             return header, prefix[start:stop]
-        return header, self.get_bytes(f"{job_url}/inputs", start, stop)
+        return header, self._range(self.inputs_url(job_url), start, stop)
 
     # -- results -----------------------------------------------------------------------------
-    def result_url(self, job_url: str, index: int) -> str:
-        return f"{job_url}/results/{index}"
+    def write_result(self, job_url: str, index: int, data: bytes, *, overwrite: bool = False) -> bool:
+        """Write child ``index``'s result object once.
 
-    def write_result(self, job_url: str, index: int, data: bytes) -> None:
-        self.put_bytes(self.result_url(job_url, index), data)
+        Returns False, keeping the object that is there, when a result already exists (an
+        earlier attempt finished): a retry never replaces a finished result.
+        """
+        return self.put_bytes(self.result_url(job_url, index), data, exclusive=not overwrite)
 
     def read_result(self, job_url: str, index: int) -> Optional[bytes]:
         return self.get_bytes(self.result_url(job_url, index))
 
     def has_result(self, job_url: str, index: int) -> bool:
-        return self.exists(self.result_url(job_url, index))
+        return self.object_exists(self.result_url(job_url, index))
+
+    def object_exists(self, url: str) -> bool:
+        """Whether an object (not a folder) is there; one GET of its first byte on S3.
+
+        s3fs's exists() sends a HEAD and, for a missing key, a LIST too (it may be a folder).
+        """
+        return self._object_at(self._path(url))
+
+    def _object_at(self, path: str) -> bool:
+        if self.local:
+            return os.path.isfile(path)
+
+        def probe() -> bool:
+            try:
+                self.fs.cat_file(path, start=0, end=1)
+            except FileNotFoundError:
+                return False
+            except OSError as error:
+                if error.errno != errno.EINVAL:  # 416: an empty object is still there
+                    raise
+            return True
+        return self._retried(probe)
 
     def list_results(self, job_url: str) -> Set[int]:
-        """Indices of the children whose result is written (one listing)."""
+        """Indices of the children whose result is written (one listing; temporaries skipped)."""
         return {int(name) for name in self._names(f"{job_url}/results") if name.isdigit()}
 
     # -- job pointers, runs, cleanup ---------------------------------------------------------
@@ -224,22 +387,70 @@ class Storage:
         self.delete(job_url)
 
     def delete_run(self, run_id: str) -> None:
+        if not run_id or "/" in run_id or run_id in (".", ".."):
+            raise ValueError(f"{run_id!r} is not a run id")
         self.delete(self.run_url(run_id))
 
     def list_runs(self) -> List[Tuple[str, Optional[float]]]:
-        """(run id, last modification time as epoch seconds or None) for every stored run."""
-        runs = []
+        """(run id, newest modification time in the run as epoch seconds, or None) per run.
+
+        One recursive listing of ``R/runs`` (S3 "folders" have no time of their own, and a local
+        folder's time does not follow its subfolders), so its cost grows with the objects stored.
+        """
         path = self._path(self.url("runs"))
         if not self.local:
             self.fs.invalidate_cache(path)
+
+        def find() -> Dict[str, Any]:
+            try:
+                return self.fs.find(path, withdirs=True, detail=True)
+            except FileNotFoundError:
+                return {}
+        runs: Dict[str, Optional[float]] = {}
+        for name, entry in self._retried(find).items():
+            relative = name.rstrip("/")[len(path.rstrip("/")) + 1:]
+            run_id = relative.split("/", 1)[0]
+            if not run_id or run_id.startswith("."):
+                continue
+            modified = _epoch(entry.get("mtime") or entry.get("LastModified"))
+            known = runs.get(run_id)
+            runs[run_id] = modified if known is None else max(known, modified or known)
+        return sorted(runs.items())
+
+
+def _epoch(value: Any) -> Optional[float]:
+    if value is None:
+        return None
+    if hasattr(value, "timestamp"):
+        return float(value.timestamp())
+    return float(value)
+
+
+def _local_atomic_write(path: str, data: bytes, exclusive: bool) -> bool:
+    """Write under a temporary name in the same folder, then rename (or link) it into place."""
+    folder = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    temporary = os.path.join(folder, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
+    try:
+        with open(temporary, "wb") as handle:
+            handle.write(data)
+        if not exclusive:
+            os.replace(temporary, path)
+            return True
         try:
-            entries = self.fs.ls(path, detail=True)
+            os.link(temporary, path)  # atomic and fails if the target exists, unlike rename
+        except FileExistsError:
+            return False
+        except OSError as error:  # a filesystem without hard links
+            if error.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV,
+                                   errno.EMLINK):
+                raise
+            if os.path.exists(path):
+                return False
+            os.replace(temporary, path)
+        return True
+    finally:
+        try:
+            os.unlink(temporary)
         except FileNotFoundError:
-            return []
-        for entry in entries:
-            name = entry["name"].rstrip("/").rpartition("/")[2]
-            modified = entry.get("mtime") or entry.get("LastModified")
-            if hasattr(modified, "timestamp"):
-                modified = modified.timestamp()
-            runs.append((name, float(modified) if modified else None))
-        return runs
+            pass

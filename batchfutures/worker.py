@@ -1,119 +1,210 @@
 """The container command: ``python -m batchfutures.worker <job_url>``.
 
-    AWS_BATCH_JOB_ARRAY_INDEX (0 for a plain job)
-      -> read the header and this child's byte range of <job_url>/inputs
-      -> versions differ from the client's stamp?  every item: mismatch outcome
-      -> load the functions it needs, run each item in order (print goes to the job's log)
-      -> write <job_url>/results/<index> once, atomically; exit 0
+    AWS_BATCH_JOB_ARRAY_INDEX = i (absent: 0, a plain job)
+      -> <job_url>/results/<i> already there?  an earlier attempt finished: keep it, exit 0
+      -> read the header and child i's byte range of <job_url>/inputs
+      -> the client's Python/cloudpickle differ (header stamp)?  every item: a mismatch outcome
+      -> load the functions it needs (once each), run each item in order; print goes to the log
+      -> one outcome per item: value | exception + traceback | unpicklable | mismatch
+      -> write <job_url>/results/<i> once, atomically and only if absent; exit 0
 
-An exception raised by the user's function is an outcome, not a container failure: the worker
-still exits 0. A MemoryError means the container ran out of memory: the worker ends with exit
-status 137 and writes nothing, as the kernel's OOM killer would (the local emulator caps memory
-with RLIMIT_DATA, so there an over-limit allocation surfaces as MemoryError). A result already
-written by an earlier attempt is kept: a retry never overwrites a finished result.
+An exception raised by the user's function (any BaseException, SystemExit included) is an
+outcome, not a container failure: the worker still exits 0. A MemoryError, from the function or
+while pickling its result, means the container ran out of memory: the worker writes one line to
+stderr and ends with exit status 137 without writing a result, as the kernel's OOM killer would
+(the local emulator caps memory with RLIMIT_DATA, so there an over-limit allocation surfaces as
+MemoryError). A result already written by an earlier attempt is kept: a retry never overwrites
+a finished result. The worker's own messages go to stderr through the "batchfutures" logger.
+
+Imports stay light: no boto3 for file:// URLs, s3fs only through fsspec for s3:// URLs.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import platform
+import socket
 import sys
 import time
 import traceback
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
+
+if TYPE_CHECKING:
+    from .storage import Storage
 
 logger = logging.getLogger("batchfutures")
 OOM_EXIT_STATUS = 137
+_OOM_LINE = b"batchfutures.worker: MemoryError: out of memory; exiting with status 137 like the OOM killer\n"
 
 
 def _out_of_memory() -> None:
+    """Die as an out-of-memory kill would: no result, exit status 137."""
     try:
-        sys.stderr.write("batchfutures.worker: MemoryError: out of memory; exiting with status 137\n")
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os.write(2, _OOM_LINE)  # preallocated, no logging machinery: memory is short
     finally:
         os._exit(OOM_EXIT_STATUS)
 
 
+def _flush() -> None:
+    # what the function printed reaches the log now, even if a later item gets the process killed
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+
+
+def _item_count(header: Dict[str, Any], index: int) -> int:
+    """How many items child ``index`` holds, from the header alone (its blob may not load)."""
+    chunksize, items = int(header.get("chunksize", 1)), int(header.get("items", 1))
+    return max(1, min(chunksize, items - index * chunksize))
+
+
+def _load_failure(what: str, header: Dict[str, Any], error: BaseException) -> bytes:
+    """The outcome for a function or arguments that did not load: mismatch or unpicklable."""
+    from . import serialization
+
+    message = serialization.load_failure_message(what, header, error)
+    if message is not None:
+        return serialization.encode_mismatch(message)
+    return serialization.encode_unpicklable(
+        f"the worker could not load {what}: {type(error).__name__}: {error}",
+        traceback.format_exc(), type_name=type(error).__name__)
+
+
+def run_items(storage: "Storage", header: Dict[str, Any], blob: bytes, index: int) -> List[bytes]:
+    """Run child ``index``'s items; one encoded outcome per item. MemoryError propagates."""
+    from . import serialization
+
+    mismatch = serialization.check_stamp(header)
+    if mismatch is not None:  # do not even try to unpickle: it may crash or mislead
+        logger.warning("child %d: %s", index, mismatch)
+        return [serialization.encode_mismatch(mismatch)] * _item_count(header, index)
+    try:
+        items = serialization.unpack_items(blob)
+    except MemoryError:
+        raise
+    except Exception as error:
+        logger.warning("child %d: could not load the call's arguments: %s", index,
+                       type(error).__name__)
+        return [_load_failure("the call's arguments", header, error)] * _item_count(header, index)
+
+    functions: Dict[int, Any] = {}
+    failed_functions: Dict[int, bytes] = {}  # a function that did not load fails each of its items
+    outcomes: List[bytes] = []
+    for function_index, args, kwargs in items:
+        if function_index in failed_functions:
+            outcomes.append(failed_functions[function_index])
+            continue
+        if function_index not in functions:
+            try:
+                data = storage.get_function(header["functions"][function_index])
+                functions[function_index] = serialization.loads(data)
+            except MemoryError:
+                raise
+            except Exception as error:
+                logger.warning("child %d: could not load function %d: %s", index, function_index,
+                               type(error).__name__)
+                outcome = _load_failure("the function", header, error)
+                failed_functions[function_index] = outcome
+                outcomes.append(outcome)
+                continue
+        try:
+            value = functions[function_index](*args, **kwargs)
+        except MemoryError:
+            raise
+        except BaseException as error:  # the user's exception (even SystemExit) is an outcome
+            outcomes.append(serialization.encode_error(error, traceback.format_exc()))
+            del error  # drop the frames (and what they hold) now
+        else:
+            outcomes.append(serialization.encode_ok(value))
+            del value
+        _flush()
+    return outcomes
+
+
 def run_child(job_url: str, index: int, attempt: Optional[str] = None) -> int:
+    """Run one child of a Batch job and record its result; the container's exit status."""
     from . import serialization
     from .storage import Storage
 
     storage = Storage.from_url(job_url)
     if storage.has_result(job_url, index):
-        logger.info("batchfutures.worker: child %d already has a result; keeping it", index)
+        logger.info("child %d: a result is already written (an earlier attempt finished); "
+                    "keeping it, not running again", index)
         return 0
     header, blob = storage.read_child_inputs(job_url, index)
-    meta: Dict[str, Any] = {"index": index, "attempt": attempt, "started": time.time(),
-                            "worker": serialization.payload_stamp()}
-    mismatch = serialization.check_stamp(header)
-    try:
-        items = serialization.unpack_items(blob)
-    except MemoryError:
-        _out_of_memory()
-    except Exception:
-        items = None
-        load_error = traceback.format_exc()
-    if mismatch is not None or items is None:
-        count = _item_count(header, index)
-        if mismatch is not None:
-            outcome = serialization.encode_mismatch(mismatch)
-        else:
-            outcome = serialization.encode_unpicklable("the worker could not load the call's arguments",
-                                                       load_error)
-        storage.write_result(job_url, index, serialization.pack_result([outcome] * count, meta))
-        return 0
-
-    functions: Dict[int, Any] = {}
-    outcomes: List[bytes] = []
-    for function_index, args, kwargs in items:
-        try:
-            if function_index not in functions:
-                data = storage.get_function(header["functions"][function_index])
-                functions[function_index] = serialization.loads(data)
-        except MemoryError:
-            _out_of_memory()
-        except Exception:
-            outcomes.append(serialization.encode_unpicklable(
-                "the worker could not load the function", traceback.format_exc()))
-            continue
-        try:
-            value = functions[function_index](*args, **kwargs)
-        except MemoryError:
-            _out_of_memory()
-        except BaseException as error:  # the user's exception (even SystemExit) is an outcome
-            outcomes.append(serialization.encode_error(error, traceback.format_exc()))
-            del error
-            continue
-        try:
-            outcomes.append(serialization.encode_ok(value))
-        except MemoryError:
-            _out_of_memory()
-        del value
-    sys.stdout.flush()
-    sys.stderr.flush()
+    meta: Dict[str, Any] = {
+        "index": index, "attempt": attempt, "started": time.time(), "host": socket.gethostname(),
+        "pid": os.getpid(), "worker": serialization.payload_stamp(),
+    }
+    outcomes = run_items(storage, header, blob, index)
+    del blob
+    _flush()
     meta["finished"] = time.time()
-    try:
-        storage.write_result(job_url, index, serialization.pack_result(outcomes, meta))
-    except MemoryError:
-        _out_of_memory()
+    if not storage.write_result(job_url, index, serialization.pack_result(outcomes, meta)):
+        logger.info("child %d: another attempt wrote its result first; kept that one", index)
     return 0
 
 
-def _item_count(header: Dict[str, Any], index: int) -> int:
-    chunksize, items = int(header.get("chunksize", 1)), int(header.get("items", 1))
-    return max(1, min(chunksize, items - index * chunksize))
+def _configure_logging() -> None:
+    """A stderr handler on the "batchfutures" logger only: the user's root logger is theirs."""
+    level_name = os.environ.get("BATCHFUTURES_LOG_LEVEL", "INFO").upper()
+    level = logging.getLevelName(level_name)
+    logger.setLevel(level if isinstance(level, int) else logging.INFO)
+    if not any(getattr(handler, "_batchfutures_worker", False) for handler in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("batchfutures.worker: %(message)s"))
+        handler._batchfutures_worker = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+    logger.propagate = False
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
+    """``python -m batchfutures.worker <job_url>``; returns the exit status."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    if len(args) != 1:
         sys.stderr.write("usage: python -m batchfutures.worker <job_url>\n")
         return 2
-    logging.basicConfig(level=os.environ.get("BATCHFUTURES_LOG_LEVEL", "WARNING"),
-                        stream=sys.stderr, format="%(name)s: %(message)s")
-    index = int(os.environ.get("AWS_BATCH_JOB_ARRAY_INDEX", "0"))
-    return run_child(argv[0], index, os.environ.get("AWS_BATCH_JOB_ATTEMPT"))
+    _configure_logging()
+    raw_index = os.environ.get("AWS_BATCH_JOB_ARRAY_INDEX", "0") or "0"
+    try:
+        index = int(raw_index)
+    except ValueError:
+        logger.error("AWS_BATCH_JOB_ARRAY_INDEX=%r is not an integer", raw_index)
+        return 2
+    try:
+        return run_child(args[0], index, os.environ.get("AWS_BATCH_JOB_ATTEMPT"))
+    except MemoryError:
+        _out_of_memory()
+    except Exception as error:  # storage unreachable, inputs missing...: the container fails
+        logger.error("child %d failed on Python %s: %s: %s", index, platform.python_version(),
+                     type(error).__name__, error, exc_info=True)
+        return 1
+    return 1  # not reached: _out_of_memory() does not return
+
+
+def _exit(code: int) -> None:
+    """End the container once its result is recorded, whatever threads the function left.
+
+    A plain interpreter exit first joins every non-daemon thread, so a thread the user's code
+    started and never stopped would keep the job RUNNING (its result already written) until
+    its timeout. atexit handlers still run; then the process ends with ``code``.
+    """
+    try:
+        import atexit
+
+        atexit._run_exitfuncs()
+    finally:
+        _flush()
+        os._exit(code)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    _exit(main())

@@ -1,6 +1,7 @@
 """`python -m batchfutures.emulator`: the AWS Batch emulator as a local HTTP endpoint.
 
-    python -m batchfutures.emulator --port 0 [--folder DIR] [--max-vcpus N] [--metadata-ttl S]
+    python -m batchfutures.emulator [--port N] [--host H] [--folder DIR] [--max-vcpus N]
+                                    [--metadata-ttl S]
 
 Prints one line, the endpoint URL, then serves until SIGINT or SIGTERM; jobs still running then
 are ended and recorded FAILED. Point a stock boto3 client at it:
@@ -22,6 +23,11 @@ from typing import List, Optional
 
 
 def default_folder() -> Path:
+    """The folder `LocalEnvironment()` uses: $BATCHFUTURES_WORKDIR/emulator, else
+    $XDG_CACHE_HOME/batchfutures/emulator (~/.cache/batchfutures/emulator)."""
+    explicit = os.environ.get("BATCHFUTURES_WORKDIR")
+    if explicit:
+        return Path(explicit).expanduser() / "emulator"
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(cache) / "batchfutures" / "emulator"
 
@@ -32,6 +38,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
         description="Serve the batchfutures AWS Batch emulator (Batch and CloudWatch Logs APIs) "
                     "on 127.0.0.1; prints the endpoint URL, then serves until SIGINT/SIGTERM.")
     parser.add_argument("--port", type=int, default=0, help="TCP port; 0 (default) picks a free one")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on (default 127.0.0.1: this machine only)")
     parser.add_argument("--folder", type=Path, default=None,
                         help=f"where job records and logs live (default {default_folder()})")
     parser.add_argument("--max-vcpus", type=float, default=None,
@@ -45,8 +53,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from . import BatchEmulator  # lazily: the service (and botocore) load only now
     from .server import EmulatorServer
-    from .service import BatchEmulator
 
     stop = threading.Event()
 
@@ -59,13 +67,17 @@ def main(argv: Optional[List[str]] = None) -> int:
         options["max_vcpus"] = args.max_vcpus
     if args.metadata_ttl is not None:
         options["metadata_ttl"] = args.metadata_ttl
-    emulator = BatchEmulator(args.folder or default_folder(), **options)
-    server = EmulatorServer(emulator, port=args.port)
+    try:
+        emulator = BatchEmulator(args.folder or default_folder(), **options)
+    except (ValueError, TypeError, OSError) as error:  # a bad option or an unusable folder
+        print(f"batchfutures emulator: {error}", file=sys.stderr)
+        return 2
+    server = EmulatorServer(emulator, host=args.host, port=args.port)
     try:
         try:
             server.start()
         except OSError as error:  # the port is taken, or not ours to bind
-            print(f"batchfutures emulator: cannot listen on 127.0.0.1:{args.port}: {error}",
+            print(f"batchfutures emulator: cannot listen on {args.host}:{args.port}: {error}",
                   file=sys.stderr)
             return 2
         print(server.endpoint_url, flush=True)

@@ -1,142 +1,245 @@
 """Job records on disk, so another emulator instance (or process) can describe past jobs.
 
-    <folder>/jobs/<job id>.json   {"owner": [pid, start time], "detail": JobDetail of the job,
-                                   "children": [[status, statusReason, startedAt, stoppedAt,
-                                                 attempts], ...]}
+    <folder>/jobs/<job id>.json           {"format": 2, "owner": [pid, start ticks, instance],
+                                            "spec": ..., "unit": ... (plain job) or
+                                            "job": ... (array parent), "chunks": n}
+    <folder>/jobs/<job id>.d/<k>.json     children k*500 .. k*500+499 of an array
+    <folder>/control/<instance>/<x>.json  CancelJob/TerminateJob requests from other processes
 
-Children are stored compactly and rebuilt from the parent's detail, so a 10,000-child array is
-one small file. Files are written atomically (temporary name, then os.replace). A record still
-active whose owner process is gone is reported FAILED with a reason that says so.
+Every file is written atomically (temporary name, then os.replace). The `Persister` writes the
+records of jobs that changed at most every 0.2 s, and only the chunks of children that changed,
+so a 10,000-child array costs a few small writes per interval, not one big file per transition.
+A parent file is rewritten after its chunks whenever anything in the job changed, so a reader
+that sees the parent's new version also sees the children it summarises.
+
+The owner (pid, the process's start time from /proc, the instance's id) tells a reader whether
+the job's process is still alive; a job left unfinished by a dead owner is recovered as FAILED.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
-import time
+import shutil
+import threading
 import uuid
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-ORPHAN_REASON = ("batchfutures emulator: the process that ran this job (pid {pid}) exited "
-                 "before it finished")
-TERMINAL = ("SUCCEEDED", "FAILED")
+logger = logging.getLogger("batchfutures")
+
+PERSIST_EVERY = 0.2
 
 
-def _start_time(pid: int) -> Optional[str]:
+def _stat(pid: int) -> Optional[List[bytes]]:
+    """The fields of /proc/<pid>/stat after the command name (state first), or None."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
-            return handle.read().rsplit(b")", 1)[1].split()[19].decode()
+            return handle.read().rsplit(b")", 1)[1].split()
     except (OSError, IndexError):
         return None
 
 
-def owner_token() -> List[Any]:
+def _start_time(pid: int) -> Optional[str]:
+    """The process's start time in clock ticks since boot (field 22 of /proc/<pid>/stat)."""
+    fields = _stat(pid)
+    return fields[19].decode() if fields and len(fields) > 19 else None
+
+
+def owner_token(instance: str = "") -> List[Any]:
     pid = os.getpid()
-    return [pid, _start_time(pid)]
+    return [pid, _start_time(pid), instance]
 
 
-def process_alive(owner: List[Any]) -> bool:
-    pid, started = owner[0], owner[1] if len(owner) > 1 else None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+def process_alive(owner: Any) -> bool:
+    """Whether the process that wrote a record still runs (a reused pid is another process)."""
+    if not owner:
         return False
-    except PermissionError:
-        return True
-    return started is None or _start_time(pid) == started  # a reused pid is another process
+    pid = int(owner[0])
+    started = owner[1] if len(owner) > 1 else None
+    if pid != os.getpid():
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        fields = _stat(pid)
+        if fields is not None and fields[0] in (b"Z", b"X"):
+            return False  # dead, only not yet reaped by its parent
+    return started is None or _start_time(pid) == started
+
+
+def write_atomically(path: Path, text: str) -> None:
+    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        with open(temporary, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        raise
+
+
+def _dumps(record: Dict[str, Any]) -> str:
+    return json.dumps(record, separators=(",", ":"))
 
 
 class RecordStore:
+    """The files under <folder>/jobs and <folder>/control."""
+
     def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        folder.mkdir(parents=True, exist_ok=True)
+        self.folder = Path(folder)
+        self.jobs = self.folder / "jobs"
+        self.control = self.folder / "control"
+        self.jobs.mkdir(parents=True, exist_ok=True)
 
     def path(self, job_id: str) -> Path:
-        return self.folder / f"{job_id}.json"
+        return self.jobs / f"{job_id}.json"
 
-    def write(self, job_id: str, record: Dict[str, Any]) -> None:
-        target = self.path(job_id)
-        temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
-        with open(temporary, "w") as handle:
-            json.dump(record, handle, separators=(",", ":"))
-        os.replace(temporary, target)
+    def chunk_path(self, job_id: str, chunk: int) -> Path:
+        return self.jobs / f"{job_id}.d" / f"{chunk}.json"
 
-    def load(self, job_id: str) -> Optional[Dict[str, Any]]:
+    # -- writing -----------------------------------------------------------------------------
+    def write(self, job_id: str, parent: str, chunks: Dict[int, str]) -> None:
+        """Write a job's changed chunks, then its parent file (texts already serialised)."""
+        if chunks:
+            (self.jobs / f"{job_id}.d").mkdir(exist_ok=True)
+        for chunk, text in sorted(chunks.items()):
+            write_atomically(self.chunk_path(job_id, chunk), text)
+        write_atomically(self.path(job_id), parent)
+
+    def delete(self, job_id: str) -> None:
         try:
-            with open(self.path(job_id)) as handle:
-                return json.load(handle)
+            self.path(job_id).unlink()
+        except FileNotFoundError:
+            pass
+        shutil.rmtree(self.jobs / f"{job_id}.d", ignore_errors=True)
+
+    # -- reading -----------------------------------------------------------------------------
+    def signature(self, job_id: str) -> Optional[Tuple[int, int, int]]:
+        """Changes whenever the record is rewritten (os.replace gives a new inode)."""
+        try:
+            stat = self.path(job_id).stat()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return stat.st_ino, stat.st_mtime_ns, stat.st_size
+
+    def load(self, job_id: str) -> Optional[Tuple[Dict[str, Any], List[Dict[str, Any]]]]:
+        """(parent record, chunk records) of a job, or None when there is no readable record."""
+        try:
+            with open(self.path(job_id), encoding="utf-8") as handle:
+                record = json.load(handle)
         except (OSError, ValueError):
             return None
-
-    def describe(self, job_id: str, horizon_ms: float) -> Optional[Dict[str, Any]]:
-        """The JobDetail of ``job_id`` ("<id>" or "<id>:<i>") from its record, or None."""
-        parent_id, _, index = job_id.partition(":")
-        record = self.load(parent_id)
-        if record is None:
-            return None
-        detail = record["detail"]
-        if detail["status"] not in TERMINAL and not process_alive(record["owner"]):
-            record = self._orphaned(parent_id, record)
-            detail = record["detail"]
-        if detail["status"] in TERMINAL and detail.get("stoppedAt", 0) < horizon_ms:
-            return None
-        if not index:
-            return detail
-        if not index.isdigit() or int(index) >= len(record["children"]):
-            return None
-        status, reason, started, stopped, attempts, container = record["children"][int(index)]
-        child = json.loads(json.dumps(detail))
-        child.update(jobId=job_id, jobArn=detail["jobArn"] + f":{index}", status=status,
-                     attempts=attempts, arrayProperties={"index": int(index)}, startedAt=started or 0)
-        child["container"].update(container)
-        for key, value in (("statusReason", reason), ("stoppedAt", stopped)):
-            if value is None:
-                child.pop(key, None)
-            else:
-                child[key] = value
-        return child
-
-    def _orphaned(self, job_id: str, record: Dict[str, Any]) -> Dict[str, Any]:
-        reason = ORPHAN_REASON.format(pid=record["owner"][0])
-        stopped = int(time.time() * 1000)
-        detail = record["detail"]
-        detail.update(status="FAILED", statusReason=reason, stoppedAt=stopped)
-        counts = {}
-        for child in record["children"]:
-            if child[0] not in TERMINAL:
-                child[0], child[1], child[3] = "FAILED", reason, stopped
-            counts[child[0]] = counts.get(child[0], 0) + 1
-        if "arrayProperties" in detail and record["children"]:
-            summary = detail["arrayProperties"].get("statusSummary") or {}
-            for key in summary:
-                summary[key] = counts.get(key, 0)
-        self.write(job_id, record)
-        return record
-
-    def purge(self, horizon_ms: float, known_expired: Set[str]) -> None:
-        """Delete records of jobs finished before the horizon."""
-        for job_id in known_expired:
+        if not isinstance(record, dict) or record.get("format") != 2:
+            return None  # not a record this version understands
+        chunks = []
+        for chunk in range(int(record.get("chunks") or 0)):
             try:
-                self.path(job_id).unlink()
-            except FileNotFoundError:
-                pass
+                with open(self.chunk_path(job_id, chunk), encoding="utf-8") as handle:
+                    chunks.append(json.load(handle))
+            except (OSError, ValueError):
+                continue  # not written yet: those children show as submitted
+        return record, chunks
+
+    def job_ids(self) -> Iterator[str]:
         try:
-            entries = list(os.scandir(self.folder))
+            entries = list(os.scandir(self.jobs))
         except FileNotFoundError:
             return
         for entry in entries:
-            if not entry.name.endswith(".json"):
-                continue
+            name = entry.name
+            if name.endswith(".json") and not name.startswith("."):
+                yield name[:-5]
+
+    # -- requests between processes ----------------------------------------------------------
+    def send_control(self, instance: str, request: Dict[str, Any]) -> None:
+        folder = self.control / instance
+        folder.mkdir(parents=True, exist_ok=True)
+        write_atomically(folder / f"{uuid.uuid4().hex}.json", _dumps(request))
+
+    def take_control(self, instance: str) -> List[Dict[str, Any]]:
+        folder = self.control / instance
+        try:
+            names = [n for n in os.listdir(folder) if n.endswith(".json") and not n.startswith(".")]
+        except FileNotFoundError:
+            return []
+        requests = []
+        for name in sorted(names):
+            path = folder / name
             try:
-                if entry.stat().st_mtime * 1000 >= horizon_ms:
-                    continue
-            except FileNotFoundError:
+                with open(path, encoding="utf-8") as handle:
+                    requests.append(json.load(handle))
+                path.unlink()
+            except (OSError, ValueError):
                 continue
-            record = self.load(entry.name[:-5])
-            if record and record["detail"]["status"] in TERMINAL and \
-                    record["detail"].get("stoppedAt", 0) < horizon_ms:
+        return requests
+
+    def drop_control(self, instance: str) -> None:
+        shutil.rmtree(self.control / instance, ignore_errors=True)
+
+
+class Persister:
+    """Writes dirty jobs' records at most every PERSIST_EVERY seconds, from its own thread.
+
+    `snapshot(job)` is called under the emulator's lock and returns (job id, parent text,
+    {chunk: text}, or None to delete); files are written outside the lock.
+    """
+
+    def __init__(self, store: RecordStore, lock: Any,
+                 snapshot: Callable[[Any], Optional[Tuple[str, str, Dict[int, str]]]]) -> None:
+        self.store = store
+        self.dirty: set = set()  # jobs announce themselves here (Job.sink)
+        self._lock = lock
+        self._snapshot = snapshot
+        self._flush_lock = threading.Lock()
+        self._deletions: List[Tuple[str, List[Path]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bf-emulator-records", daemon=True)
+        self._thread.start()
+
+    def delete(self, job_id: str, extra_files: List[Path]) -> None:
+        """Forget a job's record (and files such as its logs) at the next flush."""
+        with self._lock:
+            self._deletions.append((job_id, extra_files))
+
+    def flush(self) -> None:
+        with self._flush_lock:
+            with self._lock:
+                jobs = list(self.dirty)
+                self.dirty.clear()  # cleared in place: jobs hold a reference to this set
+                snapshots = [self._snapshot(job) for job in jobs]
+                deletions, self._deletions = self._deletions, []
+            for item in snapshots:
+                if item is None:
+                    continue
+                job_id, parent, chunks = item
                 try:
-                    os.unlink(entry.path)
-                except FileNotFoundError:
-                    pass
+                    self.store.write(job_id, parent, chunks)
+                except OSError:
+                    logger.exception("batchfutures emulator: could not write the record of %s", job_id)
+            for job_id, files in deletions:
+                self.store.delete(job_id)
+                for path in files:
+                    try:
+                        path.unlink()
+                    except OSError:
+                        pass
+
+    def _run(self) -> None:
+        while not self._stop.wait(PERSIST_EVERY):
+            try:
+                self.flush()
+            except Exception:  # a full disk must not stop the emulator
+                logger.exception("batchfutures emulator: persisting records failed")
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+        self.flush()

@@ -16,17 +16,25 @@ route. Errors are encoded as each protocol's parser in botocore reads them:
     REST-JSON (Batch)  status, header `x-amzn-ErrorType: <Code>`, body {"message": ...}
     JSON 1.1 (Logs)    status, body {"__type": <Code>, "message": ...}
 
-A service `ClientError` keeps its code and status (`TooManyRequestsException` is 429, which
-botocore's retry handlers treat as throttling); a `ParamValidationError` is a 400
-`ClientException` (Logs: `InvalidParameterException`); an unknown route a 404
-`UnknownOperationException`; any other exception a 500 `ServerException`, logged to the
-`batchfutures` logger. The server thread never dies of a request.
+A service `ClientError` keeps its code and status (without a status: 429 for throttling codes,
+else the model's status for the code, else 400; `TooManyRequestsException` is 429, which
+botocore's standard and legacy retry handlers both treat as throttling); a
+`ParamValidationError`, a request that does not fit the model, or a member the method does not
+take is a 400 `ClientException` (Logs: `InvalidParameterException`); an unknown route or an
+operation the service does not implement a 404 `UnknownOperationException`; any other
+exception a 500 `ServerException`, logged to the `batchfutures` logger. The server thread
+never dies of a request. Values are put on the wire by the output shape: datetimes in long
+members as epoch milliseconds (Batch's and Logs' times), bytes as base64, Decimals as numbers;
+keys the model does not have are passed through as the service returned them.
 """
 
 from __future__ import annotations
 
 import base64
 import datetime
+import decimal
+import functools
+import inspect
 import json
 import logging
 import re
@@ -45,6 +53,8 @@ logger = logging.getLogger("batchfutures")
 
 IDLE_CONNECTION_TIMEOUT = 60.0  # seconds a keep-alive connection may sit unused
 _VALIDATOR = ParamValidator()
+_THROTTLING_CODES = {"TooManyRequestsException", "ThrottlingException", "Throttling",
+                     "ThrottledException", "RequestThrottledException", "RequestLimitExceeded"}
 
 
 class _Answer(Exception):
@@ -55,6 +65,7 @@ class _Answer(Exception):
         self.status, self.code, self.message = status, code, message
 
 
+@functools.lru_cache(maxsize=None)
 def _load_model(service: str) -> Any:
     import botocore.session
 
@@ -100,9 +111,15 @@ def _to_wire(shape: Any, value: Any) -> Any:
     if isinstance(value, datetime.datetime):
         if value.tzinfo is None:
             value = value.replace(tzinfo=datetime.timezone.utc)
+        if kind in ("integer", "long"):  # Batch's and Logs' times are longs: epoch milliseconds
+            return int(value.timestamp() * 1000)
         if shape is not None and shape.serialization.get("timestampFormat") == "iso8601":
             return value.isoformat()
         return value.timestamp()
+    if isinstance(value, decimal.Decimal):
+        value = int(value) if value == value.to_integral_value() else float(value)
+    if kind in ("integer", "long") and isinstance(value, float) and value.is_integer():
+        return int(value)  # botocore's JSON 1.1 parser hands numbers over as they come
     return value
 
 
@@ -153,11 +170,32 @@ class _Api:
         self.validation_code = validation_code
 
     def method(self, operation: Any) -> Any:
-        method = getattr(self.target, xform_name(operation.name), None)
+        name = xform_name(operation.name)
+        method = getattr(self.target, name, None) if not name.startswith("_") else None
         if not callable(method):
             raise _Answer(404, "UnknownOperationException",
                           f"{self.model.service_name} operation {operation.name} is not emulated")
         return method
+
+    def check_signature(self, operation: Any, method: Any, params: Dict[str, Any]) -> None:
+        """A member the method does not take is the caller's error (400), not a server bug."""
+        try:
+            signature = inspect.signature(method, follow_wrapped=False)  # what is really called
+        except (TypeError, ValueError):  # a builtin or some callable without a signature
+            return
+        try:
+            signature.bind(**params)
+        except TypeError as error:
+            raise _Answer(400, self.validation_code,
+                          f"{operation.name}: {error} (not supported by the emulator)")
+
+    def error_status(self, code: str) -> int:
+        """The HTTP status of an error code the service raised without one."""
+        if code in _THROTTLING_CODES:
+            return 429
+        shape = next((s for s in self.model.error_shapes if s.name == code), None)
+        status = shape.metadata.get("error", {}).get("httpStatusCode") if shape is not None else None
+        return int(status or 400)
 
     def validate(self, operation: Any, params: Dict[str, Any]) -> None:
         """Check `params` as botocore does before sending (raw HTTP callers skip that check)."""
@@ -348,10 +386,29 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_GET
 
+    def _read_body(self) -> bytes:
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            chunks = []
+            while True:
+                size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline().strip():  # trailers, up to the blank line
+                        pass
+                    return b"".join(chunks)
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length > 0 else b""
+
     def _handle(self) -> None:
         owner = self.server.owner
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length > 0 else b""
+        try:
+            raw = self._read_body()
+        except (ValueError, OSError) as error:
+            logger.debug("batchfutures emulator server: unreadable request: %s", error)
+            self.send_error(400, "unreadable request body")
+            self.close_connection = True
+            return
         target = self.headers.get("X-Amz-Target")
         api: _Api = owner.json_apis[0] if target and owner.json_apis else owner.rest_api
         request_id = str(uuid.uuid4())
@@ -375,6 +432,7 @@ class _Handler(BaseHTTPRequestHandler):
                     params = api.params(operation, labels, query, self.headers, raw)
                 method = api.method(operation)
                 api.validate(operation, params)
+                api.check_signature(operation, method, params)
                 result = method(**params)
                 status, headers, body = api.response(operation, result)
                 headers["Content-Type"] = api.content_type
@@ -384,7 +442,8 @@ class _Handler(BaseHTTPRequestHandler):
                 info = error.response.get("Error") or {}
                 code = info.get("Code") or "ClientException"
                 message = info.get("Message") or str(error)
-                status = int((error.response.get("ResponseMetadata") or {}).get("HTTPStatusCode") or 400)
+                status = int((error.response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+                             or api.error_status(code))
             except ParamValidationError as error:
                 status, code, message = 400, api.validation_code, str(error)
             except Exception as error:
@@ -455,8 +514,8 @@ class EmulatorServer:
         self.host = host
         self.port = int(port)
         self.rest_api = _RestJsonApi(_load_model("batch"), service)
-        logs = getattr(service, "logs", None)
-        self.json_apis: List[_JsonApi] = [_JsonApi(_load_model("logs"), logs)] if logs is not None else []
+        # a service without `logs` still answers Logs' protocol: every operation unknown (404)
+        self.json_apis: List[_JsonApi] = [_JsonApi(_load_model("logs"), getattr(service, "logs", None))]
         self._httpd: Optional[_HTTPServer] = None
         self._thread: Optional[threading.Thread] = None
         self._lock = threading.Lock()

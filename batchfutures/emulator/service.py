@@ -1,233 +1,162 @@
-"""`BatchEmulator`: the AWS Batch API, in process, running each attempt as a local process.
+"""`BatchEmulator`: the AWS Batch API in process, each job attempt run as a local process.
 
-    submit_job ─> Job(SUBMITTED) ─┐          scheduler thread (every tick, or when woken)
-                                  v
-       SUBMITTED -> PENDING -> RUNNABLE -> STARTING -> RUNNING -> SUCCEEDED | FAILED
-                   (dependsOn)  (vCPUs free)  (process  (exit, timeout,
-                                               started)  memory, terminate)
-       array parent: SUBMITTED -> PENDING while children run -> SUCCEEDED | FAILED
+It has the methods of a boto3 `batch` client (keyword arguments and response dicts as in
+botocore's model), validates each request as botocore does (`ParamValidationError`) and as Batch
+does (`ClientError` with code ClientException), and hands jobs to the scheduler:
 
-Requests are validated against botocore's Batch model and Batch's own limits; errors are
-`botocore.exceptions.ClientError`s shaped as boto3 raises them, so a client cannot tell this
-object from a boto3 `batch` client. Records persist under the folder (see `records`), so another
-instance can describe what this one ran; finished jobs are forgotten after `metadata_ttl`.
+    submit_job ─> Job (jobs.py) ─> Scheduler (scheduler.py) ─> ProcessLauncher (launcher.py)
+                       │                 │                        MemoryMonitor (monitor.py)
+                       └─ Persister / RecordStore (records.py): <folder>/jobs/...
+    logs.get_log_events ─> LogsService (logs.py): <folder>/logs/...
+
+Jobs this instance submitted live in memory (and are written to disk at most every 0.2 s);
+jobs of other instances or processes on the same folder are read from their records, so
+`describe_jobs` works across processes; an unfinished job whose owner process is gone is
+recovered as FAILED; a finished job is forgotten `metadata_ttl` seconds after it stopped.
 """
 
 from __future__ import annotations
 
 import atexit
-import fnmatch
+import base64
+import functools
+import itertools
 import json
 import logging
 import os
 import re
 import threading
-import time
 import uuid
 import weakref
-from collections import deque
 from pathlib import Path
-from typing import Any, Callable, Deque, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from botocore.exceptions import ClientError, ParamValidationError
-from botocore.validate import ParamValidator
-
+from .catalog import DEFAULT_DEFINITION, NAME, Definitions, Queues, Rejected, resolve_resources
 from .faults import FaultInjector
-from .launcher import AttemptProcess, container_argv, python_path_for_children
-from .logs import LogsService, stream_path
-from .records import RecordStore, owner_token
+from .jobs import FINAL, STATUSES, Job, JobSpec, Unit, describe, summary
+from .launcher import ProcessLauncher
+from .logs import LogsService
+from .model import arn_resource, client_error, job_arn, validate_request
+from .monitor import MemoryMonitor
+from .records import Persister, RecordStore, owner_token, process_alive
+from .retries import check_strategy, normalized
+from .scheduler import Scheduler, now_ms
 
 logger = logging.getLogger("batchfutures")
 
-ACCOUNT, REGION = "123456789012", "us-east-1"
-STATUSES = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING", "SUCCEEDED", "FAILED")
-TERMINAL = ("SUCCEEDED", "FAILED")
-BEFORE_START = ("SUBMITTED", "PENDING", "RUNNABLE")
-OOM_REASON = "OutOfMemoryError: Container killed due to memory usage"
-EXITED = "Essential container in task exited"
-TIMEOUT_REASON = "Job attempt duration exceeded timeout"
-DEPENDENCY_FAILED = "Dependent Job failed"
-TOO_BIG = ("MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT - The job resource requirement "
-           "(vCPU/memory/GPU) is higher than that can be met by the CE(s) attached to the job queue.")
+__all__ = ["BatchEmulator", "client_error", "DEFAULT_DEFINITION"]
+
 MAX_REQUEST_BYTES = 30 * 1024
+MAX_ARRAY_SIZE = 10_000
+MAX_DESCRIBE = 100
+MAX_DEPENDENCIES = 20
 JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
-DEFAULT_DEFINITION = "batchfutures-worker"
-TICK = 0.01
-MEMORY_SAMPLE_EVERY = 0.05
+JOB_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+SHUTDOWN_REASON = "batchfutures emulator: shut down (pid {pid}) before the job finished"
+EXIT_REASON = "batchfutures emulator: the process that ran this job (pid {pid}) exited before it finished"
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
+def _api(operation: str) -> Callable[[Callable[..., Dict[str, Any]]], Callable[..., Dict[str, Any]]]:
+    """Validate like botocore, inject faults, and turn Rejected into Batch's ClientError."""
+
+    def decorate(method: Callable[..., Dict[str, Any]]) -> Callable[..., Dict[str, Any]]:
+        @functools.wraps(method)
+        def call(self: "BatchEmulator", **params: Any) -> Dict[str, Any]:
+            validate_request(operation, params)
+            self.faults.maybe_raise(operation)
+            try:
+                return method(self, params)
+            except Rejected as error:
+                raise client_error(str(error), error.code, operation=operation) from None
+
+        call.operation = operation  # type: ignore[attr-defined]
+        return call
+
+    return decorate
 
 
-def client_error(message: str, code: str = "ClientException", status: int = 400,
-                 operation: str = "Batch") -> ClientError:
-    return ClientError({"Error": {"Code": code, "Message": message},
-                        "ResponseMetadata": {"HTTPStatusCode": status}}, operation)
-
-
-def _model():
-    import botocore.session
-
-    return botocore.session.get_session().get_service_model("batch")
-
-
-_MODEL = None
-_MODEL_LOCK = threading.Lock()
-
-
-def batch_model():
-    global _MODEL
-    with _MODEL_LOCK:
-        if _MODEL is None:
-            _MODEL = _model()
-    return _MODEL
-
-
-def _pascal(name: str) -> str:
-    return "".join(part.capitalize() for part in name.split("_"))
-
-
-def _requirement(requirements: List[Dict[str, str]], kind: str) -> Optional[float]:
-    for item in requirements or []:
-        if item.get("type") == kind:
-            return float(item["value"])
+def _host_memory_mib() -> Optional[int]:
+    try:
+        with open("/proc/meminfo", "rb") as handle:
+            for line in handle:
+                if line.startswith(b"MemTotal:"):
+                    return int(line.split()[1]) // 1024
+    except (OSError, ValueError, IndexError):
+        pass
     return None
 
 
-def _glob(pattern: Optional[str], value: Optional[str]) -> bool:
-    """Batch's evaluateOnExit match: exact, or a prefix with a trailing '*', case-insensitive."""
-    if pattern is None:
-        return True
-    value = (value or "").lower()
-    pattern = pattern.lower()
-    if pattern.endswith("*"):
-        return value.startswith(pattern[:-1])
-    return value == pattern
+def _token(position: Any) -> str:
+    return base64.urlsafe_b64encode(json.dumps(position).encode()).decode()
 
 
-class Job:
-    """One job (plain, array parent or array child) and its attempts."""
+def _untoken(token: Optional[str]) -> Any:
+    if not token:
+        return None
+    try:
+        return json.loads(base64.urlsafe_b64decode(token.encode()))
+    except (ValueError, TypeError):
+        raise Rejected("The nextToken is not valid")
 
-    def __init__(self, **fields: Any) -> None:
-        self.id: str = fields["id"]
-        self.name: str = fields["name"]
-        self.queue: str = fields["queue"]
-        self.definition: Dict[str, Any] = fields["definition"]
-        self.request: Dict[str, Any] = fields["request"]
-        self.parent: Optional["Job"] = fields.get("parent")
-        self.index: Optional[int] = fields.get("index")
-        self.size: Optional[int] = fields.get("size")
-        self.status: str = fields.get("status", "SUBMITTED")
-        self.status_reason: Optional[str] = fields.get("status_reason")
-        self.created_at: int = fields.get("created_at") or now_ms()
-        self.started_at: Optional[int] = fields.get("started_at")
-        self.stopped_at: Optional[int] = fields.get("stopped_at")
-        self.attempts: List[Dict[str, Any]] = fields.get("attempts") or []
-        self.depends_on: List["Job"] = []
-        self.children: List["Job"] = []
-        self.counts: Dict[str, int] = {s: 0 for s in STATUSES}
-        self.process: Optional[AttemptProcess] = None
-        self.running_since: Optional[float] = None
-        self.log_stream: Optional[str] = None
-        self.cancel_requested: Optional[str] = None
-        self.is_cancelled = False
-        self.is_terminated = False
 
-    # settings, overrides first
-    @property
-    def overrides(self) -> Dict[str, Any]:
-        return self.request.get("containerOverrides") or {}
-
-    @property
-    def container_props(self) -> Dict[str, Any]:
-        return self.definition.get("containerProperties") or {}
-
-    def resources(self) -> List[Dict[str, str]]:
-        merged = {r["type"]: r for r in self.container_props.get("resourceRequirements") or []}
-        props = self.container_props
-        if "VCPU" not in merged and props.get("vcpus"):
-            merged["VCPU"] = {"type": "VCPU", "value": str(props["vcpus"])}
-        if "MEMORY" not in merged and props.get("memory"):
-            merged["MEMORY"] = {"type": "MEMORY", "value": str(props["memory"])}
-        for item in self.overrides.get("resourceRequirements") or []:
-            merged[item["type"]] = item
-        return list(merged.values())
-
-    @property
-    def vcpus(self) -> float:
-        return _requirement(self.resources(), "VCPU") or 1.0
-
-    @property
-    def memory_mib(self) -> Optional[int]:
-        memory = _requirement(self.resources(), "MEMORY")
-        return int(memory) if memory else None
-
-    @property
-    def command(self) -> List[str]:
-        return list(self.overrides.get("command") or self.container_props.get("command") or [])
-
-    @property
-    def max_attempts(self) -> int:
-        strategy = self.request.get("retryStrategy") or self.definition.get("retryStrategy") or {}
-        return int(strategy.get("attempts") or 1)
-
-    @property
-    def evaluate_on_exit(self) -> List[Dict[str, str]]:
-        strategy = self.request.get("retryStrategy") or self.definition.get("retryStrategy") or {}
-        return list(strategy.get("evaluateOnExit") or [])
-
-    @property
-    def timeout(self) -> Optional[int]:
-        timeout = self.request.get("timeout") or self.definition.get("timeout") or {}
-        return timeout.get("attemptDurationSeconds")
-
-    @property
-    def is_array(self) -> bool:
-        return self.size is not None
+def _glob(pattern: str, value: str) -> bool:
+    pattern, value = pattern.lower(), value.lower()
+    return value.startswith(pattern[:-1]) if pattern.endswith("*") else value == pattern
 
 
 class BatchEmulator:
-    """An in-process AWS Batch service whose jobs are local processes."""
+    """An in-process AWS Batch service whose jobs are local processes (see the module doc)."""
 
     _shared: Dict[str, "BatchEmulator"] = {}
     _shared_lock = threading.Lock()
+    _live: "weakref.WeakValueDictionary[str, BatchEmulator]" = weakref.WeakValueDictionary()
 
-    def __init__(self, folder: "os.PathLike[str] | str", *, max_vcpus: Optional[float] = None,
-                 metadata_ttl: float = 86400, job_queues: tuple = ("batchfutures",),
+    def __init__(self, folder: Union[str, "os.PathLike[str]"], *, max_vcpus: Optional[float] = None,
+                 metadata_ttl: float = 86400, job_queues: Sequence[str] = ("batchfutures",),
                  compute_environment: str = "batchfutures-local") -> None:
+        if max_vcpus is not None and not max_vcpus > 0:
+            raise ValueError(f"max_vcpus={max_vcpus!r} must be positive")
+        if not metadata_ttl > 0:
+            raise ValueError(f"metadata_ttl={metadata_ttl!r} must be positive")
         self.folder = Path(folder).expanduser().resolve()
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.max_vcpus = float(max_vcpus or os.cpu_count() or 1)
+        self.instance_id = uuid.uuid4().hex
+        self.max_vcpus = float(max_vcpus) if max_vcpus else float(os.cpu_count() or 1)
         self.metadata_ttl = float(metadata_ttl)
         self.compute_environment = compute_environment
-        self.records = RecordStore(self.folder / "jobs")
-        self.logs = LogsService(self.folder / "logs", self)
         self.faults = FaultInjector()
-        self._validator = ParamValidator()
+        self.logs = LogsService(self.folder / "logs", self)
+        self.store = RecordStore(self.folder)
+        self.definitions = Definitions(self.folder)
+        self.queues = Queues(job_queues, compute_environment)
         self._lock = threading.RLock()
-        self._wake = threading.Event()
+        self._jobs: Dict[str, Job] = {}  # the jobs this instance runs
+        self._foreign: Dict[str, Tuple[Any, Job]] = {}  # other instances' jobs, by record version
+        self._foreign_lock = threading.Lock()
         self._listeners: List[Callable[[], None]] = []
-        self._jobs: Dict[str, Job] = {}
-        self._queue_states: Dict[str, str] = {name: "ENABLED" for name in job_queues}
-        self._definitions: Dict[str, List[Dict[str, Any]]] = {}
-        self._register_default_definition()
-        self._submitted: Deque[Job] = deque()
-        self._pending: List[Job] = []
-        self._runnable: Deque[Job] = deque()
-        self._active: List[Job] = []  # STARTING or RUNNING
-        self._used_vcpus = 0.0
-        self._dirty: set = set()
-        self._changed = False
+        self._seq = itertools.count()
+        self._owner = owner_token(self.instance_id)
         self._closed = False
-        self._owner = owner_token()
-        self._thread = threading.Thread(target=self._run, name="bf-emulator", daemon=True)
-        self._thread.start()
+        self.persister = Persister(self.store, self._lock, self._snapshot)
+        self.monitor = MemoryMonitor()
+        self.launcher = ProcessLauncher()
+        self.scheduler = Scheduler(
+            lock=self._lock, launcher=self.launcher, monitor=self.monitor, max_vcpus=self.max_vcpus,
+            host_memory_mib=_host_memory_mib(), compute_environment=compute_environment,
+            logs_folder=self.folder / "logs", on_change=self._notify,
+            housekeeping=self._housekeeping, foreign_status=self._foreign_status)
+        self.scheduler.start()
+        BatchEmulator._live[self.instance_id] = self
         atexit.register(_close_at_exit, weakref.ref(self))
+        # records left unfinished by dead processes are recovered in the background
+        threading.Thread(target=self._sweep, name="bf-emulator-sweep", daemon=True).start()
 
     @classmethod
-    def shared(cls, folder: "os.PathLike[str] | str", **kwargs: Any) -> "BatchEmulator":
-        """One emulator per folder per process, so its vCPU limit holds for every user."""
+    def shared(cls, folder: Union[str, "os.PathLike[str]"], **kwargs: Any) -> "BatchEmulator":
+        """One emulator per folder per process, so its vCPU limit holds for all its users.
+
+        The first call's settings win; later calls get the same instance until it is closed.
+        """
         key = str(Path(folder).expanduser().resolve())
         with cls._shared_lock:
             emulator = cls._shared.get(key)
@@ -237,22 +166,28 @@ class BatchEmulator:
 
     # -- plumbing ----------------------------------------------------------------------------
     def add_listener(self, callback: Callable[[], None]) -> None:
+        """Call `callback()` (from the emulator's thread) whenever any job changes status."""
         with self._lock:
             self._listeners.append(callback)
 
+    def remove_listener(self, callback: Callable[[], None]) -> None:
+        with self._lock:
+            if callback in self._listeners:
+                self._listeners.remove(callback)
+
     def inject_faults(self, rate: float, *, code: str = "TooManyRequestsException",
-                      operations: Optional[set] = None, seed: Optional[int] = None) -> None:
-        """Answer ``rate`` of calls (optionally only ``operations``) with ``code``, HTTP 429."""
+                      operations: Optional[Any] = None, seed: Optional[int] = None) -> None:
+        """Answer `rate` of the calls (of `operations` only, e.g. {"DescribeJobs"}) with `code`."""
         self.faults.configure(rate, code=code, operations=operations, seed=seed)
 
-    def _enter(self, operation: str, params: Dict[str, Any]) -> None:
-        if self._closed:
-            raise client_error("the emulator is closed", "ServerException", 500, operation)
-        self.faults.maybe_raise(operation)
-        shape = batch_model().operation_model(operation).input_shape
-        report = self._validator.validate(params, shape)
-        if report.has_errors():
-            raise ParamValidationError(report=report.generate_report())
+    def invoke(self, operation: str, params: Dict[str, Any]) -> Dict[str, Any]:
+        """Call an operation by its API name ("SubmitJob", "GetLogEvents"), as a server would."""
+        if operation == "GetLogEvents":
+            return self.logs.get_log_events(**params)
+        method = _OPERATIONS.get(operation)
+        if method is None:
+            raise client_error(f"The emulator does not implement {operation}", operation=operation)
+        return method(self, **params)
 
     def _notify(self) -> None:
         with self._lock:
@@ -263,664 +198,529 @@ class BatchEmulator:
             except Exception:  # a listener's bug must not stop the scheduler
                 logger.exception("batchfutures emulator: listener failed")
 
-    def _touch(self, job: Job) -> None:
-        self._dirty.add(job.parent or job)
-        self._changed = True
-
-    def _set_status(self, job: Job, status: str, reason: Optional[str] = None) -> None:
-        old = job.status
-        if old == status:
-            return
-        job.status = status
-        if reason is not None:
-            job.status_reason = reason
-        if status in TERMINAL:
-            job.stopped_at = now_ms()
-        parent = job.parent
-        if parent is not None:
-            parent.counts[old] -= 1
-            parent.counts[status] += 1
-            if status in ("STARTING", "RUNNING") and parent.started_at is None:
-                parent.started_at = now_ms()
-        self._touch(job)
-
-    # -- job definitions and queues ----------------------------------------------------------
-    def _register_default_definition(self) -> None:
-        self._store_definition(DEFAULT_DEFINITION, {
-            "type": "container",
-            "containerProperties": {
-                "image": "batchfutures-local",
-                "command": ["python", "-m", "batchfutures.worker"],
-                "resourceRequirements": [{"type": "VCPU", "value": "1"},
-                                         {"type": "MEMORY", "value": "2048"}],
-            },
-        })
-
-    def _store_definition(self, name: str, body: Dict[str, Any]) -> Dict[str, Any]:
-        revisions = self._definitions.setdefault(name, [])
-        revision = len(revisions) + 1
-        definition = dict(body)
-        definition.update(
-            jobDefinitionName=name, revision=revision, status="ACTIVE",
-            jobDefinitionArn=f"arn:aws:batch:{REGION}:{ACCOUNT}:job-definition/{name}:{revision}")
-        revisions.append(definition)
-        return definition
-
-    def _find_definition(self, reference: str) -> Optional[Dict[str, Any]]:
-        name = reference.rpartition("job-definition/")[2] if reference.startswith("arn:") else reference
-        base, _, revision = name.partition(":")
-        revisions = [d for d in self._definitions.get(base, []) if d["status"] == "ACTIVE"]
-        if not revisions:
-            return None
-        if revision:
-            return next((d for d in revisions if str(d["revision"]) == revision), None)
-        return revisions[-1]
-
-    def _queue_name(self, reference: str) -> str:
-        return reference.rpartition("job-queue/")[2] if reference.startswith("arn:") else reference
-
-    def _queue_detail(self, name: str) -> Dict[str, Any]:
-        return {
-            "jobQueueName": name,
-            "jobQueueArn": f"arn:aws:batch:{REGION}:{ACCOUNT}:job-queue/{name}",
-            "state": self._queue_states[name], "status": "VALID", "priority": 1,
-            "computeEnvironmentOrder": [{
-                "order": 1,
-                "computeEnvironment": f"arn:aws:batch:{REGION}:{ACCOUNT}:compute-environment/"
-                                      f"{self.compute_environment}"}],
-        }
-
-    def describe_job_queues(self, **params: Any) -> Dict[str, Any]:
-        self._enter("DescribeJobQueues", params)
+    # -- job queues --------------------------------------------------------------------------
+    @_api("DescribeJobQueues")
+    def describe_job_queues(self, params: Dict[str, Any]) -> Dict[str, Any]:
         with self._lock:
             wanted = params.get("jobQueues")
-            names = [self._queue_name(q) for q in wanted] if wanted else list(self._queue_states)
-            return {"jobQueues": [self._queue_detail(n) for n in names if n in self._queue_states]}
-
-    def create_job_queue(self, **params: Any) -> Dict[str, Any]:
-        self._enter("CreateJobQueue", params)
-        with self._lock:
-            name = params["jobQueueName"]
-            self._queue_states[name] = params.get("state", "ENABLED")
-            detail = self._queue_detail(name)
-            return {"jobQueueName": name, "jobQueueArn": detail["jobQueueArn"]}
-
-    def update_job_queue(self, **params: Any) -> Dict[str, Any]:
-        self._enter("UpdateJobQueue", params)
-        with self._lock:
-            name = self._queue_name(params["jobQueue"])
-            if name not in self._queue_states:
-                raise client_error(f"job queue {params['jobQueue']} does not exist",
-                                   operation="UpdateJobQueue")
-            if "state" in params:
-                self._queue_states[name] = params["state"]
-            detail = self._queue_detail(name)
-            return {"jobQueueName": name, "jobQueueArn": detail["jobQueueArn"]}
-
-    def register_job_definition(self, **params: Any) -> Dict[str, Any]:
-        self._enter("RegisterJobDefinition", params)
-        with self._lock:
-            body = {k: v for k, v in params.items() if k != "jobDefinitionName"}
-            definition = self._store_definition(params["jobDefinitionName"], body)
-            return {key: definition[key] for key in ("jobDefinitionName", "jobDefinitionArn", "revision")}
-
-    def describe_job_definitions(self, **params: Any) -> Dict[str, Any]:
-        self._enter("DescribeJobDefinitions", params)
-        with self._lock:
-            found = []
-            if params.get("jobDefinitions"):
-                for reference in params["jobDefinitions"]:
-                    definition = self._find_definition(reference)
-                    if definition and (":" in reference.rpartition("/")[2] or reference.startswith("arn:")):
-                        found.append(definition)
-                    elif definition is not None:
-                        found.extend(d for d in self._definitions[definition["jobDefinitionName"]])
-            else:
-                name = params.get("jobDefinitionName")
-                for key, revisions in self._definitions.items():
-                    if name is None or key == name:
-                        found.extend(revisions)
-            status = params.get("status")
-            if status:
-                found = [d for d in found if d["status"] == status]
-            return {"jobDefinitions": [json.loads(json.dumps(d)) for d in found]}
-
-    def deregister_job_definition(self, **params: Any) -> Dict[str, Any]:
-        self._enter("DeregisterJobDefinition", params)
-        with self._lock:
-            definition = self._find_definition(params["jobDefinition"])
-            if definition is None:
-                raise client_error("job definition not found", operation="DeregisterJobDefinition")
-            definition["status"] = "INACTIVE"
-            return {}
-
-    # -- SubmitJob ---------------------------------------------------------------------------
-    def submit_job(self, **params: Any) -> Dict[str, Any]:
-        self._enter("SubmitJob", params)
-        op = "SubmitJob"
-        size = len(json.dumps(params, separators=(",", ":")).encode())
-        if size > MAX_REQUEST_BYTES:
-            raise client_error(f"SubmitJob request is {size} bytes; the limit is 30 KiB", operation=op)
-        name = params["jobName"]
-        if not JOB_NAME.match(name):
-            raise client_error(
-                f"jobName {name!r} must be 1-128 letters, digits, hyphens and underscores, "
-                "starting with a letter or digit", operation=op)
-        array = params.get("arrayProperties") or {}
-        array_size = array.get("size")
-        if array and (array_size is None or not 2 <= array_size <= 10_000):
-            raise client_error(f"array size {array_size} must be between 2 and 10000", operation=op)
-        for variable in (params.get("containerOverrides") or {}).get("environment") or []:
-            if variable.get("name", "").upper().startswith("AWS_BATCH"):
-                raise client_error(f"environment variable {variable['name']}: names starting with "
-                                   "AWS_BATCH are reserved", operation=op)
-        attempts = (params.get("retryStrategy") or {}).get("attempts")
-        if attempts is not None and not 1 <= attempts <= 10:
-            raise client_error(f"retryStrategy.attempts {attempts} must be between 1 and 10",
-                               operation=op)
-        timeout = (params.get("timeout") or {}).get("attemptDurationSeconds")
-        if timeout is not None and timeout < 1:
-            raise client_error("timeout.attemptDurationSeconds must be positive", operation=op)
-        with self._lock:
-            queue = self._queue_name(params["jobQueue"])
-            if queue not in self._queue_states:
-                raise client_error(f"job queue {params['jobQueue']} does not exist", operation=op)
-            if self._queue_states[queue] != "ENABLED":
-                raise client_error(f"job queue {params['jobQueue']} is {self._queue_states[queue]}",
-                                   operation=op)
-            definition = self._find_definition(params["jobDefinition"])
-            if definition is None:
-                raise client_error(f"job definition {params['jobDefinition']} does not exist",
-                                   operation=op)
-            dependencies = []
-            for dependency in params.get("dependsOn") or []:
-                if dependency.get("jobId") is None:
-                    continue
-                target = self._job(dependency["jobId"])
-                if target is None:
-                    raise client_error(f"dependency {dependency['jobId']} does not exist", operation=op)
-                dependencies.append((target, dependency.get("type")))
-            job = Job(id=str(uuid.uuid4()), name=name, queue=queue, definition=definition,
-                      request=json.loads(json.dumps(params)), size=array_size)
-            job.depends_on_spec = dependencies
-            job.sequential = any(d.get("type") == "SEQUENTIAL" and not d.get("jobId")
-                                 for d in params.get("dependsOn") or [])
-            self._jobs[job.id] = job
-            self._submitted.append(job)
-            self._touch(job)
-        self._wake.set()
-        return {"jobArn": self._arn(job.id), "jobName": name, "jobId": job.id}
-
-    def _arn(self, job_id: str) -> str:
-        return f"arn:aws:batch:{REGION}:{ACCOUNT}:job/{job_id}"
-
-    def _job(self, job_id: str) -> Optional[Job]:
-        parent_id, _, index = job_id.partition(":")
-        job = self._jobs.get(parent_id)
-        if job is None:
-            return None
-        if index:
-            if not index.isdigit() or not job.children or int(index) >= len(job.children):
-                return None
-            return job.children[int(index)]
-        return job
-
-    # -- DescribeJobs, ListJobs --------------------------------------------------------------
-    def describe_jobs(self, **params: Any) -> Dict[str, Any]:
-        self._enter("DescribeJobs", params)
-        ids = params["jobs"]
-        if len(ids) > 100:
-            raise client_error("DescribeJobs takes at most 100 job ids", operation="DescribeJobs")
-        found = []
-        horizon = now_ms() - self.metadata_ttl * 1000
-        with self._lock:
-            for job_id in ids:
-                job = self._job(job_id)
-                if job is not None:
-                    top = job.parent or job
-                    if top.status in TERMINAL and top.stopped_at and top.stopped_at < horizon:
-                        continue
-                    found.append(self._detail(job))
-        for job_id in ids:  # jobs another instance ran, from their records
-            if self._jobs.get(job_id.partition(":")[0]) is None:
-                detail = self.records.describe(job_id, horizon)
-                if detail is not None:
-                    found.append(detail)
-        return {"jobs": found}
-
-    def _attempt_detail(self, attempt: Dict[str, Any]) -> Dict[str, Any]:
-        return {k: v for k, v in attempt.items() if v is not None}
-
-    def _detail(self, job: Job) -> Dict[str, Any]:
-        top = job.parent or job
-        request = top.request
-        container: Dict[str, Any] = {
-            "image": job.container_props.get("image", "batchfutures-local"),
-            "command": job.command,
-            "resourceRequirements": job.resources(),
-            "environment": list(job.overrides.get("environment") or []),
-        }
-        if job.attempts:
-            last = job.attempts[-1].get("container") or {}
-            for key in ("exitCode", "reason", "logStreamName", "taskArn"):
-                if last.get(key) is not None:
-                    container[key] = last[key]
-        elif job.log_stream:
-            container["logStreamName"] = job.log_stream
-        if job.log_stream and job.status in ("STARTING", "RUNNING"):
-            container["logStreamName"] = job.log_stream
-        detail: Dict[str, Any] = {
-            "jobArn": self._arn(job.id), "jobName": top.name, "jobId": job.id,
-            "jobQueue": f"arn:aws:batch:{REGION}:{ACCOUNT}:job-queue/{top.queue}",
-            "status": job.status, "createdAt": job.created_at,
-            "startedAt": job.started_at or 0,
-            "jobDefinition": top.definition["jobDefinitionArn"],
-            "attempts": [self._attempt_detail(a) for a in job.attempts],
-            "container": container,
-            "dependsOn": list(request.get("dependsOn") or []),
-            "tags": dict(request.get("tags") or {}),
-            "propagateTags": bool(request.get("propagateTags", False)),
-            "platformCapabilities": ["EC2"],
-            "isCancelled": job.is_cancelled, "isTerminated": job.is_terminated,
-        }
-        if job.status_reason:
-            detail["statusReason"] = job.status_reason
-        if job.stopped_at:
-            detail["stoppedAt"] = job.stopped_at
-        strategy = request.get("retryStrategy")
-        detail["retryStrategy"] = strategy or {"attempts": 1}
-        if job.timeout:
-            detail["timeout"] = {"attemptDurationSeconds": job.timeout}
-        if request.get("shareIdentifier"):
-            detail["shareIdentifier"] = request["shareIdentifier"]
-        if request.get("schedulingPriorityOverride") is not None:
-            detail["schedulingPriority"] = request["schedulingPriorityOverride"]
-        if request.get("parameters"):
-            detail["parameters"] = request["parameters"]
-        if job.is_array:
-            detail["arrayProperties"] = {"size": job.size, "statusSummary": dict(job.counts),
-                                         "statusSummaryLastUpdatedAt": now_ms()}
-        elif job.parent is not None:
-            detail["arrayProperties"] = {"index": job.index}
-        return detail
-
-    def _summary(self, job: Job) -> Dict[str, Any]:
-        top = job.parent or job
-        summary: Dict[str, Any] = {
-            "jobArn": self._arn(job.id), "jobId": job.id, "jobName": top.name,
-            "createdAt": job.created_at, "status": job.status,
-            "jobDefinition": top.definition["jobDefinitionArn"],
-        }
-        if job.status_reason:
-            summary["statusReason"] = job.status_reason
-        if job.started_at:
-            summary["startedAt"] = job.started_at
-        if job.stopped_at:
-            summary["stoppedAt"] = job.stopped_at
-        if job.attempts:
-            last = job.attempts[-1].get("container") or {}
-            container = {k: last[k] for k in ("exitCode", "reason") if last.get(k) is not None}
-            if container:
-                summary["container"] = container
-        if job.is_array:
-            summary["arrayProperties"] = {"size": job.size}
-        elif job.parent is not None:
-            summary["arrayProperties"] = {"index": job.index}
-        return summary
-
-    def list_jobs(self, **params: Any) -> Dict[str, Any]:
-        self._enter("ListJobs", params)
-        status = params.get("jobStatus") or "RUNNING"  # as AWS: no status means RUNNING
-        horizon = now_ms() - self.metadata_ttl * 1000
-        with self._lock:
-            if params.get("arrayJobId"):
-                parent = self._jobs.get(params["arrayJobId"])
-                candidates = parent.children if parent is not None else []
-            elif params.get("jobQueue"):
-                queue = self._queue_name(params["jobQueue"])
-                if queue not in self._queue_states:
-                    raise client_error(f"job queue {params['jobQueue']} does not exist",
-                                       operation="ListJobs")
-                candidates = [j for j in self._jobs.values() if j.queue == queue]
-            else:
-                raise client_error("ListJobs needs jobQueue or arrayJobId", operation="ListJobs")
-            filters = params.get("filters") or []
-            if filters:
-                matched = [j for j in candidates if all(self._filter(j, f) for f in filters)]
-            else:
-                matched = [j for j in candidates if j.status == status]
-            matched = [j for j in matched if not ((j.parent or j).stopped_at or 0) or
-                       (j.parent or j).status not in TERMINAL or (j.parent or j).stopped_at >= horizon]
-            start = int(params.get("nextToken") or 0)
-            limit = min(int(params.get("maxResults") or 1000), 1000)
-            page = matched[start:start + limit]
-            response: Dict[str, Any] = {"jobSummaryList": [self._summary(j) for j in page]}
-            if start + limit < len(matched):
-                response["nextToken"] = str(start + limit)
+            names = [self.queues.resolve(q) for q in wanted] if wanted else self.queues.names()
+            names = [n for n in names if n is not None]
+            start = int(_untoken(params.get("nextToken")) or 0)
+            size = int(params.get("maxResults") or 100)
+            page = names[start:start + size]
+            response: Dict[str, Any] = {"jobQueues": [self.queues.detail(n) for n in page]}
+            if start + size < len(names):
+                response["nextToken"] = _token(start + size)
             return response
 
-    @staticmethod
-    def _filter(job: Job, spec: Dict[str, Any]) -> bool:
-        name, values = spec.get("name"), spec.get("values") or []
-        if name == "JOB_NAME":
-            return any(fnmatch.fnmatchcase(job.name, v) for v in values)
-        if name == "JOB_DEFINITION":
-            return any(v in (job.definition["jobDefinitionName"], job.definition["jobDefinitionArn"])
-                       for v in values)
-        return True
+    @_api("CreateJobQueue")
+    def create_job_queue(self, params: Dict[str, Any]) -> Dict[str, Any]:
+        name = params["jobQueueName"]
+        if not NAME.fullmatch(name):
+            raise Rejected(f"jobQueueName {name!r} must be 1-128 letters, digits, hyphens and underscores")
+        with self._lock:
+            if self.queues.resolve(name) is not None:
+                raise Rejected(f"Object already exists: job queue {name}")
+            self.queues.create(name, params.get("state") or "ENABLED", params.get("priority") or 1)
+            detail = self.queues.detail(name)
+        return {"jobQueueName": name, "jobQueueArn": detail["jobQueueArn"]}
+
+    @_api("UpdateJobQueue")
+    def update_job_queue(self, params: Dict[str, Any]) -> Dict[str, Any]:
+        state = params.get("state")
+        if state is not None and state not in ("ENABLED", "DISABLED"):
+            raise Rejected(f"state must be ENABLED or DISABLED, got {state!r}")
+        with self._lock:
+            name = self.queues.resolve(params["jobQueue"])
+            if name is None:
+                raise Rejected(f"Job queue {params['jobQueue']} does not exist")
+            self.queues.update(name, state, params.get("priority"))
+            detail = self.queues.detail(name)
+        return {"jobQueueName": name, "jobQueueArn": detail["jobQueueArn"]}
+
+    # -- job definitions ---------------------------------------------------------------------
+    @_api("RegisterJobDefinition")
+    def register_job_definition(self, params: Dict[str, Any]) -> Dict[str, Any]:
+        name = params["jobDefinitionName"]
+        if not NAME.fullmatch(name):
+            raise Rejected(f"jobDefinitionName {name!r} must be 1-128 letters, digits, hyphens "
+                           "and underscores")
+        if params["type"] != "container":
+            raise Rejected(f"job definition type {params['type']!r}: the emulator runs only "
+                           "'container' jobs")
+        for unsupported in ("nodeProperties", "eksProperties", "ecsProperties"):
+            if params.get(unsupported):
+                raise Rejected(f"{unsupported}: the emulator runs only single-container jobs")
+        properties = params.get("containerProperties")
+        if properties is None:
+            raise Rejected("containerProperties is required for a container job definition")
+        _check_environment(properties.get("environment"))
+        resolve_resources(properties, {})
+        _check_common(params.get("retryStrategy"), params.get("timeout"))
+        body = {key: value for key, value in params.items() if key != "jobDefinitionName"}
+        if body.get("retryStrategy"):
+            body["retryStrategy"] = normalized(body["retryStrategy"])
+        definition = self.definitions.register(name, json.loads(json.dumps(body)))
+        return {key: definition[key] for key in ("jobDefinitionName", "jobDefinitionArn", "revision")}
+
+    @_api("DescribeJobDefinitions")
+    def describe_job_definitions(self, params: Dict[str, Any]) -> Dict[str, Any]:
+        found: List[Dict[str, Any]] = []
+        references = params.get("jobDefinitions")
+        if references:
+            if len(references) > 100:
+                raise Rejected("jobDefinitions takes at most 100 entries")
+            for reference in references:
+                name = arn_resource(reference, "job-definition") or reference
+                if ":" in name:
+                    definition = self.definitions.resolve(name, active_only=False)
+                    found.extend([definition] if definition else [])
+                else:
+                    found.extend(self.definitions.revisions(name))
+        else:
+            wanted = params.get("jobDefinitionName")
+            for name in ([wanted] if wanted else self.definitions.names()):
+                found.extend(self.definitions.revisions(name))
+        status = params.get("status")
+        if status:
+            found = [d for d in found if d.get("status") == status]
+        found.sort(key=lambda d: (d["jobDefinitionName"], d["revision"]))
+        start = int(_untoken(params.get("nextToken")) or 0)
+        size = int(params.get("maxResults") or 100)
+        response: Dict[str, Any] = {"jobDefinitions": [json.loads(json.dumps(d))
+                                                       for d in found[start:start + size]]}
+        if start + size < len(found):
+            response["nextToken"] = _token(start + size)
+        return response
+
+    @_api("DeregisterJobDefinition")
+    def deregister_job_definition(self, params: Dict[str, Any]) -> Dict[str, Any]:
+        definition = self.definitions.resolve(params["jobDefinition"], active_only=False)
+        if definition is None:
+            raise Rejected(f"Job definition {params['jobDefinition']} does not exist")
+        self.definitions.set_status(definition, "INACTIVE")
+        return {}
+
+    # -- SubmitJob ---------------------------------------------------------------------------
+    @_api("SubmitJob")
+    def submit_job(self, params: Dict[str, Any]) -> Dict[str, Any]:
+        if self._closed:
+            raise Rejected("The batchfutures emulator is closed", "ServerException")
+        size = len(json.dumps(params, separators=(",", ":")).encode())
+        if size > MAX_REQUEST_BYTES:
+            raise Rejected(f"SubmitJob request size {size} bytes exceeds the 30 KiB limit "
+                           f"({MAX_REQUEST_BYTES} bytes)")
+        name = params["jobName"]
+        if not JOB_NAME.fullmatch(name):
+            raise Rejected(f"jobName {name!r} is invalid: up to 128 letters (uppercase and "
+                           "lowercase), numbers, hyphens and underscores, starting with a letter "
+                           "or number")
+        with self._lock:
+            queue = self.queues.resolve(params["jobQueue"])
+            if queue is None:
+                raise Rejected(f"Job queue {params['jobQueue']} does not exist")
+            if self.queues.state(queue) != "ENABLED":
+                raise Rejected(f"Job queue {queue} is DISABLED: it does not accept jobs")
+        definition = self.definitions.resolve(params["jobDefinition"])
+        if definition is None:
+            raise Rejected(f"Job definition {params['jobDefinition']} does not exist or is not ACTIVE")
+        array_size = (params.get("arrayProperties") or {}).get("size")
+        if params.get("arrayProperties") is not None and (
+                array_size is None or not 2 <= array_size <= MAX_ARRAY_SIZE):
+            raise Rejected(f"arrayProperties.size must be between 2 and {MAX_ARRAY_SIZE}, "
+                           f"got {array_size}")
+        strategy = params.get("retryStrategy") or definition.get("retryStrategy")
+        timeout = params.get("timeout") or definition.get("timeout")
+        _check_common(strategy, timeout)
+        overrides = params.get("containerOverrides") or {}
+        _check_environment(overrides.get("environment"))
+        properties = definition.get("containerProperties") or {}
+        requirements, vcpus, memory = resolve_resources(properties, overrides)
+        if memory is None:
+            raise Rejected("The job needs a MEMORY resource requirement (its definition has none)")
+        parameters = dict(definition.get("parameters") or {})
+        parameters.update(params.get("parameters") or {})
+        command = [_substitute(arg, parameters)
+                   for arg in (overrides.get("command") or properties.get("command") or [])]
+        environment = {}  # the definition's variables, then the overrides'
+        for item in (properties.get("environment") or []) + (overrides.get("environment") or []):
+            environment[item["name"]] = item.get("value", "")
+        targets = self._dependency_targets(params.get("dependsOn") or [], array_size)
+        job_id = str(uuid.uuid4())
+        spec = JobSpec(
+            job_id=job_id, name=name, queue=queue, definition_arn=definition["jobDefinitionArn"],
+            definition_name=definition["jobDefinitionName"],
+            image=properties.get("image") or "batchfutures-local", command=command,
+            environment=[{"name": k, "value": v} for k, v in environment.items()],
+            resource_requirements=requirements, vcpus=vcpus, memory=memory,
+            retry_strategy=normalized(strategy),
+            timeout=(timeout or {}).get("attemptDurationSeconds"),
+            tags=dict(params.get("tags") or {}),
+            propagate_tags=params.get("propagateTags", definition.get("propagateTags")),
+            share_identifier=params.get("shareIdentifier"),
+            scheduling_priority=params.get("schedulingPriorityOverride",
+                                           definition.get("schedulingPriority")),
+            parameters=parameters or None,
+            depends_on=[dict(d) for d in params.get("dependsOn") or []],
+            array_size=array_size, created=now_ms(), seq=next(self._seq),
+            platform_capabilities=definition.get("platformCapabilities") or ["EC2"])
+        job = Job(spec)
+        job.targets = targets
+        job.owner = self._owner
+        with self._lock:
+            if self._closed:
+                raise Rejected("The batchfutures emulator is closed", "ServerException")
+            job.sink = self.persister.dirty
+            job.dirty.update(range(job.chunk_count))
+            job.touch()
+            self._jobs[job_id] = job
+            self.scheduler.add(job)
+        return {"jobArn": job_arn(job_id), "jobName": name, "jobId": job_id}
+
+    def _dependency_targets(self, depends_on: List[Dict[str, Any]],
+                            array_size: Optional[int]) -> List[Tuple[str, Any]]:
+        if len(depends_on) > MAX_DEPENDENCIES:
+            raise Rejected(f"dependsOn takes at most {MAX_DEPENDENCIES} jobs")
+        targets: List[Tuple[str, Any]] = []
+        for dependency in depends_on:
+            kind, job_id = dependency.get("type"), dependency.get("jobId")
+            if kind not in (None, "N_TO_N", "SEQUENTIAL"):
+                raise Rejected(f"dependsOn type must be N_TO_N or SEQUENTIAL, got {kind!r}")
+            if kind == "SEQUENTIAL":
+                if array_size is None:
+                    raise Rejected("A SEQUENTIAL dependency is only valid for an array job")
+                targets.append(("sequential", None))
+                if not job_id:
+                    continue
+            if not job_id:
+                raise Rejected("A dependsOn entry needs a jobId (except type SEQUENTIAL)")
+            found = self._find(job_id)
+            if found is None:
+                raise Rejected(f"Dependency job {job_id} does not exist")
+            job, unit = found
+            own = self._jobs.get(job.job_id) is job
+            if kind == "N_TO_N":
+                if array_size is None or unit is not None or not job.is_array:
+                    raise Rejected("An N_TO_N dependency needs an array job depending on an array job")
+                if len(job.units) != array_size:
+                    raise Rejected(f"An N_TO_N dependency needs arrays of the same size: {job_id} "
+                                   f"has {len(job.units)} children, this job {array_size}")
+                targets.append(("n_to_n", job if own else job.job_id))
+                continue
+            if own:
+                target: Any = unit if unit is not None else (job if job.is_array else job.units[0])
+            else:
+                target = unit.job_id if unit is not None else job.job_id
+            targets.append(("whole", target))
+        return targets
+
+    # -- DescribeJobs, ListJobs --------------------------------------------------------------
+    @_api("DescribeJobs")
+    def describe_jobs(self, params: Dict[str, Any]) -> Dict[str, Any]:
+        ids = params["jobs"]
+        if len(ids) > MAX_DESCRIBE:
+            raise Rejected(f"DescribeJobs takes at most {MAX_DESCRIBE} job IDs, got {len(ids)}")
+        found, seen = [], set()
+        for raw in ids:
+            item = self._find(raw)
+            if item is None:
+                continue  # unknown or forgotten: left out, as Batch does
+            key = (item[0].job_id, item[1].index if item[1] is not None else None)
+            if key not in seen:
+                seen.add(key)
+                found.append(item)
+        with self._lock:  # one consistent snapshot of every job asked for
+            details = [describe(job, unit) for job, unit in found]
+        return {"jobs": details}
+
+    @_api("ListJobs")
+    def list_jobs(self, params: Dict[str, Any]) -> Dict[str, Any]:
+        scopes = [key for key in ("jobQueue", "arrayJobId", "multiNodeJobId") if params.get(key)]
+        if len(scopes) != 1:
+            raise Rejected("Specify exactly one of jobQueue, arrayJobId and multiNodeJobId")
+        filters = params.get("filters") or []
+        if params.get("jobStatus") is not None and params["jobStatus"] not in STATUSES:
+            raise Rejected(f"jobStatus must be one of {', '.join(STATUSES)}")
+        # As Batch: with filters every status is listed; with neither, RUNNING jobs only.
+        statuses = set(STATUSES) if filters else {params.get("jobStatus") or "RUNNING"}
+        match = self._filter(filters)
+        size = int(params.get("maxResults") or 1000)
+        if not 1 <= size:
+            raise Rejected("maxResults must be at least 1")
+        size = min(size, 1000)
+        after = _untoken(params.get("nextToken"))
+        items: List[Tuple[Any, Job, Optional[Unit]]] = []
+        if scopes[0] == "multiNodeJobId":
+            raise Rejected("The emulator does not run multi-node parallel jobs")
+        if scopes[0] == "arrayJobId":
+            found = self._find(params["arrayJobId"])
+            if found is not None and found[1] is None and found[0].is_array:
+                job = found[0]
+                with self._lock:
+                    indices = sorted(i for s in statuses for i in job.by_status[s])
+                    if after is not None:
+                        indices = [i for i in indices if i > after]
+                    units = [job.units[i] for i in indices]
+                    items = [(u.index, job, u) for u in units if match(job, u)]
+        else:
+            queue = self.queues.resolve(params["jobQueue"])
+            if queue is None:
+                raise Rejected(f"Job queue {params['jobQueue']} does not exist")
+            with self._lock:
+                jobs = [j for j in self._jobs.values() if j.spec.queue == queue]
+            for job_id in self.store.job_ids():
+                if job_id not in self._jobs:
+                    job = self._load_foreign(job_id)
+                    if job is not None and job.spec.queue == queue:
+                        jobs.append(job)
+            now = now_ms()
+            with self._lock:
+                for job in jobs:
+                    if job.status in statuses and not self._expired(job, now) and match(job, None):
+                        position = [job.spec.created, job.job_id]
+                        if after is None or position > after:
+                            items.append((position, job, None))
+            items.sort(key=lambda item: item[0])
+        page = items[:size]
+        with self._lock:
+            response: Dict[str, Any] = {"jobSummaryList": [summary(job, unit) for _, job, unit in page]}
+        if len(items) > size:
+            response["nextToken"] = _token(page[-1][0])
+        return response
+
+    def _filter(self, filters: List[Dict[str, Any]]) -> Callable[[Job, Optional[Unit]], bool]:
+        checks: List[Callable[[Job, Optional[Unit]], bool]] = []
+        for item in filters:
+            name, values = item.get("name"), item.get("values") or []
+            if not values:
+                raise Rejected(f"filter {name} needs a value")
+            value = values[0]
+            if name == "JOB_NAME":
+                checks.append(lambda job, unit, v=value: _glob(v, job.spec.name))
+            elif name == "JOB_DEFINITION":
+                def by_definition(job: Job, unit: Optional[Unit], v: str = value) -> bool:
+                    arn = job.spec.definition_arn
+                    short = arn.split("job-definition/", 1)[1]
+                    return any(_glob(v, candidate) for candidate in
+                               (arn, short, job.spec.definition_name))
+                checks.append(by_definition)
+            elif name in ("BEFORE_CREATED_AT", "AFTER_CREATED_AT"):
+                try:
+                    stamp = int(value)
+                except ValueError:
+                    raise Rejected(f"filter {name} needs a time in epoch milliseconds")
+                if name == "BEFORE_CREATED_AT":
+                    checks.append(lambda job, unit, t=stamp: job.spec.created < t)
+                else:
+                    checks.append(lambda job, unit, t=stamp: job.spec.created > t)
+            else:
+                raise Rejected(f"unknown filter {name!r}: use JOB_NAME, JOB_DEFINITION, "
+                               "BEFORE_CREATED_AT or AFTER_CREATED_AT")
+        return lambda job, unit: all(check(job, unit) for check in checks)
 
     # -- CancelJob, TerminateJob -------------------------------------------------------------
-    def cancel_job(self, **params: Any) -> Dict[str, Any]:
-        self._enter("CancelJob", params)
-        self._stop(params["jobId"], params["reason"], terminate=False, operation="CancelJob")
+    @_api("CancelJob")
+    def cancel_job(self, params: Dict[str, Any]) -> Dict[str, Any]:
+        self._stop("cancel", params["jobId"], params["reason"])
         return {}
 
-    def terminate_job(self, **params: Any) -> Dict[str, Any]:
-        self._enter("TerminateJob", params)
-        self._stop(params["jobId"], params["reason"], terminate=True, operation="TerminateJob")
+    @_api("TerminateJob")
+    def terminate_job(self, params: Dict[str, Any]) -> Dict[str, Any]:
+        self._stop("terminate", params["jobId"], params["reason"])
         return {}
 
-    def _stop(self, job_id: str, reason: str, *, terminate: bool, operation: str) -> None:
+    def _stop(self, action: str, job_id: str, reason: str) -> None:
+        found = self._find(job_id)
+        if found is None:
+            raise Rejected(f"Job {job_id} does not exist")
+        job, unit = found
+        if self._jobs.get(job.job_id) is job:
+            self._stop_own(action, job, unit, reason)
+            return
+        if job.status in FINAL and (unit is None or unit.status in FINAL):
+            return
+        owner = job.owner or []
+        instance = owner[2] if len(owner) > 2 else None
+        if instance is None or not process_alive(owner):
+            return  # its owner is gone: the record was recovered as FAILED
+        other = BatchEmulator._live.get(instance)
+        if other is not None and not other._closed:  # another instance of this process
+            other._stop_own(action, job, unit, reason, job_id=job_id)
+        else:
+            self.store.send_control(instance, {"action": action, "jobId": job_id, "reason": reason})
+
+    def _stop_own(self, action: str, job: Job, unit: Optional[Unit], reason: str,
+                  job_id: Optional[str] = None) -> None:
         with self._lock:
-            job = self._job(job_id)
-            if job is None:
-                raise client_error(f"job {job_id} does not exist", operation=operation)
-            targets = job.children if job.children else [job]
-            if job.is_array and not job.children:  # not expanded yet
-                targets = [job]
-            for target in targets:
-                if target.status in BEFORE_START:
-                    target.cancel_requested = reason
-                    if terminate:
-                        target.is_terminated = True
-                    else:
-                        target.is_cancelled = True
-                elif terminate and target.status in ("STARTING", "RUNNING"):
-                    target.cancel_requested = reason
-                    target.is_terminated = True
-                    if target.process is not None:
-                        target.process.kill(reason)
-        self._wake.set()
+            if job_id is not None:  # a request naming the job by id: find our own object
+                own = self._jobs.get(job.job_id)
+                if own is None:
+                    return
+                job, unit = own, (own.unit(unit.index) if unit is not None else None)
+            if action == "cancel":
+                self.scheduler.cancel(job, unit, reason)
+            else:
+                self.scheduler.terminate(job, unit, reason)
 
-    # -- the scheduler -----------------------------------------------------------------------
-    def _run(self) -> None:
-        last_sample = last_persist = last_purge = 0.0
-        while not self._closed:
-            self._wake.wait(TICK)
-            self._wake.clear()
+    # -- finding jobs, own and foreign -------------------------------------------------------
+    def _find(self, raw: str) -> Optional[Tuple[Job, Optional[Unit]]]:
+        job_id = arn_resource(raw, "job") or raw
+        parent_id, separator, index = job_id.partition(":")
+        if separator and not index.isdigit():
+            return None
+        with self._lock:
+            job = self._jobs.get(parent_id)
+        if job is None:
+            job = self._load_foreign(parent_id)
+        if job is None or self._expired(job, now_ms()):
+            return None
+        if separator:
+            unit = job.unit(int(index))
+            return (job, unit) if unit is not None else None
+        return job, None
+
+    def _expired(self, job: Job, now: int) -> bool:
+        return (job.status in FINAL and job.stopped is not None
+                and job.stopped < now - self.metadata_ttl * 1000)
+
+    def _load_foreign(self, job_id: str, *, cache: bool = True) -> Optional[Job]:
+        """Another instance's (or an earlier process's) job, from its record."""
+        if not JOB_ID.fullmatch(job_id):
+            return None
+        signature = self.store.signature(job_id)
+        with self._foreign_lock:
+            cached = self._foreign.get(job_id)
+            if signature is None:
+                self._foreign.pop(job_id, None)
+                return None
+            if cached is not None and cached[0] == signature:
+                job = cached[1]
+            else:
+                loaded = self.store.load(job_id)
+                if loaded is None:
+                    return None
+                try:
+                    job = Job.from_record(*loaded)
+                except (KeyError, TypeError, ValueError, IndexError):
+                    return None
+                if cache:
+                    self._foreign[job_id] = (signature, job)
+            unfinished = job.status not in FINAL or any(u.status not in FINAL for u in job.units)
+            if unfinished and not process_alive(job.owner):
+                self._recover(job)
+            if self._expired(job, now_ms()):
+                self._foreign.pop(job_id, None)
+                self._delete_files(job)
+                return None
+            return job
+
+    def _recover(self, job: Job) -> None:
+        """Record as FAILED what a dead process left unfinished (caller holds _foreign_lock)."""
+        pid = (job.owner or ["?"])[0]
+        reason = EXIT_REASON.format(pid=pid)
+        now = now_ms()
+        for unit in job.units:
+            if unit.status in FINAL:
+                continue
+            if unit.current is not None:
+                attempt, unit.current = unit.current, None
+                attempt.update(stoppedAt=now, statusReason=reason)
+                unit.attempts.append(attempt)
+            job.move(unit, "FAILED", now, reason)
+        if job.is_array and job.status not in FINAL:
+            job.finish_parent("FAILED", reason, now)
+        chunks = {k: json.dumps(job.chunk_record(k), separators=(",", ":")) for k in range(job.chunk_count)}
+        self.store.write(job.job_id, json.dumps(job.parent_record(job.owner), separators=(",", ":")),
+                         chunks)
+        self._foreign[job.job_id] = (self.store.signature(job.job_id), job)
+
+    def _foreign_status(self, job_id: str) -> Optional[str]:
+        found = self._find(job_id)
+        if found is None:
+            return None
+        job, unit = found
+        return unit.status if unit is not None else job.status
+
+    def _log_files(self, job: Job) -> List[Path]:
+        files = []
+        for unit in job.units:
+            for attempt in unit.attempts + ([unit.current] if unit.current else []):
+                stream = (attempt.get("container") or {}).get("logStreamName")
+                if stream:
+                    files.append(self.folder.joinpath("logs", *stream.split("/")))
+        return files
+
+    def _delete_files(self, job: Job) -> None:
+        self.store.delete(job.job_id)
+        for path in self._log_files(job):
             try:
-                with self._lock:
-                    self._advance()
-                    now = time.monotonic()
-                    if now - last_sample >= MEMORY_SAMPLE_EVERY:
-                        last_sample = now
-                        self._enforce_limits()
-                    changed, self._changed = self._changed, False
-                if now - last_persist >= 0.2:
-                    last_persist = now
-                    self._persist()
-                if now - last_purge >= 5:
-                    last_purge = now
-                    self._purge()
-            except Exception:
-                logger.exception("batchfutures emulator: scheduler step failed")
-                changed = True
-            if changed:
-                self._notify()
+                path.unlink()
+            except OSError:
+                pass
 
-    def _advance(self) -> None:
-        # SUBMITTED -> PENDING; arrays expand into children
-        while self._submitted:
-            job = self._submitted.popleft()
-            if job.cancel_requested:
-                self._finish_cancelled(job)
-                continue
-            self._set_status(job, "PENDING")
-            if job.is_array:
-                self._expand(job)
-            else:
-                job.depends_on = [target for target, _ in job.depends_on_spec]
-                self._pending.append(job)
-        # PENDING -> RUNNABLE once dependencies succeeded (FAILED when one failed)
-        still = []
-        for job in self._pending:
-            if job.cancel_requested:
-                self._finish_cancelled(job)
-                continue
-            states = [dep.status for dep in job.depends_on]
-            if any(s == "FAILED" for s in states):
-                self._fail_before_start(job, DEPENDENCY_FAILED)
-            elif all(s == "SUCCEEDED" for s in states):
-                self._set_status(job, "RUNNABLE")
-                self._runnable.append(job)
-            else:
-                still.append(job)
-        self._pending = still
-        # RUNNABLE -> STARTING when vCPUs are free, in submission order
-        blocked = deque()
-        while self._runnable:
-            job = self._runnable.popleft()
-            if job.cancel_requested:
-                self._finish_cancelled(job)
-                continue
-            if job.vcpus > self.max_vcpus:
-                if job.status_reason != TOO_BIG:
-                    job.status_reason = TOO_BIG
-                    self._touch(job)
-                blocked.append(job)
-                continue
-            if self._used_vcpus + job.vcpus > self.max_vcpus + 1e-9:
-                blocked.append(job)
-                blocked.extend(self._runnable)
-                self._runnable.clear()
-                break
-            self._start(job)
-        self._runnable = blocked
-        # STARTING -> RUNNING (the process exists: the container started)
-        for job in self._active:
-            if job.status == "STARTING" and job.process is not None:
-                self._set_status(job, "RUNNING")
-                job.running_since = time.monotonic()
-                if job.started_at is None:
-                    job.started_at = now_ms()
-                if job.attempts and job.attempts[-1].get("startedAt") is None:
-                    job.attempts[-1]["startedAt"] = now_ms()
-        # array parents follow their children
-        for job in list(self._jobs.values()):
-            if job.is_array and job.status == "PENDING" and job.children:
-                done = job.counts["SUCCEEDED"] + job.counts["FAILED"]
-                if done == job.size:
-                    if job.counts["FAILED"]:
-                        self._set_status(job, "FAILED", "Array Child Job failed")
-                    else:
-                        self._set_status(job, "SUCCEEDED")
+    # -- background work ---------------------------------------------------------------------
+    def _snapshot(self, job: Job) -> Optional[Tuple[str, str, Dict[int, str]]]:
+        """The texts of a dirty job's record (the lock is held)."""
+        if self._jobs.get(job.job_id) is not job:
+            job.dirty.clear()
+            return None  # forgotten meanwhile
+        chunks = {k: json.dumps(job.chunk_record(k), separators=(",", ":")) for k in job.dirty if k >= 0}
+        job.dirty.clear()
+        parent = json.dumps(job.parent_record(self._owner), separators=(",", ":"))
+        return job.job_id, parent, chunks
 
-    def _expand(self, parent: Job) -> None:
-        parent.counts = {s: 0 for s in STATUSES}
-        parent.counts["PENDING"] = parent.size
-        specs = parent.depends_on_spec
-        for index in range(parent.size):
-            child = Job(id=f"{parent.id}:{index}", name=parent.name, queue=parent.queue,
-                        definition=parent.definition, request=parent.request, parent=parent,
-                        index=index, status="PENDING", created_at=parent.created_at)
-            for target, kind in specs:
-                if kind == "N_TO_N" and target.is_array and target.children:
-                    if index < len(target.children):
-                        child.depends_on.append(target.children[index])
-                else:
-                    child.depends_on.append(target)
-            if parent.sequential and index > 0:
-                child.depends_on.append(parent.children[index - 1])
-            parent.children.append(child)
-            self._pending.append(child)
+    def _housekeeping(self) -> None:
+        """Every 0.25 s on the scheduler's thread: requests from other processes, TTL, waits."""
+        for request in self.store.take_control(self.instance_id):
+            found = self._find(str(request.get("jobId", "")))
+            if found is not None and self._jobs.get(found[0].job_id) is found[0]:
+                self._stop_own(str(request.get("action")), found[0], found[1],
+                               str(request.get("reason", "")))
+        now = now_ms()
+        with self._lock:
+            finished = self.scheduler.finished
+            while finished and (finished[0].stopped is None or self._expired(finished[0], now)):
+                job = finished.popleft()
+                if self._jobs.get(job.job_id) is job and self._expired(job, now):
+                    del self._jobs[job.job_id]
+                    self.persister.delete(job.job_id, self._log_files(job))
+        self.scheduler.poll_foreign()
 
-    def _finish_cancelled(self, job: Job) -> None:
-        if job.is_array and not job.children:
-            self._set_status(job, "FAILED", job.cancel_requested)
-            return
-        self._fail_before_start(job, job.cancel_requested)
-
-    def _fail_before_start(self, job: Job, reason: str) -> None:
-        if job.is_array and not job.children:
-            self._expand(job)
-        if job.children:
-            for child in job.children:
-                if child.status in BEFORE_START:
-                    self._fail_before_start(child, reason)
-            return
-        self._set_status(job, "FAILED", reason)
-
-    def _start(self, job: Job) -> None:
-        top = job.parent or job
-        attempt_number = len(job.attempts) + 1
-        stream = f"{top.definition['jobDefinitionName']}/default/{uuid.uuid4().hex}"
-        job.log_stream = stream
-        self._set_status(job, "STARTING", None)
-        env = dict(os.environ)
-        pythonpath = python_path_for_children()
-        if pythonpath:
-            env["PYTHONPATH"] = pythonpath
-        for variable in (job.container_props.get("environment") or []) + \
-                (job.overrides.get("environment") or []):
-            env[variable["name"]] = variable.get("value", "")
-        env.update(AWS_BATCH_JOB_ID=job.id, AWS_BATCH_JOB_ATTEMPT=str(attempt_number),
-                   AWS_BATCH_JQ_NAME=top.queue, AWS_BATCH_CE_NAME=self.compute_environment)
-        if job.parent is not None:
-            env["AWS_BATCH_JOB_ARRAY_INDEX"] = str(job.index)
-            env["AWS_BATCH_JOB_ARRAY_SIZE"] = str(job.parent.size)
-        else:
-            env.pop("AWS_BATCH_JOB_ARRAY_INDEX", None)
-            env.pop("AWS_BATCH_JOB_ARRAY_SIZE", None)
-        job.attempts.append({"container": {"logStreamName": stream,
-                                           "taskArn": f"arn:aws:ecs:{REGION}:{ACCOUNT}:task/local/"
-                                                      f"{uuid.uuid4().hex}"},
-                             "startedAt": None, "stoppedAt": None, "statusReason": None})
-        self._used_vcpus += job.vcpus
-        self._active.append(job)
+    def _sweep(self) -> None:
+        """Recover unfinished records of dead processes, delete expired ones (at start)."""
         try:
-            job.process = AttemptProcess(container_argv(job.command), env,
-                                         str(stream_path(self.folder / "logs", stream)),
-                                         job.memory_mib, lambda _p, job=job: self._wake.set())
-        except OSError as error:  # the "image" cannot run this command
-            job.process = None
-            self._end_attempt(job, exit_code=None, container_reason=f"CannotStartContainerError: {error}",
-                              status_reason="Task failed to start")
+            for job_id in list(self.store.job_ids()):
+                if self._closed:
+                    return
+                with self._lock:
+                    own = job_id in self._jobs
+                if not own:
+                    self._load_foreign(job_id, cache=False)
+        except Exception:
+            logger.exception("batchfutures emulator: sweeping old records failed")
 
-    def _enforce_limits(self) -> None:
-        for job in list(self._active):
-            process = job.process
-            if process is None:
-                continue
-            if not process.running:
-                self._collect(job)
-                continue
-            if job.timeout and job.running_since is not None and \
-                    time.monotonic() - job.running_since >= job.timeout:
-                process.kill("timeout")
-            elif job.memory_mib and process.resident_mib() > job.memory_mib:
-                process.kill("memory")
-
-    def _collect(self, job: Job) -> None:
-        process = job.process
-        exit_code = process.exit_code()
-        killed = process.kill_reason
-        if killed == "timeout":
-            self._end_attempt(job, exit_code=137, status_reason=TIMEOUT_REASON)
-        elif killed == "memory" or (job.memory_mib and killed is None and exit_code == 137):
-            self._end_attempt(job, exit_code=137, container_reason=OOM_REASON, status_reason=EXITED)
-        elif killed is not None:  # terminated on request
-            self._end_attempt(job, exit_code=exit_code, status_reason=job.cancel_requested or killed)
-        else:
-            self._end_attempt(job, exit_code=exit_code, status_reason=EXITED)
-
-    def _end_attempt(self, job: Job, *, exit_code: Optional[int], status_reason: str,
-                     container_reason: Optional[str] = None) -> None:
-        attempt = job.attempts[-1]
-        container = attempt["container"]
-        if exit_code is not None:
-            container["exitCode"] = exit_code
-        if container_reason:
-            container["reason"] = container_reason
-        attempt["statusReason"] = status_reason
-        attempt["stoppedAt"] = now_ms()
-        if attempt.get("startedAt") is None:
-            attempt["startedAt"] = attempt["stoppedAt"]
-        if job in self._active:
-            self._active.remove(job)
-            self._used_vcpus = max(0.0, self._used_vcpus - job.vcpus)
-        job.process = None
-        job.running_since = None
-        if exit_code == 0 and not job.cancel_requested:
-            self._set_status(job, "SUCCEEDED", status_reason)
-        elif not job.cancel_requested and self._should_retry(job, exit_code, status_reason,
-                                                             container_reason):
-            job.status_reason = status_reason
-            self._set_status(job, "RUNNABLE")
-            self._runnable.append(job)
-        else:
-            self._set_status(job, "FAILED", job.cancel_requested or status_reason)
-        self._touch(job)
-
-    def _should_retry(self, job: Job, exit_code: Optional[int], status_reason: str,
-                      reason: Optional[str]) -> bool:
-        if len(job.attempts) >= job.max_attempts:
-            return False
-        for rule in job.evaluate_on_exit:
-            if (_glob(rule.get("onStatusReason"), status_reason)
-                    and _glob(rule.get("onReason"), reason)
-                    and _glob(rule.get("onExitCode"), None if exit_code is None else str(exit_code))):
-                return rule["action"].upper() == "RETRY"
-        return True  # as Batch: no matching rule means retry
-
-    # -- persistence, expiry, shutdown -------------------------------------------------------
-    def _persist(self) -> None:
+    # -- shutdown ----------------------------------------------------------------------------
+    def close(self, reason: Optional[str] = None) -> None:
+        """Kill running attempts; record every unfinished job FAILED with a reason saying why."""
         with self._lock:
-            dirty, self._dirty = self._dirty, set()
-            snapshots = [(job.id, self._record(job)) for job in dirty if job.id in self._jobs]
-        for job_id, record in snapshots:
-            self.records.write(job_id, record)
-
-    def _record(self, job: Job) -> Dict[str, Any]:
-        children = [[c.status, c.status_reason, c.started_at, c.stopped_at,
-                     [self._attempt_detail(a) for a in c.attempts],
-                     {"logStreamName": c.log_stream} if c.log_stream else {}]
-                    for c in job.children]
-        return {"owner": self._owner, "detail": self._detail(job), "children": children}
-
-    def _purge(self) -> None:
-        horizon = now_ms() - self.metadata_ttl * 1000
-        with self._lock:
-            expired = [job for job in self._jobs.values()
-                       if job.status in TERMINAL and job.stopped_at and job.stopped_at < horizon]
-            for job in expired:
-                del self._jobs[job.id]
-        self.records.purge(horizon, {job.id for job in expired})
-
-    def close(self, reason: str = "batchfutures emulator: shut down before the job finished") -> None:
-        """End every running attempt and record unfinished jobs FAILED with ``reason``."""
-        if self._closed:
-            return
-        with self._lock:
+            if self._closed:
+                return
             self._closed = True
-            for job in list(self._jobs.values()):
-                for item in (job.children or [job]):
-                    if item.status not in TERMINAL:
-                        if item.process is not None:
-                            item.process.kill("shutdown")
-                        if item.attempts and item.attempts[-1].get("stoppedAt") is None:
-                            item.attempts[-1]["stoppedAt"] = now_ms()
-                            item.attempts[-1]["statusReason"] = reason
-                            item.attempts[-1]["container"].setdefault("exitCode", 137)
-                        self._set_status(item, "FAILED", reason)
-                if job.status not in TERMINAL:
-                    self._set_status(job, "FAILED", reason)
-        self._wake.set()
-        self._persist()
+            jobs = list(self._jobs.values())
+        self.scheduler.shutdown(jobs, reason or SHUTDOWN_REASON.format(pid=os.getpid()))
+        self.monitor.close()
+        self.launcher.close()
+        self.persister.close()
+        self.store.drop_control(self.instance_id)
         with BatchEmulator._shared_lock:
             for key, emulator in list(BatchEmulator._shared.items()):
                 if emulator is self:
                     del BatchEmulator._shared[key]
         self._notify()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def __enter__(self) -> "BatchEmulator":
         return self
@@ -928,11 +728,42 @@ class BatchEmulator:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
+    def __repr__(self) -> str:
+        return f"BatchEmulator({str(self.folder)!r}, max_vcpus={self.max_vcpus:g})"
+
+
+def _check_environment(environment: Optional[List[Dict[str, Any]]]) -> None:
+    for item in environment or []:
+        if str(item.get("name", "")).upper().startswith("AWS_BATCH"):
+            raise Rejected(f"Environment variable {item['name']}: names starting with AWS_BATCH "
+                           "are reserved for variables that Batch sets")
+
+
+def _check_common(strategy: Optional[Dict[str, Any]], timeout: Optional[Dict[str, Any]]) -> None:
+    problem = check_strategy(strategy)
+    if problem:
+        raise Rejected(problem)
+    seconds = (timeout or {}).get("attemptDurationSeconds")
+    if seconds is not None and seconds < 1:
+        raise Rejected(f"timeout.attemptDurationSeconds must be positive, got {seconds}")
+
+
+def _substitute(argument: str, parameters: Dict[str, str]) -> str:
+    """Batch's parameter substitution: `Ref::name` in the command becomes the value."""
+    if "Ref::" not in argument:
+        return argument
+    for name, value in parameters.items():
+        argument = argument.replace(f"Ref::{name}", value)
+    return argument
+
 
 def _close_at_exit(ref: "weakref.ref[BatchEmulator]") -> None:
     emulator = ref()
     if emulator is not None:
-        emulator.close("batchfutures emulator: the process that ran this job exited before it finished")
+        emulator.close(EXIT_REASON.format(pid=os.getpid()))
 
 
-__all__ = ["BatchEmulator", "client_error"]
+_OPERATIONS: Dict[str, Callable[..., Dict[str, Any]]] = {
+    method.operation: method  # type: ignore[attr-defined]
+    for method in vars(BatchEmulator).values() if hasattr(method, "operation")
+}

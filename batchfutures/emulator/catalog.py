@@ -1,0 +1,205 @@
+"""Job definitions and job queues: what SubmitJob refers to by name or ARN.
+
+Definitions persist as one file per revision, `<folder>/definitions/<name>/<revision>.json`,
+created exclusively (O_EXCL), so two processes registering the same name get two revisions, as
+Batch gives. `batchfutures-worker` revision 1 (`python -m batchfutures.worker`, 1 vCPU, 2048 MiB)
+is always there. Queues live in memory: the ones the emulator was made with, ENABLED, one compute
+environment each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from .model import arn_resource, compute_environment_arn, definition_arn, queue_arn
+
+DEFAULT_DEFINITION = "batchfutures-worker"
+DEFAULT_BODY: Dict[str, Any] = {
+    "type": "container",
+    "containerProperties": {
+        "image": "batchfutures-local",
+        "command": ["python", "-m", "batchfutures.worker"],
+        "resourceRequirements": [{"type": "VCPU", "value": "1"}, {"type": "MEMORY", "value": "2048"}],
+    },
+    "platformCapabilities": ["EC2"],
+}
+NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+
+
+class Rejected(Exception):
+    """A request Batch would refuse: becomes a ClientError (ClientException) for the caller."""
+
+    def __init__(self, message: str, code: str = "ClientException") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class Definitions:
+    """Registered job definitions, read from and written to the folder."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder) / "definitions"
+        self._lock = threading.Lock()
+        self._cache: Dict[Path, Tuple[int, Dict[str, Any]]] = {}
+        if not self.revisions(DEFAULT_DEFINITION):
+            self._create(DEFAULT_DEFINITION, 1, DEFAULT_BODY)
+
+    def _create(self, name: str, revision: int, body: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+        definition = dict(body)
+        definition.update(jobDefinitionName=name, revision=revision, status="ACTIVE",
+                          jobDefinitionArn=definition_arn(name, revision),
+                          containerOrchestrationType="ECS")
+        folder = self.folder / name
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(folder / f"{revision}.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return None
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(definition, handle)
+        return definition
+
+    def register(self, name: str, body: Dict[str, Any]) -> Dict[str, Any]:
+        with self._lock:
+            while True:  # another process may take the revision first: take the next one
+                revisions = self.revisions(name)
+                revision = (revisions[-1]["revision"] if revisions else 0) + 1
+                definition = self._create(name, revision, body)
+                if definition is not None:
+                    return definition
+
+    def _read(self, path: Path) -> Optional[Dict[str, Any]]:
+        try:
+            stamp = path.stat().st_mtime_ns
+        except FileNotFoundError:
+            return None
+        cached = self._cache.get(path)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        try:
+            with open(path, encoding="utf-8") as handle:
+                definition = json.load(handle)
+        except (OSError, ValueError):
+            return None  # being written by another process
+        self._cache[path] = (stamp, definition)
+        return definition
+
+    def names(self) -> List[str]:
+        try:
+            return sorted(n for n in os.listdir(self.folder) if NAME.fullmatch(n))
+        except FileNotFoundError:
+            return []
+
+    def revisions(self, name: str) -> List[Dict[str, Any]]:
+        if not NAME.fullmatch(name):
+            return []
+        try:
+            files = [f for f in os.listdir(self.folder / name) if f.endswith(".json") and f[:-5].isdigit()]
+        except FileNotFoundError:
+            return []
+        found = [self._read(self.folder / name / f) for f in files]
+        return sorted((d for d in found if d), key=lambda d: d["revision"])
+
+    def resolve(self, reference: str, *, active_only: bool = True) -> Optional[Dict[str, Any]]:
+        """A definition from `name` (latest ACTIVE revision), `name:revision` or its ARN."""
+        name = arn_resource(reference, "job-definition") or reference
+        base, _, revision = name.partition(":")
+        revisions = self.revisions(base)
+        if revision:
+            if not revision.isdigit():
+                return None
+            found = next((d for d in revisions if d["revision"] == int(revision)), None)
+            return found if found is None or not active_only or found["status"] == "ACTIVE" else None
+        active = [d for d in revisions if d["status"] == "ACTIVE"]
+        return active[-1] if active else None
+
+    def set_status(self, definition: Dict[str, Any], status: str) -> None:
+        path = self.folder / definition["jobDefinitionName"] / f"{definition['revision']}.json"
+        updated = dict(definition, status=status)
+        temporary = path.with_name(f".{path.name}.tmp{os.getpid()}")
+        with open(temporary, "w", encoding="utf-8") as handle:
+            json.dump(updated, handle)
+        os.replace(temporary, path)
+
+
+class Queues:
+    """The emulator's job queues, each ENABLED with one compute environment unless updated."""
+
+    def __init__(self, names: Any, compute_environment: str) -> None:
+        self.compute_environment = compute_environment
+        self._queues: Dict[str, Dict[str, Any]] = {}
+        for name in names:
+            self.create(name)
+
+    def create(self, name: str, state: str = "ENABLED", priority: int = 1) -> None:
+        self._queues[name] = {"state": state, "priority": priority}
+
+    def resolve(self, reference: str) -> Optional[str]:
+        name = arn_resource(reference, "job-queue") or reference
+        return name if name in self._queues else None
+
+    def names(self) -> List[str]:
+        return list(self._queues)
+
+    def state(self, name: str) -> str:
+        return self._queues[name]["state"]
+
+    def update(self, name: str, state: Optional[str], priority: Optional[int]) -> None:
+        if state is not None:
+            self._queues[name]["state"] = state
+        if priority is not None:
+            self._queues[name]["priority"] = priority
+
+    def detail(self, name: str) -> Dict[str, Any]:
+        queue = self._queues[name]
+        return {
+            "jobQueueName": name, "jobQueueArn": queue_arn(name), "state": queue["state"],
+            "status": "VALID", "statusReason": "JobQueue Healthy", "priority": queue["priority"],
+            "computeEnvironmentOrder": [{
+                "order": 1, "computeEnvironment": compute_environment_arn(self.compute_environment)}],
+            "jobQueueType": "ECS", "tags": {},
+        }
+
+
+def resolve_resources(properties: Dict[str, Any], overrides: Dict[str, Any]
+                      ) -> Tuple[List[Dict[str, str]], float, Optional[int]]:
+    """(resourceRequirements, vCPUs, MEMORY MiB) of a job: the definition's, then the overrides'.
+
+    The legacy `vcpus`/`memory` integers count when no resourceRequirements entry names the same
+    resource. Raises Rejected for values Batch refuses.
+    """
+    merged: Dict[str, Dict[str, str]] = {}
+    for source in (properties, overrides):
+        for key, kind in (("vcpus", "VCPU"), ("memory", "MEMORY")):
+            if source.get(key) is not None:
+                merged[kind] = {"type": kind, "value": str(source[key])}
+        for item in source.get("resourceRequirements") or []:
+            kind = item.get("type")
+            if kind not in ("VCPU", "MEMORY", "GPU"):
+                raise Rejected(f"resourceRequirements type {kind!r} must be VCPU, MEMORY or GPU")
+            merged[kind] = {"type": kind, "value": str(item.get("value"))}
+    vcpus, memory = 1.0, None
+    for kind, item in merged.items():
+        value = item["value"]
+        try:
+            number = float(value)
+        except ValueError:
+            raise Rejected(f"resourceRequirements {kind} value {value!r} is not a number")
+        if kind == "VCPU" and not number > 0:
+            raise Rejected(f"resourceRequirements VCPU must be positive, got {value}")
+        if kind == "MEMORY" and (number < 4 or number != int(number)):
+            raise Rejected(f"resourceRequirements MEMORY must be a whole number of MiB >= 4, got {value}")
+        if kind == "GPU" and (number < 0 or number != int(number)):
+            raise Rejected(f"resourceRequirements GPU must be a whole number >= 0, got {value}")
+        if kind == "VCPU":
+            vcpus = number
+        elif kind == "MEMORY":
+            memory = int(number)
+    order = {"VCPU": 0, "MEMORY": 1, "GPU": 2}
+    requirements = sorted(merged.values(), key=lambda item: order[item["type"]])
+    return requirements, vcpus, memory

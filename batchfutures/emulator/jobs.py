@@ -1,0 +1,402 @@
+"""The job table's records: a job, its array children, their attempts, and how each is shown.
+
+    Job   what SubmitJob created: its `spec` (fixed at submission) and, for an array, the
+          parent's own status; `units` holds what actually runs: one Unit for a plain job, one
+          per child for an array.
+    Unit  a plain job or one array child: status, timestamps, attempts, the current attempt.
+
+A Job keeps its own indexes consistent on every status change (`move`): per-status counts and
+index sets for an array (so the parent's statusSummary and ListJobs by status cost nothing per
+call) and the set of dirty record chunks (so the persister rewrites only what changed). The
+`describe`/`summary` functions render Batch's JobDetail and JobSummary shapes; `to_record` and
+`from_record` are the on-disk form (see records.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, List, Optional, Set
+
+from .model import job_arn, queue_arn
+
+STATUSES = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING", "SUCCEEDED", "FAILED")
+FINAL = frozenset(("SUCCEEDED", "FAILED"))
+BEFORE_START = frozenset(("SUBMITTED", "PENDING", "RUNNABLE"))
+ACTIVE = frozenset(("STARTING", "RUNNING"))
+CHUNK = 500  # children per record file
+
+# The strings Batch itself writes.
+EXITED = "Essential container in task exited"
+OOM_REASON = "OutOfMemoryError: Container killed due to memory usage"
+TIMEOUT_REASON = "Job attempt duration exceeded timeout"
+DEPENDENCY_FAILED = "Dependent Job failed"
+CHILD_FAILED = "Array Child Job failed"
+START_FAILED = "Task failed to start"
+MISCONFIGURED = ("MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT - The job resource requirement "
+                 "(vCPU/memory/GPU) is higher than that can be met by the CE(s) attached to the "
+                 "job queue.")
+
+SPEC_FIELDS = (
+    "job_id", "name", "queue", "definition_arn", "definition_name", "image", "command",
+    "environment", "resource_requirements", "vcpus", "memory", "retry_strategy", "timeout",
+    "tags", "propagate_tags", "share_identifier", "scheduling_priority", "parameters",
+    "depends_on", "array_size", "created", "seq", "platform_capabilities",
+)
+
+
+class JobSpec:
+    """What SubmitJob fixed: shared by an array parent and all of its children."""
+
+    __slots__ = SPEC_FIELDS
+
+    def __init__(self, **fields: Any) -> None:
+        for name in SPEC_FIELDS:
+            setattr(self, name, fields.get(name))
+
+    def to_record(self) -> Dict[str, Any]:
+        return {name: getattr(self, name) for name in SPEC_FIELDS if getattr(self, name) is not None}
+
+    @classmethod
+    def from_record(cls, record: Dict[str, Any]) -> "JobSpec":
+        return cls(**{k: v for k, v in record.items() if k in SPEC_FIELDS})
+
+    @property
+    def max_attempts(self) -> int:
+        return int((self.retry_strategy or {}).get("attempts") or 1)
+
+    @property
+    def exit_rules(self) -> List[Dict[str, str]]:
+        return list((self.retry_strategy or {}).get("evaluateOnExit") or [])
+
+
+class Unit:
+    """A plain job or one array child: the thing that has attempts and processes."""
+
+    __slots__ = (
+        "job", "index", "status", "reason", "created", "started", "stopped", "attempts",
+        "current", "cancelled", "terminated",
+        # not persisted: the scheduler's working state
+        "unmet", "dependents", "handle", "deadline", "tick", "stop_reason", "kill_pending",
+        "reserved",
+    )
+
+    def __init__(self, job: "Job", index: Optional[int]) -> None:
+        self.job = job
+        self.index = index
+        self.status = "SUBMITTED"
+        self.reason: Optional[str] = None
+        self.created: Optional[int] = None
+        self.started: Optional[int] = None
+        self.stopped: Optional[int] = None
+        self.attempts: List[Dict[str, Any]] = []
+        self.current: Optional[Dict[str, Any]] = None  # the attempt under way
+        self.cancelled = False
+        self.terminated = False
+        self.unmet = 0
+        self.dependents: List[Any] = []
+        self.handle: Any = None
+        self.deadline: Optional[float] = None
+        self.tick = 0
+        self.stop_reason: Optional[str] = None
+        self.kill_pending: Optional[str] = None
+        self.reserved = 0.0
+
+    @property
+    def job_id(self) -> str:
+        return self.job.job_id if self.index is None else f"{self.job.job_id}:{self.index}"
+
+    @property
+    def attempt_number(self) -> int:
+        return len(self.attempts) + (1 if self.current is not None else 0)
+
+    def to_record(self) -> Dict[str, Any]:
+        record: Dict[str, Any] = {"status": self.status}
+        for key, value in (("statusReason", self.reason), ("createdAt", self.created),
+                           ("startedAt", self.started), ("stoppedAt", self.stopped),
+                           ("current", self.current)):
+            if value is not None:
+                record[key] = value
+        if self.attempts:
+            record["attempts"] = self.attempts
+        if self.cancelled:
+            record["isCancelled"] = True
+        if self.terminated:
+            record["isTerminated"] = True
+        return record
+
+    def load(self, record: Dict[str, Any]) -> None:
+        self.status = record.get("status", "SUBMITTED")
+        self.reason = record.get("statusReason")
+        self.created = record.get("createdAt")
+        self.started = record.get("startedAt")
+        self.stopped = record.get("stoppedAt")
+        self.current = record.get("current")
+        self.attempts = list(record.get("attempts") or [])
+        self.cancelled = bool(record.get("isCancelled"))
+        self.terminated = bool(record.get("isTerminated"))
+
+
+class Job:
+    """One submitted job: a plain job (one unit) or an array parent (one unit per child)."""
+
+    def __init__(self, spec: JobSpec) -> None:
+        self.spec = spec
+        self.job_id: str = spec.job_id
+        self.is_array = spec.array_size is not None
+        self.status = "SUBMITTED"
+        self.reason: Optional[str] = None
+        self.started: Optional[int] = None
+        self.stopped: Optional[int] = None
+        self.cancelled = False
+        self.terminated = False
+        self.summary_updated: Optional[int] = spec.created
+        if self.is_array:
+            self.units = [Unit(self, i) for i in range(spec.array_size)]
+        else:
+            self.units = [Unit(self, None)]
+        self.counts = {status: 0 for status in STATUSES}
+        self.counts["SUBMITTED"] = len(self.units)
+        # per-status child indexes, for ListJobs(arrayJobId, jobStatus)
+        self.by_status: Dict[str, Set[int]] = {status: set() for status in STATUSES}
+        if self.is_array:
+            self.by_status["SUBMITTED"] = set(range(len(self.units)))
+        # the scheduler's working state
+        self.owner: Any = None
+        self.unmet = 0  # an array's unresolved whole-job dependencies (its "gate")
+        self.gate_failed = False
+        self.stop_reason: Optional[str] = None  # CancelJob/TerminateJob reason given to the parent
+        self.dependents: List[Any] = []
+        self.targets: List[Any] = []
+        self.dirty: Set[int] = set()  # record chunks to rewrite; -1 is the parent file alone
+        self.sink: Optional[Set["Job"]] = None  # where a dirty job announces itself
+
+    # -- status changes ----------------------------------------------------------------------
+    def touch(self, unit: Optional[Unit] = None) -> None:
+        self.dirty.add(-1 if unit is None or unit.index is None else unit.index // CHUNK)
+        if self.sink is not None:
+            self.sink.add(self)
+
+    def move(self, unit: Unit, status: str, now: int, reason: Any = ...) -> None:
+        """Set a unit's status (and reason, when given), keeping every index in step."""
+        old = unit.status
+        if reason is not ...:
+            unit.reason = reason
+        if old != status:
+            unit.status = status
+            if status in FINAL:
+                unit.stopped = now
+            if self.is_array:
+                self.counts[old] -= 1
+                self.counts[status] += 1
+                self.by_status[old].discard(unit.index)
+                self.by_status[status].add(unit.index)
+                self.summary_updated = now
+                if status == "RUNNING" and self.started is None:
+                    self.started = now
+            else:
+                self.status, self.stopped = status, unit.stopped
+        if not self.is_array:
+            self.reason, self.started = unit.reason, unit.started
+        self.touch(unit)
+
+    def finish_parent(self, status: str, reason: Optional[str], now: int) -> None:
+        self.status, self.reason, self.stopped = status, reason, now
+        self.touch()
+
+    @property
+    def all_children_done(self) -> bool:
+        return self.counts["SUCCEEDED"] + self.counts["FAILED"] == len(self.units)
+
+    def unit(self, index: Optional[int]) -> Optional[Unit]:
+        if index is None:
+            return None if self.is_array else self.units[0]
+        if not self.is_array or not 0 <= index < len(self.units):
+            return None
+        return self.units[index]
+
+    # -- records -----------------------------------------------------------------------------
+    @property
+    def chunk_count(self) -> int:
+        return (len(self.units) + CHUNK - 1) // CHUNK if self.is_array else 0
+
+    def parent_record(self, owner: Any) -> Dict[str, Any]:
+        record: Dict[str, Any] = {"format": 2, "owner": owner, "spec": self.spec.to_record(),
+                                  "chunks": self.chunk_count, "chunkSize": CHUNK}
+        if self.is_array:
+            job: Dict[str, Any] = {"status": self.status}
+            for key, value in (("statusReason", self.reason), ("startedAt", self.started),
+                               ("stoppedAt", self.stopped),
+                               ("statusSummaryLastUpdatedAt", self.summary_updated)):
+                if value is not None:
+                    job[key] = value
+            if self.cancelled:
+                job["isCancelled"] = True
+            if self.terminated:
+                job["isTerminated"] = True
+            record["job"] = job
+        else:
+            record["unit"] = self.units[0].to_record()
+        return record
+
+    def chunk_record(self, chunk: int) -> Dict[str, Any]:
+        start = chunk * CHUNK
+        return {"start": start, "units": [u.to_record() for u in self.units[start:start + CHUNK]]}
+
+    @classmethod
+    def from_record(cls, record: Dict[str, Any], chunks: Iterable[Dict[str, Any]]) -> "Job":
+        job = cls(JobSpec.from_record(record["spec"]))
+        job.owner = record.get("owner")
+        if job.is_array:
+            parent = record.get("job") or {}
+            job.status = parent.get("status", "SUBMITTED")
+            job.reason = parent.get("statusReason")
+            job.started = parent.get("startedAt")
+            job.stopped = parent.get("stoppedAt")
+            job.summary_updated = parent.get("statusSummaryLastUpdatedAt")
+            job.cancelled = bool(parent.get("isCancelled"))
+            job.terminated = bool(parent.get("isTerminated"))
+            for chunk in chunks:
+                start = chunk.get("start", 0)
+                for offset, unit_record in enumerate(chunk.get("units") or []):
+                    if 0 <= start + offset < len(job.units):
+                        job.units[start + offset].load(unit_record)
+            job.reindex()
+        else:
+            unit = job.units[0]
+            unit.load(record.get("unit") or {})
+            job.status, job.reason = unit.status, unit.reason
+            job.started, job.stopped = unit.started, unit.stopped
+        return job
+
+    def reindex(self) -> None:
+        self.counts = {status: 0 for status in STATUSES}
+        self.by_status = {status: set() for status in STATUSES}
+        for unit in self.units:
+            self.counts[unit.status] += 1
+            if self.is_array:
+                self.by_status[unit.status].add(unit.index)
+
+
+# -- rendering: Batch's response shapes ------------------------------------------------------
+def _container(job: Job, unit: Optional[Unit]) -> Dict[str, Any]:
+    spec = job.spec
+    container: Dict[str, Any] = {
+        "image": spec.image or "batchfutures-local",
+        "command": list(spec.command or []),
+        "environment": [dict(item) for item in spec.environment or []],
+        "resourceRequirements": [dict(item) for item in spec.resource_requirements or []],
+        "volumes": [], "mountPoints": [], "ulimits": [],
+    }
+    if unit is not None:
+        attempt = unit.current or (unit.attempts[-1] if unit.attempts else None)
+        if attempt is not None:
+            for key, value in (attempt.get("container") or {}).items():
+                container[key] = value
+    return container
+
+
+def _attempt(attempt: Dict[str, Any]) -> Dict[str, Any]:
+    shown = {key: value for key, value in attempt.items() if key != "container" and value is not None}
+    shown["container"] = dict(attempt.get("container") or {})
+    return shown
+
+
+def _dependencies(job: Job, unit: Optional[Unit]) -> List[Dict[str, str]]:
+    declared = [dict(item) for item in job.spec.depends_on or []]
+    if unit is None or unit.index is None:
+        return declared
+    shown = []
+    for item in declared:  # a child shows what it waits for itself
+        if item.get("type") == "N_TO_N" and item.get("jobId"):
+            shown.append({"jobId": f"{item['jobId']}:{unit.index}", "type": "N_TO_N"})
+        elif item.get("type") == "SEQUENTIAL":
+            if unit.index > 0:
+                shown.append({"jobId": f"{job.job_id}:{unit.index - 1}", "type": "SEQUENTIAL"})
+    return shown
+
+
+def describe(job: Job, unit: Optional[Unit] = None) -> Dict[str, Any]:
+    """The JobDetail of a job (unit None: the job itself; for an array, the parent)."""
+    spec = job.spec
+    shown = unit if unit is not None else (None if job.is_array else job.units[0])
+    job_id = shown.job_id if shown is not None else job.job_id
+    detail: Dict[str, Any] = {
+        "jobArn": job_arn(job_id), "jobName": spec.name, "jobId": job_id,
+        "jobQueue": queue_arn(spec.queue), "jobDefinition": spec.definition_arn,
+        "status": shown.status if shown is not None else job.status,
+        "createdAt": (shown.created if shown is not None and shown.created else spec.created),
+        "attempts": [_attempt(a) for a in shown.attempts] if shown is not None else [],
+        "container": _container(job, shown),
+        "dependsOn": _dependencies(job, shown),
+        "tags": dict(spec.tags or {}),
+        "propagateTags": bool(spec.propagate_tags),
+        "platformCapabilities": list(spec.platform_capabilities or ["EC2"]),
+    }
+    source: Any = shown if shown is not None else job
+    reason = source.reason
+    started, stopped = source.started, source.stopped
+    if reason:
+        detail["statusReason"] = reason
+    if started is not None:
+        detail["startedAt"] = started
+    if stopped is not None:
+        detail["stoppedAt"] = stopped
+    detail["isCancelled"] = bool(source.cancelled)
+    detail["isTerminated"] = bool(source.terminated)
+    if spec.retry_strategy:
+        detail["retryStrategy"] = _copy(spec.retry_strategy)
+    if spec.timeout:
+        detail["timeout"] = {"attemptDurationSeconds": spec.timeout}
+    if spec.parameters:
+        detail["parameters"] = dict(spec.parameters)
+    if spec.share_identifier is not None:
+        detail["shareIdentifier"] = spec.share_identifier
+    if spec.scheduling_priority is not None:
+        detail["schedulingPriority"] = spec.scheduling_priority
+    if job.is_array:
+        if shown is None:
+            detail["arrayProperties"] = {
+                "statusSummary": dict(job.counts), "size": len(job.units),
+                "statusSummaryLastUpdatedAt": job.summary_updated or spec.created,
+            }
+        else:
+            detail["arrayProperties"] = {"index": shown.index}
+    return detail
+
+
+def summary(job: Job, unit: Optional[Unit] = None) -> Dict[str, Any]:
+    """The JobSummary (ListJobs) of a job or of one child."""
+    spec = job.spec
+    shown = unit if unit is not None else (None if job.is_array else job.units[0])
+    source: Any = shown if shown is not None else job
+    job_id = shown.job_id if shown is not None else job.job_id
+    item: Dict[str, Any] = {
+        "jobArn": job_arn(job_id), "jobId": job_id, "jobName": spec.name,
+        "createdAt": (shown.created if shown is not None and shown.created else spec.created),
+        "status": source.status, "jobDefinition": spec.definition_arn,
+    }
+    if source.reason:
+        item["statusReason"] = source.reason
+    if source.started is not None:
+        item["startedAt"] = source.started
+    if source.stopped is not None:
+        item["stoppedAt"] = source.stopped
+    if shown is not None and shown.attempts and shown.current is None:
+        last = shown.attempts[-1].get("container") or {}
+        container = {key: last[key] for key in ("exitCode", "reason") if key in last}
+        if container:
+            item["container"] = container
+    if job.is_array:
+        item["arrayProperties"] = {"size": len(job.units)} if shown is None else {"index": shown.index}
+    if spec.share_identifier is not None:
+        item["shareIdentifier"] = spec.share_identifier
+    item["isCancelled"] = bool(source.cancelled)
+    item["isTerminated"] = bool(source.terminated)
+    return item
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value

@@ -1,0 +1,120 @@
+"""Smaller parts of the contract: parameters, GPUs, interpreters, ids, the environment, records."""
+
+import json
+import sys
+import threading
+
+from emulator_harness import QUEUE, py, wait_until
+
+import batchfutures.emulator.records as records
+
+
+def test_ref_parameters_are_substituted_in_the_command(emu):
+    emu.register_job_definition(
+        jobDefinitionName="with-parameters", type="container", parameters={"word": "default"},
+        containerProperties={"image": "local", "command": py("print('Ref::word')"),
+                             "resourceRequirements": [{"type": "VCPU", "value": "1"},
+                                                      {"type": "MEMORY", "value": "256"}]})
+    request = dict(jobQueue=QUEUE, jobDefinition="with-parameters")
+    given = emu.wait(emu.submit_job(jobName="given", parameters={"word": "given"}, **request)["jobId"])
+    default = emu.wait(emu.submit_job(jobName="default", **request)["jobId"])
+    assert emu.log_lines(given) == ["given"] and emu.log_lines(default) == ["default"]
+    assert given["parameters"] == {"word": "given"}
+    assert given["container"]["command"] == py("print('given')")
+
+
+def test_a_gpu_requirement_is_accepted_and_ignored(emu):
+    job = emu.submit_job(jobName="gpu", jobQueue=QUEUE, jobDefinition="batchfutures-worker",
+                         containerOverrides={"command": py("pass"), "resourceRequirements": [
+                             {"type": "GPU", "value": "1"}]})["jobId"]
+    detail = emu.wait(job)
+    assert detail["status"] == "SUCCEEDED"
+    assert {"type": "GPU", "value": "1"} in detail["container"]["resourceRequirements"]
+
+
+def test_python_python3_and_python3_x_mean_this_interpreter(emu):
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    for name in ("python", "python3", version):
+        detail = emu.run([name, "-S", "-c", "import sys; print(sys.executable)"], name=name.replace(".", "-"))
+        assert detail["status"] == "SUCCEEDED"
+        assert emu.log_lines(detail) == [sys.executable]
+
+
+def test_jobs_are_found_by_arn_too(emu):
+    response = emu.submit_job(jobName="arn", jobQueue=QUEUE, jobDefinition="batchfutures-worker",
+                              containerOverrides={"command": py("pass")})
+    emu.wait(response["jobId"])
+    [detail] = emu.describe_jobs(jobs=[response["jobArn"]])["jobs"]
+    assert detail["jobId"] == response["jobId"]
+
+
+def test_operations_by_api_name(emu):
+    job = emu.emulator.invoke("SubmitJob", {"jobName": "by-name", "jobQueue": QUEUE,
+                                            "jobDefinition": "batchfutures-worker",
+                                            "containerOverrides": {"command": py("print('hi')")}})
+    detail = emu.wait(job["jobId"])
+    stream = detail["container"]["logStreamName"]
+    page = emu.emulator.invoke("GetLogEvents", {"logGroupName": "/aws/batch/job",
+                                                "logStreamName": stream, "startFromHead": True})
+    assert [e["message"] for e in page["events"]] == ["hi"]
+
+
+def test_the_clients_environment_reaches_the_job(emu, tmp_path, monkeypatch):
+    # so endpoints and credentials reach local workers, and so does this process's sys.path
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    code = ("import json, os, sys\n"
+            "import emulator_harness  # importable only through the client's sys.path\n"
+            f"json.dump(dict(os.environ), open({str(tmp_path / 'env.json')!r}, 'w'))\n")
+    detail = emu.run(["python", "-c", code], vcpus=2)
+    assert detail["status"] == "SUCCEEDED", emu.log_lines(detail)
+    env = json.loads((tmp_path / "env.json").read_text())
+    assert env["AWS_ENDPOINT_URL_S3"] == "http://127.0.0.1:9"
+    assert env["OMP_NUM_THREADS"] == "2"  # thread pools sized to the job's vCPUs
+
+
+def test_records_are_rewritten_per_interval_not_per_transition(emu, monkeypatch):
+    writes = []
+    original = records.write_atomically
+
+    def counting(path, text):
+        writes.append(path.name)
+        original(path, text)
+
+    monkeypatch.setattr(records, "write_atomically", counting)
+    size = 40
+    array = emu.job(["true"], name="counted", size=size)
+    assert emu.wait(array)["status"] == "SUCCEEDED"
+    record = emu.emulator.folder / "jobs" / f"{array}.json"
+    wait_until(lambda: record.exists() and json.loads(record.read_text())["job"]["status"] == "SUCCEEDED",
+               "the final record on disk")
+    transitions = size * 5  # each child: PENDING, RUNNABLE, STARTING, RUNNING, SUCCEEDED
+    chunk_writes = [name for name in writes if name == "0.json"]
+    assert 0 < len(chunk_writes) < transitions / 4
+
+
+def test_calls_from_many_threads_at_once(make_emulator):
+    emu = make_emulator(max_vcpus=2)
+    submitted, errors = [], []
+
+    def client(number):
+        try:
+            ids = [emu.job(py("pass"), name=f"t{number}-{i}") for i in range(3)]
+            ids.append(emu.job(py("pass"), name=f"t{number}-array", size=2))
+            submitted.extend(ids)
+            for job_id in ids:  # describe and list while the scheduler moves them
+                emu.describe_jobs(jobs=ids)
+                emu.list_jobs(jobQueue=QUEUE, jobStatus="RUNNING")
+                emu.wait(job_id)
+        except Exception as error:  # reported below, with the thread's failure
+            errors.append(error)
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not errors
+    assert len(set(submitted)) == 24
+    details = emu.describe_jobs(jobs=submitted)["jobs"]
+    assert [d["status"] for d in details] == ["SUCCEEDED"] * 24

@@ -1,0 +1,287 @@
+"""The worker as the container runs it: ``python -m batchfutures.worker <job_url>`` in a fresh
+process, reading and writing real storage (local files, and S3 on moto's server)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import uuid
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import pytest
+import s3server
+
+from batchfutures import EnvironmentMismatchError, RemoteError, serialization
+from batchfutures.serialization import RemoteTraceback
+from batchfutures.storage import Storage
+
+# moto S3 fixtures (tests/s3server.py), registered for this module
+moto_server, aws_env, s3_bucket, s3_root = (
+    s3server.moto_server, s3server.aws_env, s3server.s3_bucket, s3server.s3_root)
+
+Call = Tuple[Callable[..., Any], tuple, dict]
+
+
+
+def make_job(storage: Storage, children: Sequence[Sequence[Call]], *,
+             stamp: Optional[Dict[str, str]] = None, function_urls: Optional[List[str]] = None) -> str:
+    """Upload functions and inputs the way the executor does; returns the job URL."""
+    run_id = "run-" + uuid.uuid4().hex[:8]
+    job_key = uuid.uuid4().hex
+    functions: List[Callable[..., Any]] = []
+    blobs = []
+    for calls in children:
+        items = []
+        for fn, args, kwargs in calls:
+            if not any(fn is known for known in functions):
+                functions.append(fn)
+            index = next(i for i, known in enumerate(functions) if known is fn)
+            items.append((index, args, kwargs))
+        blobs.append(serialization.pack_items(items))
+    urls = function_urls or [storage.put_function(run_id, serialization.dumps(fn)) for fn in functions]
+    header: Dict[str, Any] = {"functions": urls, "items": sum(len(c) for c in children),
+                              "chunksize": max(len(c) for c in children), "run_id": run_id,
+                              "job_key": job_key}
+    header.update(stamp or serialization.payload_stamp())
+    job_url = storage.job_url(run_id, job_key)
+    storage.write_inputs(job_url, header, blobs)
+    return job_url
+
+
+def run_worker(job_url: str, index: Optional[int] = 0, *, attempt: str = "1",
+               preexec: Optional[Callable[[], None]] = None,
+               argv: Optional[List[str]] = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env.pop("AWS_BATCH_JOB_ARRAY_INDEX", None)
+    if index is not None:
+        env["AWS_BATCH_JOB_ARRAY_INDEX"] = str(index)
+    env["AWS_BATCH_JOB_ATTEMPT"] = attempt
+    command = argv or [sys.executable, "-m", "batchfutures.worker", job_url]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120,
+                          preexec_fn=preexec)
+
+
+def results(storage: Storage, job_url: str, index: int = 0) -> Tuple[Dict[str, Any], List[Tuple[bool, Any]]]:
+    data = storage.read_result(job_url, index)
+    assert data is not None, "the worker wrote no result"
+    meta, outcomes = serialization.unpack_result(data)
+    return meta, [serialization.outcome_result(outcome) for outcome in outcomes]
+
+
+@pytest.fixture(params=["file", "s3"])
+def storage(request: pytest.FixtureRequest, tmp_path) -> Storage:
+    if request.param == "file":
+        return Storage((tmp_path / "storage").as_uri())
+    return Storage(request.getfixturevalue("s3_root"))
+
+
+@pytest.fixture
+def local(tmp_path) -> Storage:
+    return Storage((tmp_path / "storage").as_uri())
+
+
+# -- the ordinary run ---------------------------------------------------------------------------
+def test_array_child_runs_its_items_values_errors_and_prints(storage):
+    factor = 3
+
+    def scale(x, *, plus=0):  # a closure defined in the test: pickled by value
+        return x * factor + plus
+
+    def shout(text):
+        print(f"hello from the job: {text}")
+        print("to stderr too", file=sys.stderr)
+        return len(text)
+
+    def fail(x):
+        raise ValueError("bad item", x)
+
+    job = make_job(storage, [
+        [(scale, (100,), {})],
+        [(lambda x: x * x, (4,), {}), (scale, (2,), {"plus": 1}), (shout, ("hi",), {}),
+         (fail, (9,), {}), (scale, (5,), {})],
+    ])
+    done = run_worker(job, 1, attempt="2")
+    assert done.returncode == 0, done.stderr
+    assert "hello from the job: hi" in done.stdout and "to stderr too" in done.stderr
+    meta, outcomes = results(storage, job, 1)
+    assert meta["index"] == 1 and meta["attempt"] == "2"
+    assert outcomes[:3] == [(True, 16), (True, 7), (True, 2)] and outcomes[4] == (True, 15)
+    ok, error = outcomes[3]
+    assert not ok and type(error) is ValueError and error.args == ("bad item", 9)
+    assert isinstance(error.__cause__, RemoteTraceback)
+    assert "in fail" in str(error.__cause__) and 'raise ValueError("bad item", x)' in str(error.__cause__)
+    assert storage.list_results(job) == {1}  # child 0 has not run
+
+    assert run_worker(job, None).returncode == 0  # no AWS_BATCH_JOB_ARRAY_INDEX: child 0
+    assert results(storage, job, 0)[1] == [(True, 300)]
+    assert storage.list_results(job) == {0, 1}
+
+
+def test_unpicklable_exception_and_value_come_back_as_remote_errors(storage):
+    def raise_with_lock():
+        raise ValueError("holds a lock", threading.Lock())
+
+    def return_generator():
+        return (i for i in range(3))
+
+    def exit_early(code):
+        sys.exit(code)
+
+    job = make_job(storage, [[(raise_with_lock, (), {}), (return_generator, (), {}),
+                            (exit_early, (5,), {}), (lambda: "still runs", (), {})]])
+    done = run_worker(job)
+    assert done.returncode == 0, done.stderr
+    outcomes = results(storage, job)[1]
+    (ok0, lock_error), (ok1, generator_error), (ok2, exit_error) = outcomes[:3]
+    assert not ok0 and type(lock_error) is RemoteError and "ValueError" in str(lock_error)
+    assert "raise_with_lock" in lock_error.traceback
+    assert not ok1 and type(generator_error) is RemoteError and "generator" in str(generator_error)
+    assert not ok2 and type(exit_error) is SystemExit and exit_error.code == 5  # an outcome
+    assert outcomes[3] == (True, "still runs")
+
+
+# -- the container ends --------------------------------------------------------------------------
+def test_memory_error_exits_137_without_a_result(local):
+    def out_of_memory():
+        raise MemoryError
+
+    job = make_job(local, [[(lambda: 1, (), {}), (out_of_memory, (), {})]])
+    done = run_worker(job)
+    assert done.returncode == 137
+    assert "MemoryError" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert local.read_result(job, 0) is None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_DATA as the emulator uses it")
+def test_a_real_allocation_over_rlimit_data_exits_137(local):
+    import resource
+
+    limit = 1 << 30
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+
+    job = make_job(local, [[(lambda n: len(bytearray(n)), (4 * limit,), {})]])
+    done = run_worker(job, preexec=cap)
+    assert done.returncode == 137, done.stderr
+    assert local.read_result(job, 0) is None
+
+
+def test_os_exit_in_the_function_leaves_no_result_and_its_exit_code(local):
+    job = make_job(local, [[(os._exit, (3,), {})]])
+    done = run_worker(job)
+    assert done.returncode == 3
+    assert local.read_result(job, 0) is None and local.list_results(job) == set()
+
+
+def test_missing_inputs_fail_the_container(local):
+    job = local.job_url("run1", "never-written")
+    done = run_worker(job)
+    assert done.returncode == 1
+    assert "FileNotFoundError" in done.stderr
+    assert local.read_result(job, 0) is None
+
+
+def test_usage_and_bad_index(local):
+    done = run_worker("", argv=[sys.executable, "-m", "batchfutures.worker"])
+    assert done.returncode == 2 and "usage" in done.stderr
+    job = make_job(local, [[(abs, (-1,), {})]])
+    env_index = run_worker(job, index=None, argv=[sys.executable, "-c", (
+        "import os, sys; os.environ['AWS_BATCH_JOB_ARRAY_INDEX'] = 'x'; "
+        "from batchfutures import worker; sys.exit(worker.main([sys.argv[1]]))"), job])
+    assert env_index.returncode == 2 and "AWS_BATCH_JOB_ARRAY_INDEX" in env_index.stderr
+
+
+# -- versions and loading ------------------------------------------------------------------------
+def test_stamp_mismatch_fails_every_item_naming_both_versions(storage):
+    stamp = dict(serialization.payload_stamp(), python="2.7")  # only "python" differs
+    job = make_job(storage, [[(abs, (-1,), {}), (abs, (-2,), {})]], stamp=stamp)
+    done = run_worker(job)
+    assert done.returncode == 0, done.stderr
+    outcomes = results(storage, job)[1]
+    assert len(outcomes) == 2
+    for ok, error in outcomes:
+        assert not ok and type(error) is EnvironmentMismatchError
+        assert "Python 2.7," in str(error)
+        assert f"Python {serialization.payload_stamp()['python']}" in str(error)
+    assert "Python 2.7," in done.stderr  # the worker says why in the job's log
+
+
+def test_function_that_cannot_be_loaded(local, tmp_path, monkeypatch):
+    # pickled by reference to a module the worker cannot import
+    (tmp_path / "client_only.py").write_text("def triple(x):\n    return 3 * x\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import client_only
+
+    job = make_job(local, [[(client_only.triple, (1,), {}), (client_only.triple, (2,), {}),
+                            (abs, (-3,), {})]])
+    done = run_worker(job)
+    assert done.returncode == 0, done.stderr
+    outcomes = results(local, job)[1]
+    for ok, error in outcomes[:2]:
+        assert not ok and type(error) is RemoteError
+        assert "could not load the function" in str(error) and "client_only" in error.traceback
+    assert outcomes[2] == (True, 3)
+
+    # the same failure while some version differs is reported as a mismatch
+    stamp = dict(serialization.payload_stamp(), batchfutures="0.0.1")
+    job = make_job(local, [[(client_only.triple, (1,), {})]], stamp=stamp)
+    assert run_worker(job).returncode == 0
+    ((ok, error),) = results(local, job)[1]
+    assert not ok and type(error) is EnvironmentMismatchError and "batchfutures 0.0.1" in str(error)
+
+
+def test_missing_function_object(local):
+    job = make_job(local, [[(abs, (-1,), {})]], function_urls=[local.url("runs", "r", "functions", "x.pkl")])
+    assert run_worker(job).returncode == 0
+    ((ok, error),) = results(local, job)[1]
+    assert not ok and type(error) is RemoteError and "missing" in str(error)
+
+
+# -- retries -------------------------------------------------------------------------------------
+def test_a_retry_keeps_the_finished_result_and_does_not_run(local, tmp_path):
+    marker = tmp_path / "ran"
+    job = make_job(local, [[(marker.write_text, ("ran",), {})]])
+    earlier = serialization.pack_result([serialization.encode_ok("first attempt")], {"attempt": "1"})
+    assert local.write_result(job, 0, earlier)
+    done = run_worker(job, attempt="2")
+    assert done.returncode == 0, done.stderr
+    assert "already" in done.stderr
+    assert not marker.exists()
+    assert local.read_result(job, 0) == earlier
+
+
+def test_a_second_run_does_not_overwrite_the_first_result(storage, tmp_path):
+    log = tmp_path / "runs.log"
+
+    def append_line(path, text):  # local: pickled by value (the worker cannot import tests/)
+        with open(path, "a") as handle:
+            handle.write(text + "\n")
+        return text
+
+    job = make_job(storage, [[(append_line, (str(log), "child 0"), {})],
+                             [(append_line, (str(log), "child 1"), {})]])
+    assert run_worker(job, 1, attempt="1").returncode == 0
+    first = storage.read_result(job, 1)
+    assert first is not None and log.read_text() == "child 1\n"
+    again = run_worker(job, 1, attempt="2")
+    assert again.returncode == 0, again.stderr
+    assert "already" in again.stderr
+    assert log.read_text() == "child 1\n"  # the function did not run again
+    assert storage.read_result(job, 1) == first  # byte for byte: attempt "1" is kept
+    assert results(storage, job, 1)[0]["attempt"] == "1"
+    assert storage.list_results(job) == {1}
+
+
+# -- imports ------------------------------------------------------------------------------------
+def test_worker_does_not_import_boto3_for_local_storage(local):
+    job = make_job(local, [[(abs, (-1,), {})]])
+    probe = ("import sys; from batchfutures import worker; code = worker.main([sys.argv[1]]); "
+             "print(sorted(m for m in ('boto3', 'botocore', 's3fs') if m in sys.modules)); "
+             "sys.exit(code)")
+    done = run_worker(job, argv=[sys.executable, "-c", probe, job])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+    assert results(local, job)[1] == [(True, 1)]
