@@ -336,8 +336,9 @@ def describe(job: Job, unit: Optional[Unit] = None) -> Dict[str, Any]:
     started, stopped = source.started, source.stopped
     if reason:
         detail["statusReason"] = reason
-    if started is not None:
-        detail["startedAt"] = started
+    # botocore's model marks startedAt required; AWS leaves it out before a job starts. The model
+    # wins here (clients validate against it): 0 means "not started yet".
+    detail["startedAt"] = started if started is not None else 0
     if stopped is not None:
         detail["stoppedAt"] = stopped
     detail["isCancelled"] = bool(source.cancelled)

@@ -4,6 +4,7 @@ import json
 import sys
 import threading
 
+import pytest
 from emulator_harness import QUEUE, py, wait_until
 
 import batchfutures.emulator.records as records
@@ -118,3 +119,24 @@ def test_calls_from_many_threads_at_once(make_emulator):
     assert len(set(submitted)) == 24
     details = emu.describe_jobs(jobs=submitted)["jobs"]
     assert [d["status"] for d in details] == ["SUCCEEDED"] * 24
+
+
+@pytest.mark.parametrize("path", ["setpriv+prlimit", "setpriv+prlimit(2)", "preexec_fn"])
+def test_every_launch_path_sets_the_memory_limit_and_the_death_signal(make_emulator, monkeypatch, path):
+    from batchfutures.emulator import launcher
+
+    if path != "setpriv+prlimit":
+        monkeypatch.setattr(launcher, "_prlimit_path", None)
+    if path == "preexec_fn":
+        monkeypatch.setattr(launcher, "_setpriv_path", None)
+    emu = make_emulator()
+    code = ("import ctypes, os, resource\n"
+            "print(*resource.getrlimit(resource.RLIMIT_DATA))\n"
+            "signal = ctypes.c_int()\n"
+            "ctypes.CDLL(None).prctl(2, ctypes.byref(signal))  # PR_GET_PDEATHSIG\n"
+            "print(signal.value, os.getsid(0) == os.getpid() == os.getpgid(0))\n")
+    detail = emu.run(py(code), memory=300)
+    assert detail["status"] == "SUCCEEDED", emu.log_lines(detail)
+    limit, death = emu.log_lines(detail)
+    assert limit == f"{300 * 1024 * 1024} {300 * 1024 * 1024}"
+    assert death == "9 True"  # SIGKILL when the emulator goes; its own session and group
