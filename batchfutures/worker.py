@@ -15,6 +15,8 @@ stderr and ends with exit status 137 without writing a result, as the kernel's O
 (the local emulator caps memory with RLIMIT_DATA, so there an over-limit allocation surfaces as
 MemoryError). A result already written by an earlier attempt is kept: a retry never overwrites
 a finished result. The worker's own messages go to stderr through the "batchfutures" logger.
+Once the result is written the process ends (``os._exit`` after the atexit handlers), so a
+non-daemon thread left running by the function cannot keep the job alive.
 
 Imports stay light: no boto3 for file:// URLs, s3fs only through fsspec for s3:// URLs.
 """

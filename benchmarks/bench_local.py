@@ -82,16 +82,17 @@ def main() -> None:
         submitit_run = submitit_runner(os.path.join(folder, "submitit"))
         lithops_run = lithops_runner()
         for title, (fn, n, chunksize) in CASES.items():
+            case = (fn, n, chunksize)
             rows = {
                 "batchfutures (emulator)": median_seconds(
-                    lambda: run_batchfutures(executor, fn, n, chunksize), args.repeats),
+                    lambda case=case: run_batchfutures(executor, *case), args.repeats),
                 "ProcessPoolExecutor(2)": median_seconds(
-                    lambda: run_process_pool(pool, fn, n, chunksize), args.repeats),
+                    lambda case=case: run_process_pool(pool, *case), args.repeats),
             }
             rows["submitit LocalExecutor"] = None if submitit_run is None else median_seconds(
-                lambda: submitit_run(fn, n, chunksize), args.peer_repeats)
+                lambda case=case: submitit_run(*case), args.peer_repeats)
             rows["lithops localhost"] = None if lithops_run is None else median_seconds(
-                lambda: lithops_run(fn, n, chunksize), args.peer_repeats)
+                lambda case=case: lithops_run(*case), args.peer_repeats)
             print(table(title, rows, baseline="ProcessPoolExecutor(2)"), flush=True)
         if submitit_run is None:
             print("submitit is not installed: skipped (pip install submitit)")

@@ -3,6 +3,7 @@
 import os
 
 import pytest
+import s3server
 
 from batchfutures import BatchExecutor, LocalEnvironment
 
@@ -33,28 +34,6 @@ def executor(local_env):
     ex.shutdown(wait=False, cancel_futures=True)
 
 
-@pytest.fixture(scope="session")
-def s3_endpoint():
-    """moto's S3 server on 127.0.0.1, with fake credentials, for the AWS-path tests."""
-    import socket
-
-    from moto.server import ThreadedMotoServer
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    url = f"http://127.0.0.1:{port}"
-    values = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-              "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-              "AWS_ENDPOINT_URL_S3": url}
-    saved = {key: os.environ.get(key) for key in values}
-    os.environ.update(values)
-    yield url
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-    server.stop()
+# moto's S3 server on 127.0.0.1 (tests/s3server.py), shared by every test module.
+s3_endpoint = s3server.s3_endpoint
+moto_server = s3server.moto_server

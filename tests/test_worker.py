@@ -59,7 +59,7 @@ def run_worker(job_url: str, index: Optional[int] = 0, *, attempt: str = "1",
         env["AWS_BATCH_JOB_ARRAY_INDEX"] = str(index)
     env["AWS_BATCH_JOB_ATTEMPT"] = attempt
     command = argv or [sys.executable, "-m", "batchfutures.worker", job_url]
-    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120,
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60,
                           preexec_fn=preexec)
 
 
@@ -174,6 +174,22 @@ def test_os_exit_in_the_function_leaves_no_result_and_its_exit_code(local):
     done = run_worker(job)
     assert done.returncode == 3
     assert local.read_result(job, 0) is None and local.list_results(job) == set()
+
+
+def test_a_thread_left_running_does_not_keep_the_job_alive(local):
+    def start_a_thread_that_never_ends():
+        import atexit
+        import threading
+
+        atexit.register(print, "atexit handlers still run")
+        threading.Thread(target=threading.Event().wait, daemon=False).start()
+        return "returned"
+
+    job = make_job(local, [[(start_a_thread_that_never_ends, (), {})]])
+    done = run_worker(job)  # a plain interpreter exit would join the thread: a timeout here
+    assert done.returncode == 0, done.stderr
+    assert "atexit handlers still run" in done.stdout
+    assert results(local, job)[1] == [(True, "returned")]
 
 
 def test_missing_inputs_fail_the_container(local):

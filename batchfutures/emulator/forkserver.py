@@ -91,6 +91,11 @@ def serve() -> None:
     import batchfutures.storage  # noqa: F401
     import batchfutures.worker  # noqa: F401
 
+    try:  # S3 payloads: s3fs and aiobotocore take ~0.5 s to import, once here
+        import s3fs  # noqa: F401
+    except ImportError:
+        pass
+
     wakeup_read, wakeup_write = os.pipe()
     os.set_blocking(wakeup_write, False)
     signal.set_wakeup_fd(wakeup_write)
@@ -104,12 +109,17 @@ def serve() -> None:
 
     def reap() -> None:
         while children:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+            try:  # look without reaping: the group id stays ours while its stragglers are killed
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
             except ChildProcessError:
                 return
-            if pid == 0:
+            if info is None:
                 return
+            try:  # the container's other processes end with its main process
+                os.killpg(info.si_pid, signal.SIGKILL)
+            except OSError:
+                pass
+            pid, status = os.waitpid(info.si_pid, 0)
             children.pop(pid, None)
             send({"pid": pid, "returncode": os.waitstatus_to_exitcode(status)})
 
@@ -153,6 +163,7 @@ class ForkedAttempt:
         self.kill_reason: Optional[str] = None
         self.returncode: Optional[int] = None
         self._on_exit = on_exit
+        self._done = threading.Event()
 
     @property
     def running(self) -> bool:
@@ -175,20 +186,18 @@ class ForkedAttempt:
         code = self.returncode if self.returncode is not None else -signal.SIGKILL
         return 128 - code if code < 0 else code
 
-    def resident_mib(self) -> float:
-        from .launcher import _PAGE, _tree
+    def wait(self, timeout: Optional[float] = None) -> Optional[int]:
+        self._done.wait(timeout)
+        return self.returncode
 
-        total = 0
-        for pid in _tree(self.pid):
-            try:
-                with open(f"/proc/{pid}/statm", "rb") as handle:
-                    total += int(handle.read().split()[1]) * _PAGE
-            except (OSError, IndexError, ValueError):
-                continue
-        return total / (1024 * 1024)
+    def resident_mib(self) -> float:
+        from .monitor import resident_bytes, session_members
+
+        return resident_bytes(session_members([self.pid]).get(self.pid, [])) / (1024 * 1024)
 
     def _exited(self, returncode: int) -> None:
         self.returncode = returncode
+        self._done.set()
         self._on_exit(self)
 
 
