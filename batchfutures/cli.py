@@ -194,7 +194,7 @@ def cmd_template(args: argparse.Namespace) -> int:
 def cmd_image(args: argparse.Namespace) -> int:
     from .setup_resources import image_commands
 
-    print(image_commands(repository=args.repository, region=args.region))
+    print(image_commands(python_version=args.python, repository=args.repository, region=args.region))
     return 0
 
 
@@ -242,6 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     image = commands.add_parser("image", help="print the worker image build and push commands")
     image.add_argument("--repository", help="ECR repository URI")
     image.add_argument("--region")
+    image.add_argument("--python", help="Python version of the image (default: this interpreter's)")
     image.set_defaults(run=cmd_image)
     return parser
 

@@ -307,12 +307,15 @@ class Session:
                 return stream
         return (description.get("container") or {}).get("logStreamName")
 
+    def log_group(self, description: Dict[str, Any]) -> str:
+        return log_group_of(description, self.env.log_group)
+
     def log_tail(self, description: Dict[str, Any]) -> Optional[str]:
         stream = self.log_stream(description)
         if not stream:
             return None
         try:
-            lines = batchapi.read_log(self.env.logs, self.env.log_group, stream,
+            lines = batchapi.read_log(self.env.logs, self.log_group(description), stream,
                                       limit_events=LOG_TAIL_LINES)
         except Exception as error:  # a missing log must not hide the job's failure
             logger.debug("no log tail for %s: %s", description.get("jobId"), error)
@@ -331,7 +334,7 @@ class Session:
         stream = self.log_stream(description)
         if not stream:
             return f"(no log yet: job {job_id} is {description.get('status')})"
-        return "\n".join(batchapi.read_log(self.env.logs, self.env.log_group, stream))
+        return "\n".join(batchapi.read_log(self.env.logs, self.log_group(description), stream))
 
     def on_cancelled(self, future: BatchFuture) -> None:
         """A future was cancelled: its remote child is cancelled once none of its items is wanted.
@@ -449,6 +452,16 @@ RETRY_RULES = [
     {"onReason": "OutOfMemoryError*", "action": "EXIT"},
     {"onStatusReason": "*", "action": "EXIT"},
 ]
+
+
+def log_group_of(description: Dict[str, Any], default: str) -> str:
+    """A job's log group: the awslogs-group its definition sets, else Batch's default group."""
+    config = (description.get("container") or {}).get("logConfiguration") or {}
+    if config.get("logDriver", "awslogs") == "awslogs":
+        group = (config.get("options") or {}).get("awslogs-group")
+        if group:
+            return group
+    return default
 
 
 def _number(value: float) -> str:
