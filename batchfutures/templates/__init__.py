@@ -1,0 +1,1 @@
+"""Package data: the CloudFormation template and the worker Dockerfile."""
