@@ -16,7 +16,10 @@ import os
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+# The peers' workers import the benchmark functions by module name: let them find this folder.
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, os.environ.get("PYTHONPATH")) if p)
 
 from _common import half_second_of_cpu, median_seconds, table, trivial  # noqa: E402
 
@@ -73,7 +76,7 @@ def main() -> None:
                         help="repetitions for submitit and Lithops, which are slow")
     args = parser.parse_args()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; median of {args.repeats} runs")
-    with tempfile.TemporaryDirectory() as folder:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as folder:
         env = LocalEnvironment(os.path.join(folder, "bf"))
         executor = BatchExecutor(env)
         run_batchfutures(executor, trivial, 4, 1)  # warm: emulator started, modules imported
