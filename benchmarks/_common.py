@@ -33,6 +33,15 @@ def trivial(x: int) -> int:
     return x + 1
 
 
+def chunks(n: int, chunksize: int) -> list:
+    """Peers without a chunksize get the same layout: one call per chunk of items."""
+    return [list(range(i, min(n, i + chunksize))) for i in range(0, n, chunksize)]
+
+
+def run_chunk(fn, items: list) -> list:
+    return [fn(x) for x in items]
+
+
 def half_second_of_cpu(x: int) -> int:
     """About 0.5 s of pure-Python CPU work on this machine."""
     total = 0

@@ -36,13 +36,15 @@ def main() -> None:
         with lock:
             gaps.append((now - future.result()) * 1000)
 
-    with tempfile.TemporaryDirectory() as folder:
-        with BatchExecutor(LocalEnvironment(folder)) as executor:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as folder:
+        env = LocalEnvironment(folder)
+        with BatchExecutor(env) as executor:
             executor.submit(stamp, 0).result()  # warm up
             futures = executor.map_futures(stamp, range(args.calls))
             for future in futures:
                 future.add_done_callback(resolved)
             concurrent.futures.wait(futures)
+        env.emulator.close()  # before its folder goes
     gaps.sort()
     p95 = gaps[min(len(gaps) - 1, int(0.95 * len(gaps)))]
     print(f"python {sys.version.split()[0]}; {len(gaps)} calls, result written -> future resolved")

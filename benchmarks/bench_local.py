@@ -3,7 +3,8 @@
     python benchmarks/bench_local.py [--repeats 3]
 
 Cases: (a) 200 trivial calls, chunksize 1; (b) 2,000 trivial calls, chunksize 100;
-(c) 8 calls of about 0.5 s CPU each. Peers: ProcessPoolExecutor(2), submitit's LocalExecutor
+(c) 8 calls of about 0.5 s CPU each. Peers without a chunksize get the same layout: one call
+per chunk of items. Peers: ProcessPoolExecutor(2), submitit's LocalExecutor
 (map_array) and Lithops' localhost FunctionExecutor.map, each skipped with a line saying so
 when it is not installed (pip install -e '.[bench]').
 """
@@ -21,7 +22,9 @@ sys.path.insert(0, HERE)
 # The peers' workers import the benchmark functions by module name: let them find this folder.
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, os.environ.get("PYTHONPATH")) if p)
 
-from _common import half_second_of_cpu, median_seconds, table, trivial  # noqa: E402
+import functools  # noqa: E402
+
+from _common import chunks, half_second_of_cpu, median_seconds, run_chunk, table, trivial  # noqa: E402
 
 from batchfutures import BatchExecutor, LocalEnvironment  # noqa: E402
 
@@ -50,8 +53,8 @@ def submitit_runner(folder):
     executor.update_parameters(timeout_min=10)
 
     def run(fn, n, chunksize):
-        jobs = executor.map_array(fn, list(range(n)))
-        assert len([job.result() for job in jobs]) == n
+        jobs = executor.map_array(functools.partial(run_chunk, fn), chunks(n, chunksize))
+        assert sum(len(job.result()) for job in jobs) == n
     return run
 
 
@@ -64,8 +67,8 @@ def lithops_runner():
 
     def run(fn, n, chunksize):
         executor = lithops.FunctionExecutor(config=config)
-        executor.map(fn, list(range(n)))
-        assert len(executor.get_result()) == n
+        executor.map(functools.partial(run_chunk, fn), [(c,) for c in chunks(n, chunksize)])
+        assert sum(len(r) for r in executor.get_result()) == n
     return run
 
 

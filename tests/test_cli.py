@@ -75,3 +75,10 @@ def test_cleanup_removes_stored_runs(finished_job):
 def test_cleanup_keeps_recent_runs(finished_job):
     workdir, _ = finished_job
     assert "0 run(s) removed" in run_cli(workdir, "cleanup", "--older-than", "1").stdout
+
+
+def test_jobs_lists_this_librarys_jobs(finished_job):
+    workdir, job_id = finished_job
+    out = run_cli(workdir, "jobs").stdout
+    assert job_id in out and "SUCCEEDED" in out and "bf-shout" in out
+    assert job_id not in run_cli(workdir, "jobs", "--status", "FAILED").stdout

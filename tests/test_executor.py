@@ -419,3 +419,13 @@ def test_failure_carries_the_tail_of_the_log(executor):
         os._exit(5)
     error = executor.submit(crash).exception(timeout=60)
     assert isinstance(error, JobFailedError) and "about to crash" in error.log_tail
+
+
+def test_log_of_a_job_that_has_not_started_says_so(tmp_path):
+    env = LocalEnvironment(tmp_path, max_vcpus=1)
+    with BatchExecutor(env) as executor:
+        waiting = executor.with_settings(vcpus=2).submit(square, 2)  # never fits: stays RUNNABLE
+        executor._session.flush_all()
+        wait_until(lambda: waiting.status == "RUNNABLE")
+        assert "no log yet" in waiting.log() and "RUNNABLE" in waiting.log()
+        waiting.cancel()
