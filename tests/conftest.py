@@ -1,25 +1,20 @@
 """Shared fixtures: every test runs against real parts (emulator processes, moto's S3 server)."""
 
-import os
-
 import pytest
 import s3server
 
 from batchfutures import BatchExecutor, LocalEnvironment
+from batchfutures.storage import Storage
 
 
 @pytest.fixture(autouse=True, scope="session")
 def _private_workdir(tmp_path_factory):
     # BatchExecutor() with no environment must not write into the user's real cache folder.
-    previous = os.environ.get("BATCHFUTURES_WORKDIR")
-    os.environ["BATCHFUTURES_WORKDIR"] = str(tmp_path_factory.mktemp("default-workdir"))
-    for name in ("BATCHFUTURES_JOB_QUEUE", "BATCHFUTURES_JOB_DEFINITION", "BATCHFUTURES_IO_BUCKET"):
-        os.environ.pop(name, None)
-    yield
-    if previous is None:
-        os.environ.pop("BATCHFUTURES_WORKDIR", None)
-    else:
-        os.environ["BATCHFUTURES_WORKDIR"] = previous
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("BATCHFUTURES_WORKDIR", str(tmp_path_factory.mktemp("default-workdir")))
+        for name in ("BATCHFUTURES_JOB_QUEUE", "BATCHFUTURES_JOB_DEFINITION", "BATCHFUTURES_IO_BUCKET"):
+            patch.delenv(name, raising=False)
+        yield
 
 
 @pytest.fixture
@@ -37,3 +32,18 @@ def executor(local_env):
 # moto's S3 server on 127.0.0.1 (tests/s3server.py), shared by every test module.
 s3_endpoint = s3server.s3_endpoint
 moto_server = s3server.moto_server
+s3_bucket = s3server.s3_bucket
+s3_root = s3server.s3_root
+
+
+@pytest.fixture(params=["file", "s3"])
+def storage(request: pytest.FixtureRequest, tmp_path) -> Storage:
+    """The same Storage tests on a local folder and on moto's S3."""
+    if request.param == "file":
+        return Storage((tmp_path / "storage").as_uri())
+    return Storage(request.getfixturevalue("s3_root"))
+
+
+@pytest.fixture
+def local(tmp_path) -> Storage:
+    return Storage((tmp_path / "storage").as_uri())

@@ -41,15 +41,10 @@ def aws(tmp_path_factory, s3_endpoint):
     """An emulator behind its HTTP endpoint, and the variables that point boto3 at it."""
     emulator = BatchEmulator(tmp_path_factory.mktemp("aws-emulator"), max_vcpus=2)
     server = EmulatorServer(emulator).start()
-    saved = {k: os.environ.get(k) for k in ("AWS_ENDPOINT_URL_BATCH", "AWS_ENDPOINT_URL_CLOUDWATCH_LOGS")}
-    os.environ["AWS_ENDPOINT_URL_BATCH"] = server.endpoint_url
-    os.environ["AWS_ENDPOINT_URL_CLOUDWATCH_LOGS"] = server.endpoint_url
-    yield emulator
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AWS_ENDPOINT_URL_BATCH", server.endpoint_url)
+        patch.setenv("AWS_ENDPOINT_URL_CLOUDWATCH_LOGS", server.endpoint_url)
+        yield emulator
     server.stop()
     emulator.close()
 

@@ -24,18 +24,6 @@ moto_server, aws_env, s3_bucket, s3_root = (
     s3server.moto_server, s3server.aws_env, s3server.s3_bucket, s3server.s3_root)
 
 
-@pytest.fixture(params=["file", "s3"])
-def storage(request: pytest.FixtureRequest, tmp_path) -> Storage:
-    if request.param == "file":
-        return Storage((tmp_path / "storage").as_uri())
-    return Storage(request.getfixturevalue("s3_root"))
-
-
-@pytest.fixture
-def local(tmp_path) -> Storage:
-    return Storage((tmp_path / "storage").as_uri())
-
-
 class S3Requests:
     """Every HTTP request s3fs sends, seen through botocore's event hooks (nothing replaced)."""
 

@@ -70,18 +70,6 @@ def results(storage: Storage, job_url: str, index: int = 0) -> Tuple[Dict[str, A
     return meta, [serialization.outcome_result(outcome) for outcome in outcomes]
 
 
-@pytest.fixture(params=["file", "s3"])
-def storage(request: pytest.FixtureRequest, tmp_path) -> Storage:
-    if request.param == "file":
-        return Storage((tmp_path / "storage").as_uri())
-    return Storage(request.getfixturevalue("s3_root"))
-
-
-@pytest.fixture
-def local(tmp_path) -> Storage:
-    return Storage((tmp_path / "storage").as_uri())
-
-
 # -- the ordinary run ---------------------------------------------------------------------------
 def test_array_child_runs_its_items_values_errors_and_prints(storage):
     factor = 3

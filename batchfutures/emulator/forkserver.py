@@ -183,8 +183,9 @@ class ForkedAttempt:
                 pass
 
     def exit_code(self) -> int:
-        code = self.returncode if self.returncode is not None else -signal.SIGKILL
-        return 128 - code if code < 0 else code
+        from .launcher import docker_exit_code
+
+        return docker_exit_code(self.returncode)
 
     def wait(self, timeout: Optional[float] = None) -> Optional[int]:
         self._done.wait(timeout)

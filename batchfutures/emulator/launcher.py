@@ -178,6 +178,12 @@ def _child_setup(memory_mib: Optional[int], parent: int) -> Callable[[], None]:
     return setup
 
 
+def docker_exit_code(returncode: Optional[int]) -> int:
+    """The code Docker reports for a process: 128+N for death by signal N."""
+    code = returncode if returncode is not None else -signal.SIGKILL
+    return 128 - code if code < 0 else code
+
+
 class ProcessHandle:
     """One attempt's process."""
 
@@ -236,9 +242,7 @@ class ProcessHandle:
         return self.returncode
 
     def exit_code(self) -> int:
-        """The code Docker reports: 128+N for death by signal N."""
-        code = self.returncode if self.returncode is not None else -signal.SIGKILL
-        return 128 - code if code < 0 else code
+        return docker_exit_code(self.returncode)
 
     def resident_mib(self) -> float:
         """Resident memory of every process of the attempt, in MiB (0 once gone)."""

@@ -109,26 +109,23 @@ class Scheduler:
 
     def cancel(self, job: Job, unit: Optional[Unit], reason: str) -> None:
         """CancelJob: fail what has not started; what has started goes on."""
-        if unit is None and job.is_array and job.status not in FINAL:
-            job.cancelled, job.stop_reason = True, reason
-            job.touch()
-        for target in ([unit] if unit is not None else job.units):
-            if target.status in BEFORE_START:
-                target.cancelled = True
-                self._finalize(target, "FAILED", reason)
-        self._drain()
-        self._wake.set()
+        self._stop(job, unit, reason, terminate=False)
 
     def terminate(self, job: Job, unit: Optional[Unit], reason: str) -> None:
         """TerminateJob: kill what runs, fail what has not started."""
+        self._stop(job, unit, reason, terminate=True)
+
+    def _stop(self, job: Job, unit: Optional[Unit], reason: str, *, terminate: bool) -> None:
+        flag = "terminated" if terminate else "cancelled"
         if unit is None and job.is_array and job.status not in FINAL:
-            job.terminated, job.stop_reason = True, reason
+            setattr(job, flag, True)
+            job.stop_reason = reason
             job.touch()
         for target in ([unit] if unit is not None else job.units):
             if target.status in BEFORE_START:
-                target.terminated = True
+                setattr(target, flag, True)
                 self._finalize(target, "FAILED", reason)
-            elif target.status in ACTIVE:
+            elif terminate and target.status in ACTIVE:
                 target.terminated, target.stop_reason = True, reason
                 job.touch(target)
                 if target.handle is not None:
