@@ -132,7 +132,10 @@ class BatchExecutor(concurrent.futures.Executor):
             raise TypeError("map() must have at least one iterable")
         self._session._check_open()
         self._session.pickled_function(fn)  # SerializationError before any upload
-        items = zip(*iterables)
+        # One iterable: each item is the call's only argument ("arg" encoding, no tuple each).
+        single = len(iterables) == 1
+        items = iter(iterables[0]) if single else zip(*iterables)
+        encoding = serialization.ARG if single else serialization.ARGS
         name = job_name_for(fn)
         session = self._session
         settings = self._settings
@@ -141,23 +144,27 @@ class BatchExecutor(concurrent.futures.Executor):
             position = 0
             while True:
                 session._check_open()
-                batch = list(itertools.islice(items, MAX_ARRAY_SIZE * chunksize))
-                if not batch:
+                # child by child: a slice's items are never all alive at once, only their pickles
+                blobs: List[bytes] = []
+                counts: List[int] = []
+                while len(blobs) < MAX_ARRAY_SIZE:
+                    chunk = list(itertools.islice(items, chunksize))
+                    if not chunk:
+                        break
+                    # a failure names the map's item: "item k" counts from the map's first item
+                    blobs.append(serialization.pack_arguments(chunk, single=single,
+                                                              first_item=position))
+                    counts.append(len(chunk))
+                    position += len(chunk)
+                if not blobs:
                     return
-                chunks = [batch[i:i + chunksize] for i in range(0, len(batch), chunksize)]
-                # a failure names the map's item: "item k" counts from the map's first item
-                blobs = [serialization.pack_items([(0, args, {}) for args in chunk],
-                                                  first_item=position + number * chunksize)
-                         for number, chunk in enumerate(chunks)]
                 if per_child:
-                    futures = [[BatchFuture(session)] for _ in chunks]
+                    futures = [[BatchFuture(session)] for _ in counts]
                 else:
-                    futures = [[BatchFuture(session) for _ in chunk] for chunk in chunks]
-                del batch
-                session.submit_job(settings, [fn], chunks, futures, chunksize=chunksize,
-                                   name=name, blobs=blobs, per_child=per_child)
-                position += sum(len(chunk) for chunk in chunks)
-                del chunks, blobs
+                    futures = [[BatchFuture(session) for _ in range(count)] for count in counts]
+                session.submit_job(settings, [fn], blobs, counts, futures, chunksize=chunksize,
+                                   name=name, encoding=encoding, per_child=per_child)
+                del blobs
                 yield [future for group in futures for future in group]
 
         return generate()

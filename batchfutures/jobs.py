@@ -54,6 +54,7 @@ class TrackedJob:
         self.unresolved = set(range(len(self.children)))
         self.started: set = set()  # children seen in STARTING/RUNNING
         self.failed_seen: set = set()
+        self.succeeded = 0  # children settled from their result objects
         self.lock = threading.Lock()
         for index, futures in enumerate(self.children):
             for future in futures:

@@ -7,13 +7,15 @@
         plain job  SUCCEEDED ─> GET results/0 ─> settle its futures
         array job  counts changed?
                      STARTING/RUNNING grew ─> ListJobs(arrayJobId, status) ─> futures running
-                     SUCCEEDED grew      ─> LIST results/ ─> GET each new result ─> settle
+                     SUCCEEDED grew      ─> ListJobs(SUCCEEDED), unless every waiting child
+                                            succeeded ─> GET each new result ─> settle
                      FAILED grew         ─> ListJobs(FAILED) ─> DescribeJobs(children) ─> typed errors
         job FAILED                       ─> typed error from its last attempt (errors.classify_failure)
         job unknown past the grace period ─> results in storage, else JobMetadataExpired
 
 The call budget grows with Batch jobs, not items: one DescribeJobs per 100 outstanding jobs per
-poll; listings only when an array's counts changed; one GET per finished child. The interval is
+poll; listings only when an array's counts changed; one GET per finished child and no storage
+listing (storage is listed only for a job Batch has forgotten). The interval is
 short right after a change and backs off to a cap while nothing changes. Errors never kill the
 thread: a failed poll is logged and tried again at the next tick (batchapi retries throttling).
 """
@@ -182,9 +184,23 @@ class Poller:
                 children = batchapi.describe_jobs(client, [job.child_id(i) for i in failed])
                 by_index = {job.child_index(d["jobId"]): d for d in children}
                 self._fail_children(job, by_index)
-        if summary.get("SUCCEEDED", 0) > previous.get("SUCCEEDED", 0) or (terminal and job.unresolved):
-            self._settle_from_results(job, None, final=terminal)
+        if summary.get("SUCCEEDED", 0) > job.succeeded or (terminal and job.unresolved):
+            self._settle_from_results(job, self._newly_succeeded(client, job, summary, terminal))
         return True
+
+    def _newly_succeeded(self, client: Any, job: TrackedJob, summary: Dict[str, int],
+                         terminal: bool) -> List[int]:
+        """The unresolved children Batch says succeeded, whose result objects are to be read.
+
+        Batch names them (ListJobs), not storage: an S3 LIST per poll would cost requests (and
+        money) that grow with polls times children. When as many children newly succeeded as are
+        still waiting, every one of them did, and no listing is needed at all.
+        """
+        waiting = job.unresolved - job.failed_seen
+        if terminal or summary.get("SUCCEEDED", 0) - job.succeeded == len(waiting):
+            # (a finished job's failed children were taken out just before: the rest succeeded)
+            return sorted(waiting)
+        return sorted(i for i in self._list_children(client, job, "SUCCEEDED") if i in waiting)
 
     def _list_children(self, client: Any, job: TrackedJob, status: str) -> List[int]:
         indices = []
@@ -197,34 +213,25 @@ class Poller:
         return indices
 
     # -- outcomes ----------------------------------------------------------------------------
-    def _settle_from_results(self, job: TrackedJob, indices: Optional[List[int]], *,
-                             final: bool = True) -> None:
-        """Read result objects of finished children and settle their futures.
+    def _settle_from_results(self, job: TrackedJob, indices: List[int]) -> None:
+        """Read the result objects of children that succeeded and settle their futures.
 
-        ``indices=None`` lists the job's results first and reads only the new ones.
+        One GET per child. A child Batch says succeeded but that wrote no result fails.
         """
         storage = self._session.storage
-        if indices is None:
-            written = storage.list_results(job.job_url)
-            indices = sorted(i for i in written if i in job.unresolved)
-            missing = sorted(job.unresolved - set(indices)) if final else []
-        else:
-            missing = []
         for index in indices:
             if index not in job.unresolved:
                 continue
             data = storage.read_result(job.job_url, index)
+            job.succeeded += 1
             if data is None:
-                missing.append(index)
-                continue
-            job.set_status(index, "SUCCEEDED")
-            job.settle_child(index, self._session.decode_result(data, job.items_in(index)))
-        for index in missing:
-            if index in job.unresolved and index not in job.failed_seen:
                 child_id = job.child_id(index)
                 job.fail_child(index, lambda child_id=child_id: RemoteError(
                     f"Batch job {child_id} succeeded but wrote no result: the process ended before "
                     f"the worker finished (for example os._exit(0) in the function)."))
+                continue
+            job.set_status(index, "SUCCEEDED")
+            job.settle_child(index, self._session.decode_result(data, job.items_in(index)))
 
     def _fail_children(self, job: TrackedJob, descriptions: Dict[Optional[int], Dict[str, Any]]) -> None:
         logs_budget = LOG_TAILS_PER_POLL
@@ -247,7 +254,8 @@ class Poller:
         """Batch does not know the job: wait out the grace period, then trust storage."""
         if time.monotonic() - job.submitted_at < self._grace:
             return False
-        self._settle_from_results(job, None, final=False)
+        written = self._session.storage.list_results(job.job_url)  # storage is all that is left
+        self._settle_from_results(job, sorted(i for i in written if i in job.unresolved))
         for index in sorted(job.unresolved):
             child_id = job.child_id(index)
             job.fail_child(index, lambda child_id=child_id: JobMetadataExpired(

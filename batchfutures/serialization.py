@@ -3,7 +3,8 @@
     client                                       worker
     ------                                       ------
     dumps(fn)            -> functions/<sha>.pkl  loads(data) -> fn
-    pack_items(chunk)    -> inputs, child blob   unpack_items(blob) -> [(fn index, args, kwargs)]
+    pack_items(calls)    -> inputs, child blob   unpack_items(blob, encoding)
+    pack_arguments(args) -> inputs, child blob       -> [(fn index, args, kwargs)]
     payload_stamp()      -> inputs header        check_stamp(header) -> mismatch message or None
                                                  run each item -> encode_ok(value)
                                                                 | encode_error(exc, tb)
@@ -17,6 +18,14 @@ Result object (``results/<i>``), one per child, one outcome per item:
 
     b"BFRESLT1" | uint64 LE M | M bytes JSON meta | uint64 LE K | K uint64 LE outcome lengths
     | the K outcomes, concatenated
+
+A child blob is one cloudpickle of a list, in one of three encodings named by the inputs header's
+"encoding" (so map pays for its arguments only, not for a function index and a kwargs dict per
+item):
+
+    "calls"  [(function index, args tuple, kwargs dict), ...]   submit: calls coalesced into a job
+    "args"   [args tuple, ...]                                    map over several iterables
+    "arg"    [argument, ...]                                      map over one iterable
 
 Each outcome is its own pickle, so one the client cannot load fails only its own item. An
 outcome is a plain pickle of a tuple of builtins; the user's value or exception is a cloudpickle
@@ -45,7 +54,8 @@ import cloudpickle
 
 __all__ = [
     "RemoteTraceback", "dumps", "loads", "payload_stamp", "check_stamp", "stamp_differences",
-    "pack_items", "unpack_items", "encode_ok", "encode_error", "encode_unpicklable",
+    "pack_items", "pack_arguments", "unpack_items", "CALLS", "ARGS", "ARG", "encode_ok",
+    "encode_error", "encode_unpicklable",
     "encode_mismatch", "pack_result", "unpack_result", "outcome_result", "decode_outcome",
     "outcome_kind",
 ]
@@ -53,6 +63,7 @@ __all__ = [
 PROTOCOL = pickle.HIGHEST_PROTOCOL
 RESULT_MAGIC = b"BFRESLT1"
 OK, ERROR, UNPICKLABLE, MISMATCH = "ok", "error", "unpicklable", "mismatch"
+CALLS, ARGS, ARG = "calls", "args", "arg"  # child blob encodings (the header's "encoding")
 REPR_LIMIT = 2000
 _U64 = struct.Struct("<Q")
 
@@ -113,7 +124,7 @@ def loads(data: bytes) -> Any:
 
 
 def pack_items(items: Sequence[Tuple[int, tuple, dict]], *, first_item: Optional[int] = None) -> bytes:
-    """A child's blob: its items, (function index into header["functions"], args, kwargs) each.
+    """A child's blob in the "calls" encoding: (function index, args, kwargs) per item.
 
     The whole chunk is one pickle (fast). When it fails, the culprit is looked for argument by
     argument so the SerializationError names it; ``first_item`` numbers the items in the
@@ -124,8 +135,29 @@ def pack_items(items: Sequence[Tuple[int, tuple, dict]], *, first_item: Optional
     if data is not None:
         return data
     assert error is not None
-    for position, (_, args, kwargs) in enumerate(items):
-        if len(items) == 1 and first_item is None:
+    _raise_for_culprit([(args, kwargs) for _, args, kwargs in items], error, first_item)
+    raise AssertionError("not reached")
+
+
+def pack_arguments(chunk: List[Any], *, single: bool, first_item: int) -> bytes:
+    """A map child's blob: the "arg" encoding (``single``: one argument per item) or "args".
+
+    A failure names the argument and the map's item number, as pack_items does.
+    """
+    data, error = _try_dumps(chunk)
+    if data is not None:
+        return data
+    assert error is not None
+    calls = [((value,) if single else value, {}) for value in chunk]
+    _raise_for_culprit(calls, error, first_item)
+    raise AssertionError("not reached")
+
+
+def _raise_for_culprit(calls: Sequence[Tuple[tuple, dict]], error: BaseException,
+                       first_item: Optional[int]) -> None:
+    """Raise a SerializationError naming the first argument that does not pickle."""
+    for position, (args, kwargs) in enumerate(calls):
+        if len(calls) == 1 and first_item is None:
             of = "of the call"
         else:
             of = f"of item {position + (first_item or 0)}"
@@ -144,8 +176,16 @@ def pack_items(items: Sequence[Tuple[int, tuple, dict]], *, first_item: Optional
     raise _serialization_error(f"cannot pickle the call's arguments: {_reason(error)}") from error
 
 
-def unpack_items(blob: bytes) -> List[Tuple[int, tuple, dict]]:
-    return cloudpickle.loads(blob)
+def unpack_items(blob: bytes, encoding: str = CALLS) -> List[Tuple[int, tuple, dict]]:
+    """A child's items as (function index, args, kwargs), whatever their encoding."""
+    loaded = cloudpickle.loads(blob)
+    if encoding == CALLS:
+        return loaded
+    if encoding == ARGS:
+        return [(0, tuple(args), {}) for args in loaded]
+    if encoding == ARG:
+        return [(0, (argument,), {}) for argument in loaded]
+    raise ValueError(f"unknown item encoding {encoding!r}")
 
 
 # -- the version stamp --------------------------------------------------------------------------

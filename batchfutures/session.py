@@ -167,7 +167,8 @@ class Session:
             chunks.append([(index_of[key], args, kwargs)])
         futures = [[call[0]] for call in calls]
         try:
-            self.submit_job(settings, functions, chunks, futures, chunksize=1,
+            blobs = [serialization.pack_items(chunk) for chunk in chunks]
+            self.submit_job(settings, functions, blobs, [1] * len(blobs), futures, chunksize=1,
                             name=job_name_for(calls[0][1]))
         except BaseException as error:  # the futures carry the failure; nobody waits in vain
             failure = error if isinstance(error, BatchError) else _wrap_submit_error(error)
@@ -179,26 +180,28 @@ class Session:
 
     # -- one Batch job -----------------------------------------------------------------------
     def submit_job(self, settings: JobSettings, functions: Sequence[Callable],
-                   chunks: Sequence[Sequence[Tuple[int, tuple, dict]]],
+                   blobs: List[bytes], item_counts: List[int],
                    futures: Sequence[List[BatchFuture]], *, chunksize: int, name: str,
-                   blobs: Optional[List[bytes]] = None, per_child: bool = False) -> TrackedJob:
-        """Upload one Batch job's payload, submit it, and hand it to the poller."""
+                   encoding: str = serialization.CALLS, per_child: bool = False) -> TrackedJob:
+        """Upload one Batch job's payload, submit it, and hand it to the poller.
+
+        ``blobs`` holds each child's items (serialization's ``encoding``), ``item_counts`` how
+        many; ``futures`` one list per child (one future per item, or with ``per_child`` one).
+        """
         self._check_queue_once()
-        if blobs is None:
-            blobs = [serialization.pack_items(chunk) for chunk in chunks]
         try:
             function_urls = [self._function_url(fn) for fn in functions]
         except (FileNotFoundError, PermissionError) as error:
             raise _storage_error(self.storage, error) from error
         job_key = uuid.uuid4().hex
         job_url = self.storage.job_url(self.run_id, job_key)
-        item_counts = [len(chunk) for chunk in chunks]
         items = sum(item_counts)
         header = {
             "functions": function_urls,
             "children": len(blobs),
             "items": items,
             "chunksize": chunksize,
+            "encoding": encoding,
             "run_id": self.run_id,
             "job_key": job_key,
         }

@@ -89,7 +89,7 @@ def run_items(storage: "Storage", header: Dict[str, Any], blob: bytes, index: in
         logger.warning("child %d: %s", index, mismatch)
         return [serialization.encode_mismatch(mismatch)] * _item_count(header, index)
     try:
-        items = serialization.unpack_items(blob)
+        items = serialization.unpack_items(blob, header.get("encoding", serialization.CALLS))
     except MemoryError:
         raise
     except Exception as error:
