@@ -90,6 +90,13 @@ def test_map_with_several_iterables_stops_at_the_shortest(executor):
     assert list(executor.map(pow, [2, 3, 4, 5], [2, 2, 2])) == [4, 9, 16]
 
 
+def test_map_over_one_iterable_passes_each_item_whole(executor):
+    # one iterable: each item is the only argument, tuples and None included
+    items = [(1, 2), (3,), (), None, "ab"]
+    assert list(executor.map(repr, items, chunksize=2)) == [repr(x) for x in items]
+    assert list(executor.map(divmod, [7, 9], [2, 4])) == [(3, 1), (2, 1)]
+
+
 def test_map_yields_items_before_the_failing_one_then_raises_its_exception(executor):
     results = executor.map(fail_on(6), range(10), chunksize=4)
     seen = []

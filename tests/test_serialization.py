@@ -79,6 +79,28 @@ def test_pack_items_names_the_argument_that_fails():
 
 
 
+def test_map_encodings_carry_arguments_only_and_unpack_to_calls():
+    single = [1, (2, 3), {"four": 4}, None]
+    blob = serialization.pack_arguments(single, single=True, first_item=0)
+    assert serialization.unpack_items(blob, serialization.ARG) == [(0, (x,), {}) for x in single]
+    several = [(1, "a"), (2, "b")]
+    blob = serialization.pack_arguments(several, single=False, first_item=0)
+    assert serialization.unpack_items(blob, serialization.ARGS) == [(0, t, {}) for t in several]
+    # the lean encoding is smaller than a (function index, args, kwargs) triple per item
+    assert len(serialization.pack_arguments(list(range(1000)), single=True, first_item=0)) < \
+        len(serialization.pack_items([(0, (x,), {}) for x in range(1000)])) / 2
+    with pytest.raises(ValueError, match="unknown item encoding 'columns'"):
+        serialization.unpack_items(blob, "columns")
+
+
+def test_pack_arguments_names_the_map_item_that_fails():
+    lock = threading.Lock()
+    with pytest.raises(SerializationError, match=r"positional argument 0 \(a _thread.lock\) of item 42"):
+        serialization.pack_arguments([1, lock], single=True, first_item=41)
+    with pytest.raises(SerializationError, match=r"positional argument 1 \(a _thread.lock\) of item 7"):
+        serialization.pack_arguments([(1, 2), (3, lock)], single=False, first_item=6)
+
+
 def countdown():
     yield from (3, 2, 1)
 
