@@ -99,7 +99,7 @@ class BatchExecutor(concurrent.futures.Executor):
                         continue
                     child = current.popleft()
                     remaining = None if end_time is None else end_time - time.monotonic()
-                    for ok, value in child.result(remaining):
+                    for ok, value in child.result(remaining)():  # decoded here, when reached
                         if not ok:
                             raise value
                         yield value
@@ -122,7 +122,8 @@ class BatchExecutor(concurrent.futures.Executor):
         """Submit ``zip(*iterables)`` as Batch jobs of at most 10,000 children, one per slice.
 
         Each slice yields one future per item, or with ``per_child`` one per child, resolved
-        with that child's ``(ok, value)`` outcomes (map's iterator needs no more).
+        with a callable returning that child's ``(ok, value)`` outcomes (map's iterator needs
+        no more).
         """
         if isinstance(chunksize, bool) or not isinstance(chunksize, int) or chunksize < 1:
             raise ValueError("chunksize must be >= 1.")

@@ -8,9 +8,10 @@ DescribeJobs, ListJobs and the result objects in storage, and settles its future
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from .futures import BatchFuture
 
@@ -44,7 +45,8 @@ class TrackedJob:
         self.job_url = job_url
         self.children = list(children)
         # None: one future per item. Otherwise one future per child (map's iterator), resolved
-        # with the child's list of (ok, value) outcomes, so a large map holds no per-item futures.
+        # with a callable that decodes the child's (ok, value) outcomes, so a large map holds no
+        # per-item futures (see settle_child).
         self.item_counts = list(item_counts) if item_counts is not None else None
         self.array = array
         self.memory_mib = memory_mib
@@ -99,12 +101,20 @@ class TrackedJob:
             return self.item_counts[index]
         return len(self.children[index])
 
-    def settle_child(self, index: int, outcomes: Sequence[tuple]) -> None:
-        """Give each item of a child its outcome: ``(ok, value_or_exception)`` pairs."""
+    def settle_child(self, index: int, data: bytes, decode: Callable[[bytes, int], List[tuple]]) -> None:
+        """Settle a child's futures from its result object.
+
+        With one future per item, each gets its ``(ok, value_or_exception)`` from ``decode`` now.
+        With one future per child (map's iterator), the future gets a callable that decodes the
+        child's outcomes when the iterator reaches it: until then it holds only the compact
+        result bytes, not a decoded object per item, and the decoding runs on the consumer's
+        thread, not the poller's.
+        """
+        count = self.items_in(index)
         if self.item_counts is not None:
-            settle(self.children[index][0], True, list(outcomes))
+            settle(self.children[index][0], True, functools.partial(decode, data, count))
         else:
-            for future, (ok, value) in zip(self.children[index], outcomes):
+            for future, (ok, value) in zip(self.children[index], decode(data, count)):
                 settle(future, ok, value)
         self.unresolved.discard(index)
 

@@ -231,7 +231,7 @@ class Poller:
                     f"the worker finished (for example os._exit(0) in the function)."))
                 continue
             job.set_status(index, "SUCCEEDED")
-            job.settle_child(index, self._session.decode_result(data, job.items_in(index)))
+            job.settle_child(index, data, self._session.decode_result)
 
     def _fail_children(self, job: TrackedJob, descriptions: Dict[Optional[int], Dict[str, Any]]) -> None:
         logs_budget = LOG_TAILS_PER_POLL
