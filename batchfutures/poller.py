@@ -7,8 +7,9 @@
         plain job  SUCCEEDED ─> GET results/0 ─> settle its futures
         array job  counts changed?
                      STARTING/RUNNING grew ─> ListJobs(arrayJobId, status) ─> futures running
-                     SUCCEEDED grew      ─> ListJobs(SUCCEEDED), unless every waiting child
-                                            succeeded ─> GET each new result ─> settle
+                     SUCCEEDED grew      ─> which children: all waiting ones, or those that left
+                                            STARTING/RUNNING, else ListJobs(SUCCEEDED)
+                                            ─> GET each new result ─> settle
                      FAILED grew         ─> ListJobs(FAILED) ─> DescribeJobs(children) ─> typed errors
         job FAILED                       ─> typed error from its last attempt (errors.classify_failure)
         job unknown past the grace period ─> results in storage, else JobMetadataExpired
@@ -25,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Set
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Set, Tuple
 
 from . import batchapi
 from .errors import JobMetadataExpired, RemoteError, classify_failure
@@ -166,9 +167,12 @@ class Poller:
         job.summary, job.status = summary, status
         client = self._session.env.batch
 
+        # When SUCCEEDED grew, every active child is listed (not only changed counts): those that
+        # were active and no longer are tell which children finished, without listing SUCCEEDED.
+        succeeded_grew = summary.get("SUCCEEDED", 0) > job.succeeded
         listed: Set[int] = set()
         for active in ACTIVE:
-            if summary.get(active, 0) and summary.get(active) != previous.get(active):
+            if summary.get(active, 0) and (succeeded_grew or summary.get(active) != previous.get(active)):
                 for index in self._list_children(client, job, active):
                     job.set_status(index, active)
                     listed.add(index)
@@ -184,23 +188,34 @@ class Poller:
                 children = batchapi.describe_jobs(client, [job.child_id(i) for i in failed])
                 by_index = {job.child_index(d["jobId"]): d for d in children}
                 self._fail_children(job, by_index)
-        if summary.get("SUCCEEDED", 0) > job.succeeded or (terminal and job.unresolved):
-            self._settle_from_results(job, self._newly_succeeded(client, job, summary, terminal))
+        if succeeded_grew or (terminal and job.unresolved):
+            indices, confirmed = self._newly_succeeded(client, job, summary, terminal, listed)
+            self._settle_from_results(job, indices, confirmed=confirmed)
         return True
 
     def _newly_succeeded(self, client: Any, job: TrackedJob, summary: Dict[str, int],
-                         terminal: bool) -> List[int]:
-        """The unresolved children Batch says succeeded, whose result objects are to be read.
+                         terminal: bool, active_now: Set[int]) -> Tuple[List[int], bool]:
+        """The waiting children that succeeded, whose result objects are to be read.
 
-        Batch names them (ListJobs), not storage: an S3 LIST per poll would cost requests (and
-        money) that grow with polls times children. When as many children newly succeeded as are
-        still waiting, every one of them did, and no listing is needed at all.
+        Batch names them, not storage: an S3 LIST per poll would cost requests (and money) that
+        grow with polls times children. In order of cost:
+        - as many children newly succeeded as are still waiting: every one of them did;
+        - as many newly succeeded as children that were seen active and are no longer (the
+          active ones were just listed): those are they, most likely (a child that failed just
+          after DescribeJobs looks the same, so a missing result here is not yet a failure:
+          ``confirmed`` is False);
+        - else ListJobs(SUCCEEDED), whose pages grow with the children that succeeded so far.
         """
         waiting = job.unresolved - job.failed_seen
-        if terminal or summary.get("SUCCEEDED", 0) - job.succeeded == len(waiting):
+        newly = summary.get("SUCCEEDED", 0) - job.succeeded
+        if terminal or newly == len(waiting):
             # (a finished job's failed children were taken out just before: the rest succeeded)
-            return sorted(waiting)
-        return sorted(i for i in self._list_children(client, job, "SUCCEEDED") if i in waiting)
+            return sorted(waiting), True
+        left = (job.started & waiting) - active_now
+        if left and newly == len(left):
+            return sorted(left), False
+        found = self._list_children(client, job, "SUCCEEDED")
+        return sorted(i for i in found if i in waiting), True
 
     def _list_children(self, client: Any, job: TrackedJob, status: str) -> List[int]:
         indices = []
@@ -213,16 +228,20 @@ class Poller:
         return indices
 
     # -- outcomes ----------------------------------------------------------------------------
-    def _settle_from_results(self, job: TrackedJob, indices: List[int]) -> None:
+    def _settle_from_results(self, job: TrackedJob, indices: List[int], *,
+                             confirmed: bool = True) -> None:
         """Read the result objects of children that succeeded and settle their futures.
 
-        One GET per child. A child Batch says succeeded but that wrote no result fails.
+        One GET per child. A child Batch ``confirmed`` succeeded but that wrote no result fails;
+        an unconfirmed one without a result is left waiting.
         """
         storage = self._session.storage
         for index in indices:
             if index not in job.unresolved:
                 continue
             data = storage.read_result(job.job_url, index)
+            if data is None and not confirmed:
+                continue
             job.succeeded += 1
             if data is None:
                 child_id = job.child_id(index)
