@@ -5,11 +5,14 @@
                                         started)   memory, kill)
 
 Each tick advances every unit at most one step, processing the stages from last to first, so
-each status lasts at least one tick (TICK, 20 ms) and a poller can see it. The work of a tick is
-proportional to what changes, never to the number of jobs: units move between queues (`_new`,
-`_ready`, the RUNNABLE heap ordered by submission, `_launched`, `_running`), dependencies are
-counters decremented by the job they wait for (no re-scan of waiting jobs), and an array's
-status summary is maintained incrementally by `Job.move`.
+each status lasts at least one tick and the listeners, called after every tick that changed
+something, see it. While a step is due the next tick follows TICK (2 ms) later; otherwise the
+thread sleeps until something wakes it (a submission, a process's exit, a stop), until the
+nearest attempt timeout, or for IDLE (housekeeping). The work of a tick is proportional to what
+changes, never to the number of jobs: units move between queues (`_new`, `_ready`, the RUNNABLE
+heap ordered by submission, `_launched`, `_running`), dependencies are counters decremented by
+the job they wait for (no re-scan of waiting jobs), and an array's status summary is maintained
+incrementally by `Job.move`.
 
 All state is guarded by the emulator's lock; processes are launched outside it. Launching
 happens on this thread only: PR_SET_PDEATHSIG ties each process's life to the thread that
@@ -50,7 +53,7 @@ from .model import task_arn
 
 logger = logging.getLogger("batchfutures")
 
-TICK = 0.02
+TICK = 0.002
 IDLE = 0.25
 HOUSEKEEPING_EVERY = 0.25
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -136,17 +139,27 @@ class Scheduler:
         self._wake.set()
 
     # -- the thread --------------------------------------------------------------------------
-    def _busy(self) -> bool:
-        return bool(self._new or self._ready or self._launched
-                    or (self._heap and self.used_vcpus < self.max_vcpus)
-                    or any(u.deadline is not None for u in self._running))
+    def _next_wait(self) -> float:
+        """How long the thread may sleep: TICK while a step is due, else until a deadline."""
+        if self._new or self._ready or self._launched:
+            return TICK
+        while self._heap and self._heap[0][3].status != "RUNNABLE":
+            heapq.heappop(self._heap)  # cancelled while queued
+        if self._heap:
+            unit = self._heap[0][3]  # strict FIFO: only the head can start next
+            if self.used_vcpus + unit.job.spec.vcpus <= self.max_vcpus + 1e-9:
+                return TICK
+        deadlines = [u.deadline for u in self._running if u.deadline is not None]
+        if deadlines:
+            return min(IDLE, max(0.0, min(deadlines) - time.monotonic()))
+        return IDLE
 
     def _run(self) -> None:
         last_housekeeping = 0.0
         while not self._stopping:
             with self.lock:
-                busy = self._busy()
-            self._wake.wait(TICK if busy else IDLE)
+                wait = self._next_wait()
+            self._wake.wait(wait)
             self._wake.clear()
             if self._stopping:
                 break
@@ -385,6 +398,7 @@ class Scheduler:
                 self._end_attempt(unit)
             elif unit.deadline is not None and now >= unit.deadline:
                 handle.kill("timeout")
+                unit.deadline = None  # killed: its exit wakes the thread (no tick until then)
 
     def _end_attempt(self, unit: Unit, start_error: Optional[str] = None) -> None:
         spec = unit.job.spec

@@ -1,0 +1,87 @@
+"""The fork server: what it preloads (and what it never does), and each attempt's own environment."""
+
+import importlib
+import os
+import sys
+
+import pytest
+
+from batchfutures import BatchExecutor, LocalEnvironment
+from batchfutures.emulator import forkserver
+
+# Standard-library modules a test process is unlikely to have imported already.
+UNUSUAL = ("colorsys", "tabnanny", "netrc", "sched", "graphlib", "zipapp", "plistlib")
+
+
+def not_yet_imported():
+    for name in UNUSUAL:
+        if name not in sys.modules:
+            return name
+    pytest.skip("every candidate module is imported already")
+
+
+def test_only_standard_library_modules_without_import_side_effects_are_preloadable():
+    assert forkserver.preloadable("statistics")
+    assert forkserver.preloadable("email.mime.text")
+    assert forkserver.preloadable("_statistics")
+    for name in ("this", "antigravity", "readline", "tkinter.ttk", "idlelib", "__main__"):
+        assert not forkserver.preloadable(name), name
+    for name in ("batchfutures", "batchfutures.worker", "pytest", "s3fs", "numpy"):
+        assert not forkserver.preloadable(name), name
+
+
+@pytest.mark.skipif(sys.version_info < (3, 10), reason="sys.stdlib_module_names is 3.10+")
+def test_preload_imports_standard_library_modules_only_from_the_library(tmp_path, monkeypatch):
+    folders = forkserver._library_folders()
+    wanted = not_yet_imported()
+    assert forkserver._preload([wanted, "this", "not_a_module_at_all"], folders)
+    assert wanted in sys.modules
+    assert "this" not in sys.modules  # it prints the Zen of Python when imported
+    assert not forkserver._preload([wanted], folders)  # nothing new
+    # a module of the client's own folders that shadows a library name is not run in the server
+    shadowed = not_yet_imported()
+    (tmp_path / f"{shadowed}.py").write_text("raise RuntimeError('must not be imported')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    assert not forkserver._preload([shadowed], folders)
+    assert shadowed not in sys.modules
+
+
+@pytest.mark.skipif(sys.version_info < (3, 10), reason="sys.stdlib_module_names is 3.10+")
+def test_each_request_sends_the_library_modules_imported_since_the_last_one():
+    server = forkserver.ForkServer("")
+    first = server._new_modules()
+    assert "json" in first and "os" in first
+    assert not any(name.startswith(("batchfutures", "pytest")) for name in first)
+    assert server._new_modules() == []
+    wanted = not_yet_imported()
+    importlib.import_module(wanted)
+    assert server._new_modules() == [wanted]
+
+
+def environment_of_attempt(name):
+    return os.environ.get(name), os.environ.get("AWS_BATCH_JOB_ARRAY_INDEX")
+
+
+def modules_at_start(names):
+    return {name: name in sys.modules for name in names}
+
+
+@pytest.mark.skipif(sys.version_info < (3, 10), reason="sys.stdlib_module_names is 3.10+")
+def test_attempts_get_the_requests_environment_and_the_clients_library_modules(tmp_path, monkeypatch):
+    monkeypatch.setenv("BF_TEST_SERVER_ONLY", "server")  # in the server's environment...
+    monkeypatch.setenv("BF_TEST_CHANGED", "before")
+    executor = BatchExecutor(LocalEnvironment(tmp_path / "work", max_vcpus=2))
+    try:
+        assert list(executor.map(environment_of_attempt, ["BF_TEST_SERVER_ONLY"] * 2)) == [
+            ("server", "0"), ("server", "1")]
+        monkeypatch.delenv("BF_TEST_SERVER_ONLY")  # ...then no longer in the client's
+        monkeypatch.setenv("BF_TEST_CHANGED", "after")
+        assert list(executor.map(environment_of_attempt, ["BF_TEST_SERVER_ONLY", "BF_TEST_CHANGED"])) == [
+            (None, "0"), ("after", "1")]
+        wanted = not_yet_imported()
+        importlib.import_module(wanted)  # the client imports a library module: attempts have it
+        [seen] = executor.map(modules_at_start, [[wanted, "this", "s3fs"]])
+        assert seen == {wanted: True, "this": False, "s3fs": False}  # s3fs: only for s3:// jobs
+    finally:
+        executor.shutdown()
