@@ -19,7 +19,9 @@ def _private_workdir(tmp_path_factory):
 
 @pytest.fixture
 def local_env(tmp_path):
-    return LocalEnvironment(tmp_path / "work", max_vcpus=2)
+    env = LocalEnvironment(tmp_path / "work", max_vcpus=2)
+    yield env
+    env.emulator.close()  # its scheduler thread and fork server end with the test
 
 
 @pytest.fixture
