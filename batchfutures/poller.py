@@ -199,7 +199,9 @@ class Poller:
 
         Batch names them, not storage: an S3 LIST per poll would cost requests (and money) that
         grow with polls times children. In order of cost:
-        - as many children newly succeeded as are still waiting: every one of them did;
+        - every child finished (the failed ones were just taken out): the waiting ones succeeded;
+        - as many children newly succeeded as are still waiting: every one of them did, most
+          likely (unconfirmed, as below);
         - as many newly succeeded as children that were seen active and are no longer (the
           active ones were just listed): those are they, most likely (a child that failed just
           after DescribeJobs looks the same, so a missing result here is not yet a failure:
@@ -207,10 +209,15 @@ class Poller:
         - else ListJobs(SUCCEEDED), whose pages grow with the children that succeeded so far.
         """
         waiting = job.unresolved - job.failed_seen
-        newly = summary.get("SUCCEEDED", 0) - job.succeeded
-        if terminal or newly == len(waiting):
-            # (a finished job's failed children were taken out just before: the rest succeeded)
+        succeeded = summary.get("SUCCEEDED", 0)
+        if terminal or succeeded + summary.get("FAILED", 0) >= job.size:
+            # every child has finished, and the failed ones were taken out just before
             return sorted(waiting), True
+        newly = succeeded - job.succeeded
+        if newly == len(waiting):
+            # unconfirmed: a child whose futures were cancelled may have succeeded too and be
+            # counted here in place of one still running
+            return sorted(waiting), False
         left = (job.started & waiting) - active_now
         if left and newly == len(left):
             return sorted(left), False
