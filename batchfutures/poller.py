@@ -250,13 +250,13 @@ class Poller:
             if data is None and not confirmed:
                 continue
             job.succeeded += 1
+            job.set_status(index, "SUCCEEDED")
             if data is None:
                 child_id = job.child_id(index)
                 job.fail_child(index, lambda child_id=child_id: RemoteError(
                     f"Batch job {child_id} succeeded but wrote no result: the process ended before "
                     f"the worker finished (for example os._exit(0) in the function)."))
                 continue
-            job.set_status(index, "SUCCEEDED")
             job.settle_child(index, data, self._session.decode_result)
 
     def _fail_children(self, job: TrackedJob, descriptions: Dict[Optional[int], Dict[str, Any]]) -> None:

@@ -314,6 +314,22 @@ def test_container_exit_is_a_job_failure_with_its_code(executor):
     assert future.exit_code == 3
 
 
+def exit_quietly_on(bad):
+    def f(x):
+        if x == bad:
+            os._exit(0)  # the process ends "successfully" before the worker records anything
+        return x
+    return f
+
+
+def test_a_child_that_succeeded_without_a_result_fails_only_its_items(executor):
+    futures = executor.map_futures(exit_quietly_on(2), range(6))
+    assert [f.result(timeout=60) for i, f in enumerate(futures) if i != 2] == [0, 1, 3, 4, 5]
+    error = futures[2].exception(timeout=60)
+    assert isinstance(error, RemoteError) and "succeeded but wrote no result" in str(error)
+    assert futures[2].status == "SUCCEEDED"
+
+
 def test_one_failed_child_fails_only_its_items(executor):
     futures = executor.map_futures(lambda x: os._exit(4) if x == 1 else x, range(4))
     concurrent.futures.wait(futures, timeout=60)
