@@ -13,6 +13,9 @@ Fixture names (import the ones you use *and* the ones they depend on):
     s3_bucket     (function)  a fresh bucket created with boto3 on the server (aws_env applied)
     s3_root       (function)  "s3://<fresh bucket>/prefix" (aws_env applied)
 
+And `emulator_endpoint(folder, max_vcpus)`, a context manager: an emulator behind its HTTP
+endpoint with boto3 pointed at it (for module-scoped fixtures of the AWS-path tests).
+
     from s3server import aws_env, moto_server, s3_bucket, s3_root  # noqa: F401  (fixtures)
 
 tests/ has no __init__.py; pytest puts it on sys.path (rootdir-relative "prepend" import mode),
@@ -26,6 +29,7 @@ AWS_ENDPOINT_URL_S3 by themselves; batchfutures.storage also passes it to s3fs e
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -142,3 +146,23 @@ def s3_bucket(aws_env: Dict[str, str]) -> str:
 def s3_root(s3_bucket: str) -> str:
     """``s3://<fresh bucket>/prefix`` for this test, with the endpoint variables set."""
     return f"s3://{s3_bucket}/{PREFIX}"
+
+
+@contextlib.contextmanager
+def emulator_endpoint(folder, max_vcpus: int) -> Iterator[object]:
+    """An emulator behind its HTTP endpoint, with boto3's batch and logs clients pointed at it
+    (AWS_ENDPOINT_URL_BATCH / _CLOUDWATCH_LOGS, as a user would point them at any compatible
+    endpoint); yields the emulator, and stops both afterwards."""
+    from batchfutures.emulator import BatchEmulator
+    from batchfutures.emulator.server import EmulatorServer
+
+    emulator = BatchEmulator(folder, max_vcpus=max_vcpus)
+    server = EmulatorServer(emulator).start()
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("AWS_ENDPOINT_URL_BATCH", server.endpoint_url)
+            patch.setenv("AWS_ENDPOINT_URL_CLOUDWATCH_LOGS", server.endpoint_url)
+            yield emulator
+    finally:
+        server.stop()
+        emulator.close()

@@ -18,6 +18,7 @@ import boto3
 import botocore.session
 import pytest
 from botocore.validate import ParamValidator
+from s3server import emulator_endpoint
 
 from batchfutures import (
     AWSBatchEnvironment,
@@ -26,8 +27,6 @@ from batchfutures import (
     JobTimeoutError,
     MemoryLimitExceeded,
 )
-from batchfutures.emulator import BatchEmulator
-from batchfutures.emulator.server import EmulatorServer
 
 REGION = "us-east-1"
 
@@ -39,14 +38,8 @@ def square(x):
 @pytest.fixture(scope="module")
 def aws(tmp_path_factory, s3_endpoint):
     """An emulator behind its HTTP endpoint, and the variables that point boto3 at it."""
-    emulator = BatchEmulator(tmp_path_factory.mktemp("aws-emulator"), max_vcpus=2)
-    server = EmulatorServer(emulator).start()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("AWS_ENDPOINT_URL_BATCH", server.endpoint_url)
-        patch.setenv("AWS_ENDPOINT_URL_CLOUDWATCH_LOGS", server.endpoint_url)
+    with emulator_endpoint(tmp_path_factory.mktemp("aws-emulator"), max_vcpus=2) as emulator:
         yield emulator
-    server.stop()
-    emulator.close()
 
 
 @pytest.fixture

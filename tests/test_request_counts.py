@@ -33,10 +33,9 @@ from urllib.parse import urlsplit
 
 import boto3
 import pytest
+from s3server import emulator_endpoint
 
 from batchfutures import AWSBatchEnvironment, BatchExecutor
-from batchfutures.emulator import BatchEmulator
-from batchfutures.emulator.server import EmulatorServer
 
 REGION = "us-east-1"
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
@@ -123,16 +122,10 @@ def _watch_connects() -> None:
 @pytest.fixture(scope="module")
 def aws(tmp_path_factory, s3_endpoint):
     """The emulator behind its HTTP endpoint (boto3 pointed at it) and a fresh bucket on moto."""
-    emulator = BatchEmulator(tmp_path_factory.mktemp("requests-emulator"), max_vcpus=4)
-    server = EmulatorServer(emulator).start()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("AWS_ENDPOINT_URL_BATCH", server.endpoint_url)
-        patch.setenv("AWS_ENDPOINT_URL_CLOUDWATCH_LOGS", server.endpoint_url)
+    with emulator_endpoint(tmp_path_factory.mktemp("requests-emulator"), max_vcpus=4):
         bucket = f"bf-{uuid.uuid4().hex[:12]}"
         boto3.client("s3", region_name=REGION).create_bucket(Bucket=bucket)
         yield bucket
-    server.stop()
-    emulator.close()
 
 
 class Run:
