@@ -135,8 +135,7 @@ def pack_items(items: Sequence[Tuple[int, tuple, dict]], *, first_item: Optional
     if data is not None:
         return data
     assert error is not None
-    _raise_for_culprit([(args, kwargs) for _, args, kwargs in items], error, first_item)
-    raise AssertionError("not reached")
+    raise _culprit([(args, kwargs) for _, args, kwargs in items], error, first_item)
 
 
 def pack_arguments(chunk: List[Any], *, single: bool, first_item: int) -> bytes:
@@ -148,14 +147,12 @@ def pack_arguments(chunk: List[Any], *, single: bool, first_item: int) -> bytes:
     if data is not None:
         return data
     assert error is not None
-    calls = [((value,) if single else value, {}) for value in chunk]
-    _raise_for_culprit(calls, error, first_item)
-    raise AssertionError("not reached")
+    raise _culprit([((value,) if single else value, {}) for value in chunk], error, first_item)
 
 
-def _raise_for_culprit(calls: Sequence[Tuple[tuple, dict]], error: BaseException,
-                       first_item: Optional[int]) -> None:
-    """Raise a SerializationError naming the first argument that does not pickle."""
+def _culprit(calls: Sequence[Tuple[tuple, dict]], error: BaseException,
+             first_item: Optional[int]) -> Exception:
+    """The SerializationError naming the first argument that does not pickle (caused by it)."""
     for position, (args, kwargs) in enumerate(calls):
         if len(calls) == 1 and first_item is None:
             of = "of the call"
@@ -164,16 +161,24 @@ def _raise_for_culprit(calls: Sequence[Tuple[tuple, dict]], error: BaseException
         for number, value in enumerate(args):
             failure = _try_dumps(value)[1]
             if failure is not None:
-                raise _serialization_error(
+                return _caused(_serialization_error(
                     f"cannot pickle positional argument {number} ({_describe(value)}) {of}: "
-                    f"{_reason(failure)}") from failure
+                    f"{_reason(failure)}"), failure)
         for name, value in kwargs.items():
             failure = _try_dumps(value)[1]
             if failure is not None:
-                raise _serialization_error(
+                return _caused(_serialization_error(
                     f"cannot pickle keyword argument {name!r} ({_describe(value)}) {of}: "
-                    f"{_reason(failure)}") from failure
-    raise _serialization_error(f"cannot pickle the call's arguments: {_reason(error)}") from error
+                    f"{_reason(failure)}"), failure)
+    return _caused(_serialization_error(f"cannot pickle the call's arguments: {_reason(error)}"),
+                   error)
+
+
+def _caused(error: Exception, cause: BaseException) -> Exception:
+    """``error`` as ``raise error from cause`` leaves it, for raising where it is returned to."""
+    error.__cause__ = cause
+    error.__suppress_context__ = True
+    return error
 
 
 def unpack_items(blob: bytes, encoding: str = CALLS) -> List[Tuple[int, tuple, dict]]:

@@ -158,16 +158,15 @@ class Session:
             return
         functions: List[Callable] = []
         index_of: Dict[int, int] = {}
-        chunks = []
+        calls_by_function = []
         for _, fn, args, kwargs in calls:
-            key = id(fn)
-            if key not in index_of:
-                index_of[key] = len(functions)
+            if id(fn) not in index_of:
+                index_of[id(fn)] = len(functions)
                 functions.append(fn)
-            chunks.append([(index_of[key], args, kwargs)])
+            calls_by_function.append((index_of[id(fn)], args, kwargs))
         futures = [[call[0]] for call in calls]
-        try:
-            blobs = [serialization.pack_items(chunk) for chunk in chunks]
+        try:  # one child per call
+            blobs = [serialization.pack_items([call]) for call in calls_by_function]
             self.submit_job(settings, functions, blobs, [1] * len(blobs), futures, chunksize=1,
                             name=job_name_for(calls[0][1]))
         except BaseException as error:  # the futures carry the failure; nobody waits in vain
