@@ -26,7 +26,14 @@ _MEMORY_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 SETTING_NAMES = ("vcpus", "memory", "gpus", "timeout", "retries", "tags", "share_id", "priority",
-                 "environment")
+                 "environment", "secrets", "retry_on_oom", "nodes", "runnable_timeout")
+MAX_NODES = 1000  # Batch's numNodes limit for a multi-node parallel job
+# A secret's value source: a Secrets Manager secret or an SSM Parameter Store parameter.
+_SECRET_ARN_RE = re.compile(
+    r"^arn:aws[a-zA-Z-]*:(secretsmanager|ssm):[a-z0-9-]+:[0-9]{12}:(secret:|parameter/).+$")
+# AWS credentials belong in `secrets=`: environment= values appear in SubmitJob and DescribeJobs.
+_CREDENTIAL_NAME_RE = re.compile(r"^AWS_(ACCESS_KEY_ID|SECRET_ACCESS_KEY|SESSION_TOKEN)$", re.IGNORECASE)
+_CREDENTIAL_VALUE_RE = re.compile(r"^(AKIA|ASIA)[A-Z0-9]{16}$")  # an access key id
 
 
 def parse_memory(value: Union[int, float, str]) -> int:
@@ -61,6 +68,10 @@ class JobSettings:
     share_id: Optional[str] = None
     priority: Optional[int] = None
     environment: Tuple[Tuple[str, str], ...] = field(default=())
+    secrets: Tuple[Tuple[str, str], ...] = ()  # variable name -> Secrets Manager / SSM ARN
+    retry_on_oom: int = 0  # resubmit OOM-killed children with doubled memory, up to this often
+    nodes: int = 1  # > 1: one multi-node parallel job per submit
+    runnable_timeout: Optional[float] = None  # seconds RUNNABLE with a MISCONFIGURATION/CAPACITY reason
 
     @classmethod
     def from_kwargs(cls, base: Optional["JobSettings"] = None, **kwargs: Any) -> "JobSettings":
@@ -79,10 +90,7 @@ class JobSettings:
         if "timeout" in kwargs:
             values["timeout"] = _check_timeout(kwargs["timeout"])
         if "retries" in kwargs:
-            retries = _check_int("retries", kwargs["retries"], minimum=1)
-            if retries > MAX_ATTEMPTS:
-                raise ConfigurationError(f"retries={retries}: Batch allows 1 to {MAX_ATTEMPTS} attempts")
-            values["retries"] = retries
+            values["retries"] = _check_retries(kwargs["retries"])
         if "tags" in kwargs:
             values["tags"] = _check_pairs("tags", kwargs["tags"])
         if "share_id" in kwargs:
@@ -99,15 +107,36 @@ class JobSettings:
             values["priority"] = priority
         if "environment" in kwargs:
             env = _check_pairs("environment", kwargs["environment"])
-            for name, _ in env:
+            for name, value in env:
                 if not _ENV_NAME_RE.match(name):
                     raise ConfigurationError(f"environment variable name {name!r} is not valid")
                 if name.upper().startswith("AWS_BATCH"):
                     raise ConfigurationError(
                         f"environment variable {name!r}: names starting with AWS_BATCH are reserved by Batch"
                     )
+                if _CREDENTIAL_NAME_RE.search(name) or _CREDENTIAL_VALUE_RE.match(value):
+                    raise ConfigurationError(
+                        f"environment variable {name!r} looks like a credential; values in "
+                        f"environment= appear in SubmitJob and DescribeJobs. Store it in Secrets "
+                        f"Manager or SSM Parameter Store and pass secrets={{{name!r}: ARN}}")
             values["environment"] = env
-        return replace(base or cls(), **values)
+        if "secrets" in kwargs:
+            values["secrets"] = _check_secrets(kwargs["secrets"])
+        if "retry_on_oom" in kwargs:
+            values["retry_on_oom"] = _check_int("retry_on_oom", kwargs["retry_on_oom"], minimum=0)
+        if "nodes" in kwargs:
+            nodes = _check_int("nodes", kwargs["nodes"], minimum=1)
+            if nodes > MAX_NODES:
+                raise ConfigurationError(
+                    f"nodes={nodes}: a Batch multi-node job has at most {MAX_NODES} nodes")
+            values["nodes"] = nodes
+        if "runnable_timeout" in kwargs:
+            values["runnable_timeout"] = _check_timeout(kwargs["runnable_timeout"], name="runnable_timeout")
+        settings = replace(base or cls(), **values)
+        names = {name for name, _ in settings.environment} & {name for name, _ in settings.secrets}
+        if names:
+            raise ConfigurationError(f"{sorted(names)} given both in environment= and in secrets=")
+        return settings
 
     def memory_mib(self, definition_memory: Optional[int] = None) -> int:
         """The memory a job gets: the setting, or the contract's default."""
@@ -121,6 +150,8 @@ class JobSettings:
             "vcpus": self.vcpus, "memory": self.memory, "gpus": self.gpus, "timeout": self.timeout,
             "retries": self.retries, "tags": dict(self.tags), "share_id": self.share_id,
             "priority": self.priority, "environment": dict(self.environment),
+            "secrets": dict(self.secrets), "retry_on_oom": self.retry_on_oom, "nodes": self.nodes,
+            "runnable_timeout": self.runnable_timeout,
         }
 
 
@@ -143,14 +174,36 @@ def _check_int(name: str, value: Any, *, minimum: int) -> int:
     return value
 
 
-def _check_timeout(value: Any) -> Optional[float]:
+def _check_retries(value: Any) -> int:
+    """retries counts attempts, as Batch's retryStrategy.attempts does: 1 means no retry."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ATTEMPTS:
+        raise ConfigurationError(
+            f"retries={value!r}: retries counts attempts (Batch's retryStrategy.attempts), from 1 "
+            f"(run once, no retry) to {MAX_ATTEMPTS}")
+    return value
+
+
+def _check_timeout(value: Any, *, name: str = "timeout") -> Optional[float]:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigurationError(f"timeout must be a number of seconds, not {value!r}")
+        raise ConfigurationError(f"{name} must be a number of seconds, not {value!r}")
     if value <= 0:
-        raise ConfigurationError(f"timeout={value!r} must be positive")
+        raise ConfigurationError(f"{name}={value!r} must be positive")
     return value
+
+
+def _check_secrets(value: Any) -> Tuple[Tuple[str, str], ...]:
+    pairs = _check_pairs("secrets", value)
+    for name, arn in pairs:
+        if not _ENV_NAME_RE.match(name) or name.upper().startswith("AWS_BATCH"):
+            raise ConfigurationError(f"secrets: {name!r} is not a usable environment variable name")
+        if not _SECRET_ARN_RE.match(arn):
+            raise ConfigurationError(
+                f"secrets[{name!r}] must be the ARN of a Secrets Manager secret "
+                f"(arn:aws:secretsmanager:REGION:ACCOUNT:secret:NAME) or of an SSM parameter "
+                f"(arn:aws:ssm:REGION:ACCOUNT:parameter/NAME), not {arn!r}")
+    return pairs
 
 
 def _check_pairs(name: str, value: Any) -> Tuple[Tuple[str, str], ...]:
