@@ -6,6 +6,7 @@
     ├── EnvironmentMismatchError(BatchError)
     ├── RemoteError(BatchError)
     ├── JobMetadataExpired(BatchError)
+    ├── InitializerFailedError(BatchError, concurrent.futures.BrokenExecutor)
     └── JobFailedError(BatchError)
         ├── MemoryLimitExceeded(JobFailedError)
         ├── JobTimeoutError(JobFailedError)
@@ -19,6 +20,7 @@ emulator and AWS are classified by the same code.
 
 from __future__ import annotations
 
+import concurrent.futures
 import pickle
 from typing import Any, Mapping, Optional
 
@@ -29,6 +31,7 @@ __all__ = [
     "EnvironmentMismatchError",
     "RemoteError",
     "JobMetadataExpired",
+    "InitializerFailedError",
     "JobFailedError",
     "MemoryLimitExceeded",
     "JobTimeoutError",
@@ -123,6 +126,14 @@ class JobAbortedError(JobFailedError):
 
 class HostTerminatedError(JobFailedError):
     """The host went away (Spot reclaim, instance terminated)."""
+
+
+class InitializerFailedError(BatchError, concurrent.futures.BrokenExecutor):
+    """The executor's ``initializer`` raised in a child's process; its ``__cause__`` says how.
+
+    Only that child's items fail (ProcessPoolExecutor breaks the whole pool; here each child is
+    a fresh process, so later children still run and may succeed).
+    """
 
 
 # Reasons Batch itself writes for a container that failed on its own. Any other statusReason on

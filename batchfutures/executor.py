@@ -37,11 +37,38 @@ MAP_LOOKAHEAD_SLICES = 2
 class BatchExecutor(concurrent.futures.Executor):
     """Run calls as AWS Batch (array) jobs; with no environment, on the embedded emulator."""
 
-    def __init__(self, env: EnvironmentLike = None, **settings: Any) -> None:
+    def __init__(self, env: EnvironmentLike = None, max_workers: Optional[int] = None,
+                 mp_context: Any = None, initializer: Optional[Callable[..., Any]] = None,
+                 initargs: tuple = (), *, max_tasks_per_child: Optional[int] = None,
+                 ship_local_modules: bool = True, **settings: Any) -> None:
+        """``ProcessPoolExecutor``'s parameters, after ``env``, then the job settings.
+
+        ``max_workers`` bounds how many of this executor's children run at once (submissions
+        are paced; see docs/architecture.md). ``initializer(*initargs)`` runs once in each
+        child process before its items. ``mp_context`` and ``max_tasks_per_child`` are
+        accepted for compatibility and have no effect: every attempt is a fresh process.
+        ``ship_local_modules``: pickle functions and classes of the client's own modules
+        (outside the standard library and site-packages) by value, since the worker's image
+        does not have them.
+        """
+        if max_workers is not None:
+            if isinstance(max_workers, bool) or not isinstance(max_workers, int):
+                raise TypeError(f"max_workers must be an integer, not {type(max_workers).__name__}")
+            if max_workers <= 0:
+                raise ValueError("max_workers must be greater than 0")
+        if initializer is not None and not callable(initializer):
+            raise TypeError("initializer must be a callable")
+        if max_tasks_per_child is not None:
+            if not isinstance(max_tasks_per_child, int):
+                raise TypeError("max_tasks_per_child must be an integer")
+            if max_tasks_per_child <= 0:
+                raise ValueError("max_tasks_per_child must be >= 1")
+        del mp_context  # every attempt is a fresh process: there is no start method to choose
         self._settings = JobSettings.from_kwargs(**settings)
         environment = resolve_environment(env)
         environment.validate_settings(self._settings)
-        self._session = Session(environment)
+        self._session = Session(environment, max_workers=max_workers, initializer=initializer,
+                                initargs=tuple(initargs), ship_local_modules=ship_local_modules)
 
     @classmethod
     def _view(cls, session: Session, settings: JobSettings) -> "BatchExecutor":
@@ -153,8 +180,8 @@ class BatchExecutor(concurrent.futures.Executor):
                     if not chunk:
                         break
                     # a failure names the map's item: "item k" counts from the map's first item
-                    blobs.append(serialization.pack_arguments(chunk, single=single,
-                                                              first_item=position))
+                    blobs.append(serialization.pack_arguments(
+                        chunk, single=single, first_item=position, by_value=session.by_value))
                     counts.append(len(chunk))
                     position += len(chunk)
                 if not blobs:

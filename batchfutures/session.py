@@ -68,8 +68,17 @@ class _Buffer:
 class Session:
     """What an executor and its views share: environment, storage, run, poller, buffers."""
 
-    def __init__(self, env: Any) -> None:
+    def __init__(self, env: Any, *, max_workers: Optional[int] = None,
+                 initializer: Optional[Callable[..., Any]] = None, initargs: tuple = (),
+                 ship_local_modules: bool = True) -> None:
         self.env = env
+        self.max_workers = max_workers
+        self.by_value = ship_local_modules
+        # pickled now: an initializer that cannot travel fails here, not at the first submit
+        self._initializer = None if initializer is None else serialization.dumps(
+            (initializer, initargs), what=f"the initializer {initializer!r} and its initargs",
+            by_value=ship_local_modules)
+        self._initializer_url: Optional[str] = None
         self.storage = env.storage
         self.run_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:10]
         min_interval, max_interval = env.poll_intervals
@@ -91,7 +100,7 @@ class Session:
     # -- submit and coalescing ---------------------------------------------------------------
     def submit(self, settings: JobSettings, fn: Callable, args: tuple, kwargs: dict) -> BatchFuture:
         self.pickled_function(fn)  # SerializationError now, before anything is uploaded
-        serialization.pack_items([(0, args, kwargs)])
+        serialization.pack_items([(0, args, kwargs)], by_value=self.by_value)
         future = BatchFuture(self)
         with self._lock:
             self._check_open()
@@ -166,7 +175,8 @@ class Session:
             calls_by_function.append((index_of[id(fn)], args, kwargs))
         futures = [[call[0]] for call in calls]
         try:  # one child per call
-            blobs = [serialization.pack_items([call]) for call in calls_by_function]
+            blobs = [serialization.pack_items([call], by_value=self.by_value)
+                     for call in calls_by_function]
             self.submit_job(settings, functions, blobs, [1] * len(blobs), futures, chunksize=1,
                             name=job_name_for(calls[0][1]))
         except BaseException as error:  # the futures carry the failure; nobody waits in vain
@@ -204,6 +214,8 @@ class Session:
             "run_id": self.run_id,
             "job_key": job_key,
         }
+        if self._initializer is not None:
+            header["initializer"] = self._initializer_location()
         header.update(serialization.payload_stamp())  # the worker checks its versions against these
         try:
             self.storage.write_inputs(job_url, header, blobs)
@@ -280,10 +292,18 @@ class Session:
             known = self._functions.get(id(fn))
         if known is not None and known[0] is fn:
             return known[1]
-        data = serialization.dumps(fn)
+        data = serialization.dumps(fn, by_value=self.by_value)
         with self._lock:
             self._functions[id(fn)] = (fn, data)
         return data
+
+    def _initializer_location(self) -> str:
+        if self._initializer_url is None:
+            try:
+                self._initializer_url = self.storage.put_function(self.run_id, self._initializer)
+            except (FileNotFoundError, PermissionError) as error:
+                raise _storage_error(self.storage, error) from error
+        return self._initializer_url
 
     def _function_url(self, fn: Callable) -> str:
         # content-addressed: the same pickle is uploaded once per run
@@ -447,12 +467,16 @@ class Session:
         self.poller.stop(wait=wait)
 
 
-# Batch retries when no rule matches, so the list ends with a catch-all EXIT: only a lost host
-# is worth another attempt; an OOM kill, a crash or a timeout would fail the same way again.
+# `retries` means retries: Batch tries a failed attempt again when no rule matches, so a crash
+# (non-zero exit), a lost host, a Spot interruption and Batch's transient start failures (Task
+# failed to start, CannotPullContainer, ResourceInitializationError) are retried by default.
+# What would fail the same way again exits: an out-of-memory kill, a timeout (Batch itself does
+# not retry those) and a termination this client asked for. An exception raised by the function
+# is an outcome, not a failure: the worker exits 0. At most 5 rules (Batch's limit).
 RETRY_RULES = [
-    {"onStatusReason": "Host EC2*", "action": "RETRY"},
     {"onReason": "OutOfMemoryError*", "action": "EXIT"},
-    {"onStatusReason": "*", "action": "EXIT"},
+    {"onStatusReason": "Job attempt duration exceeded timeout*", "action": "EXIT"},
+    {"onStatusReason": f"{ABORT_REASON_PREFIX}*", "action": "EXIT"},
 ]
 
 
