@@ -12,10 +12,9 @@ import threading
 
 import pytest
 
-from batchfutures import BatchExecutor, EnvironmentMismatchError, InitializerFailedError
-from batchfutures import serialization
-from batchfutures.session import RETRY_RULES
+from batchfutures import BatchExecutor, EnvironmentMismatchError, InitializerFailedError, serialization
 from batchfutures.emulator.retries import should_retry
+from batchfutures.session import RETRY_RULES
 
 pytestmark = pytest.mark.slow
 
