@@ -34,6 +34,15 @@ __all__ = ["BatchExecutor"]
 MAP_LOOKAHEAD_SLICES = 2
 
 
+def _take(outcomes: "collections.deque") -> Any:
+    """The next item's value, or raise its exception."""
+    ok, value = outcomes.popleft()
+    if not ok:
+        outcomes.clear()  # the map ends at its first failed item
+        raise value
+    return value
+
+
 class BatchExecutor(concurrent.futures.Executor):
     """Run calls as AWS Batch (array) jobs; with no environment, on the embedded emulator."""
 
@@ -114,8 +123,14 @@ class BatchExecutor(concurrent.futures.Executor):
 
         def results() -> Iterator[Any]:
             current: collections.deque = collections.deque()
+            outcomes: collections.deque = collections.deque()
             try:
                 while True:
+                    if outcomes:
+                        # yielded straight from the deque: once the consumer has an item, this
+                        # frame holds no reference to it (as ProcessPoolExecutor.map)
+                        yield _take(outcomes)
+                        continue
                     if not current:
                         if not submitted:
                             return
@@ -124,12 +139,9 @@ class BatchExecutor(concurrent.futures.Executor):
                         if more is not None:
                             submitted.append(more)
                         continue
-                    child = current.popleft()
                     remaining = None if end_time is None else end_time - time.monotonic()
-                    for ok, value in child.result(remaining)():  # decoded here, when reached
-                        if not ok:
-                            raise value
-                        yield value
+                    outcomes.extend(current[0].result(remaining)())  # decoded here, when reached
+                    current.popleft()
             finally:
                 for child in itertools.chain(current, *submitted):
                     child.cancel()
@@ -159,7 +171,8 @@ class BatchExecutor(concurrent.futures.Executor):
         if not iterables:
             raise TypeError("map() must have at least one iterable")
         self._session._check_open()
-        self._session.pickled_function(fn)  # SerializationError before any upload
+        # SerializationError before any upload; the map holds the pickle, not the callable
+        function_pickle = serialization.dumps(fn, by_value=self._session.by_value)
         # One iterable: each item is the call's only argument ("arg" encoding, no tuple each).
         single = len(iterables) == 1
         items = iter(iterables[0]) if single else zip(*iterables)
@@ -190,8 +203,9 @@ class BatchExecutor(concurrent.futures.Executor):
                     futures = [[BatchFuture(session)] for _ in counts]
                 else:
                     futures = [[BatchFuture(session) for _ in range(count)] for count in counts]
-                session.submit_job(settings, [fn], blobs, counts, futures, chunksize=chunksize,
-                                   name=name, encoding=encoding, per_child=per_child)
+                session.submit_job(settings, [function_pickle], blobs, counts, futures,
+                                   chunksize=chunksize, name=name, encoding=encoding,
+                                   per_child=per_child)
                 del blobs
                 yield [future for group in futures for future in group]
 
@@ -205,6 +219,19 @@ class BatchExecutor(concurrent.futures.Executor):
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         self._session.shutdown(wait=wait, cancel_futures=cancel_futures)
+
+    def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any) -> bool:
+        if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
+            # Ctrl-C: stop what this executor started (cancel, terminate), say which jobs, and
+            # leave now; a second Ctrl-C interrupts even that
+            self._session.interrupt()
+            return False
+        try:
+            self.shutdown(wait=True)
+        except KeyboardInterrupt:  # Ctrl-C while waiting for the block's work
+            self._session.interrupt()
+            raise
+        return False
 
     def __repr__(self) -> str:
         return f"BatchExecutor({self._session.env!r}, {self._settings.as_dict()!r})"

@@ -18,6 +18,8 @@ layers that hold a Session and a JobSettings.
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import getpass
 import logging
 import math
@@ -25,8 +27,9 @@ import re
 import threading
 import time
 import uuid
+import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from . import batchapi, serialization
 from ._version import __version__
@@ -48,6 +51,7 @@ logger = logging.getLogger("batchfutures")
 MAX_ARRAY_SIZE = 10_000
 COALESCE_QUIET = 0.05  # flush a buffer once no call was added for this long...
 COALESCE_MAX_AGE = 0.5  # ...or once its oldest call waited this long
+PACING_RECHECK = 1.0  # with max_workers: look at free workers at least this often
 _JOB_NAME_BAD = re.compile(r"[^A-Za-z0-9_-]+")
 
 
@@ -60,9 +64,67 @@ def job_name_for(fn: Any) -> str:
 
 @dataclass
 class _Buffer:
+    """Calls with the same settings waiting to be sent together as one array job."""
+
     calls: List[Tuple[BatchFuture, Callable, tuple, dict]] = field(default_factory=list)
+    # id(fn) -> (fn, its pickle): made once per function and batch, gone with the batch, so
+    # nothing keeps a callable alive once its calls were sent
+    pickles: Dict[int, Tuple[Callable, bytes]] = field(default_factory=dict)
     first_at: float = 0.0
     last_at: float = 0.0
+
+
+@dataclass
+class _PendingJob:
+    """Children ready to be submitted, waiting for free workers (``max_workers``)."""
+
+    settings: JobSettings
+    function_pickles: List[bytes]
+    blobs: List[bytes]
+    item_counts: List[int]
+    futures: List[List[BatchFuture]]
+    chunksize: int
+    name: str
+    encoding: str
+    per_child: bool
+
+    def take(self, count: int) -> "_PendingJob":
+        """The first ``count`` children as a job of their own; this one keeps the rest."""
+        part = _PendingJob(self.settings, self.function_pickles, self.blobs[:count],
+                           self.item_counts[:count], self.futures[:count], self.chunksize,
+                           self.name, self.encoding, self.per_child)
+        del self.blobs[:count], self.item_counts[:count], self.futures[:count]
+        return part
+
+
+def _wanted(group: List[BatchFuture]) -> bool:
+    return any(not future.done() for future in group)
+
+
+_live_sessions: "weakref.WeakSet[Session]" = weakref.WeakSet()
+_interpreter_exiting = False
+
+
+def _at_interpreter_exit() -> None:
+    """As concurrent.futures does: buffered calls are sent, local jobs are waited for."""
+    global _interpreter_exiting
+    _interpreter_exiting = True
+    for session in list(_live_sessions):
+        try:
+            session.finish_at_exit()
+        except Exception:  # one session must not keep the others' calls from being sent
+            logger.exception("batchfutures: could not finish an executor at interpreter exit")
+
+
+# Runs before non-daemon threads are joined and before atexit handlers (the emulator closes in
+# one), as concurrent.futures.process registers its own exit hook.
+_register_atexit = getattr(threading, "_register_atexit", None)
+if _register_atexit is not None:
+    _register_atexit(_at_interpreter_exit)
+else:  # pragma: no cover - Python without threading._register_atexit
+    import atexit
+
+    atexit.register(_at_interpreter_exit)
 
 
 class Session:
@@ -86,20 +148,30 @@ class Session:
                              grace=env.describe_grace)
         self._lock = threading.RLock()
         self._buffers: Dict[JobSettings, _Buffer] = {}
-        # id(fn) -> (fn kept alive so its id is not reused, its pickle). Cleared at every flush,
-        # so a later batch sees the function's globals as they are then, as ProcessPoolExecutor.
-        self._functions: Dict[int, Tuple[Any, bytes]] = {}
+        # max_workers: children wait here until submitting them keeps at most max_workers of
+        # this session's children unfinished; the poller submits them as others finish
+        self._pending: Deque[_PendingJob] = collections.deque()
+        self._in_flight: List[List[List[BatchFuture]]] = []  # per paced job: its children's futures
+        self._pace_lock = threading.Lock()
+        self._cancelled_at_shutdown = False
         self._queue_checked = False
         self._to_cancel: Dict[str, Tuple[TrackedJob, set]] = {}  # job id -> (job, child indices)
         self.closed = False
         self.submitted_jobs: List[str] = []
+        _live_sessions.add(self)
         subscribe = getattr(env, "subscribe", None)
         if subscribe is not None:
             subscribe(self.poller.wake)
 
     # -- submit and coalescing ---------------------------------------------------------------
     def submit(self, settings: JobSettings, fn: Callable, args: tuple, kwargs: dict) -> BatchFuture:
-        self.pickled_function(fn)  # SerializationError now, before anything is uploaded
+        self._check_open()
+        with self._lock:
+            buffer = self._buffers.get(settings)
+            known = buffer.pickles.get(id(fn)) if buffer is not None else None
+        # SerializationError now, before anything is uploaded
+        pickled = known[1] if known is not None and known[0] is fn else \
+            serialization.dumps(fn, by_value=self.by_value)
         serialization.pack_items([(0, args, kwargs)], by_value=self.by_value)
         future = BatchFuture(self)
         with self._lock:
@@ -108,6 +180,7 @@ class Session:
             now = time.monotonic()
             if buffer is None:
                 buffer = self._buffers[settings] = _Buffer(first_at=now)
+            buffer.pickles.setdefault(id(fn), (fn, pickled))
             buffer.calls.append((future, fn, args, kwargs))
             buffer.last_at = now
             full = len(buffer.calls) >= MAX_ARRAY_SIZE
@@ -120,10 +193,12 @@ class Session:
 
     def has_pending(self) -> bool:
         with self._lock:
-            return any(buffer.calls for buffer in self._buffers.values())
+            return bool(self._pending) or any(buffer.calls for buffer in self._buffers.values())
 
     def next_flush_delay(self) -> float:
         with self._lock:
+            if self._pending:  # woken when a paced child finishes; this is only a safety net
+                return PACING_RECHECK
             if not self._buffers:
                 return math.inf
             now = time.monotonic()
@@ -133,6 +208,8 @@ class Session:
             )
 
     def flush_due(self) -> None:
+        """On the poller thread: send the buffers whose window closed, and paced children."""
+        self.submit_paced()
         now = time.monotonic()
         with self._lock:
             due = [s for s, b in self._buffers.items()
@@ -159,47 +236,112 @@ class Session:
     def flush(self, settings: JobSettings) -> None:
         with self._lock:
             buffer = self._buffers.pop(settings, None)
-            self._functions.clear()
         if buffer is None:
             return
         calls = [call for call in buffer.calls if not call[0].done()]  # skip cancelled, aborted
+        pickles = buffer.pickles
+        del buffer
         if not calls:
             return
-        functions: List[Callable] = []
+        function_pickles: List[bytes] = []
         index_of: Dict[int, int] = {}
-        calls_by_function = []
-        for _, fn, args, kwargs in calls:
+        blobs: List[bytes] = []
+        futures: List[List[BatchFuture]] = []
+        for future, fn, args, kwargs in calls:  # one child per call
             if id(fn) not in index_of:
-                index_of[id(fn)] = len(functions)
-                functions.append(fn)
-            calls_by_function.append((index_of[id(fn)], args, kwargs))
-        futures = [[call[0]] for call in calls]
-        try:  # one child per call
-            blobs = [serialization.pack_items([call], by_value=self.by_value)
-                     for call in calls_by_function]
-            self.submit_job(settings, functions, blobs, [1] * len(blobs), futures, chunksize=1,
-                            name=job_name_for(calls[0][1]))
+                index_of[id(fn)] = len(function_pickles)
+                function_pickles.append(pickles[id(fn)][1])
+            blobs.append(serialization.pack_items([(index_of[id(fn)], args, kwargs)],
+                                                  by_value=self.by_value))
+            futures.append([future])
+        name = job_name_for(calls[0][1])
+        del calls, pickles  # the callables and arguments now live only in their pickles
+        try:
+            self.submit_job(settings, function_pickles, blobs, [1] * len(blobs), futures,
+                            chunksize=1, name=name)
         except BaseException as error:  # the futures carry the failure; nobody waits in vain
-            failure = error if isinstance(error, BatchError) else _wrap_submit_error(error)
-            for group in futures:
-                for future in group:
-                    settle(future, False, failure)
+            _fail_all(futures, error)
             if not isinstance(error, Exception):
                 raise
 
     # -- one Batch job -----------------------------------------------------------------------
-    def submit_job(self, settings: JobSettings, functions: Sequence[Callable],
+    def submit_job(self, settings: JobSettings, function_pickles: List[bytes],
                    blobs: List[bytes], item_counts: List[int],
-                   futures: Sequence[List[BatchFuture]], *, chunksize: int, name: str,
-                   encoding: str = serialization.CALLS, per_child: bool = False) -> TrackedJob:
-        """Upload one Batch job's payload, submit it, and hand it to the poller.
+                   futures: List[List[BatchFuture]], *, chunksize: int, name: str,
+                   encoding: str = serialization.CALLS, per_child: bool = False) -> None:
+        """Submit one Batch job's children now, or with ``max_workers`` as workers free up.
 
         ``blobs`` holds each child's items (serialization's ``encoding``), ``item_counts`` how
         many; ``futures`` one list per child (one future per item, or with ``per_child`` one).
         """
+        # copies: taking children off a waiting job must not change the caller's lists
+        job = _PendingJob(settings, function_pickles, list(blobs), list(item_counts),
+                          list(futures), chunksize, name, encoding, per_child)
+        if self.max_workers is None:
+            self._submit_now(job)
+            return
+        with self._lock:
+            self._pending.append(job)
+        self.poller.start()
+        self.submit_paced(raise_errors=True)
+
+    def submit_paced(self, *, raise_errors: bool = False) -> None:
+        """Submit waiting children while fewer than ``max_workers`` are unfinished.
+
+        Children are taken from the head of the queue in submission order, as many as there
+        are free workers, so one Batch job carries every child that may start now.
+        """
+        if self.max_workers is None:
+            return
+        with self._pace_lock:  # one submitter at a time: the count of free workers stays true
+            while True:
+                with self._lock:
+                    if not self._pending:
+                        return
+                    free = self.max_workers - self._unfinished_children()
+                    if free <= 0:
+                        return
+                    head = self._pending[0]
+                    part = head.take(min(free, MAX_ARRAY_SIZE))
+                    if not head.blobs:
+                        self._pending.popleft()
+                    wanted = [i for i, group in enumerate(part.futures) if _wanted(group)]
+                    if len(wanted) < len(part.futures):  # cancelled while waiting: not sent
+                        part = _PendingJob(part.settings, part.function_pickles,
+                                           [part.blobs[i] for i in wanted],
+                                           [part.item_counts[i] for i in wanted],
+                                           [part.futures[i] for i in wanted], part.chunksize,
+                                           part.name, part.encoding, part.per_child)
+                    if not part.blobs:
+                        continue
+                    self._in_flight.append(part.futures)
+                for group in part.futures:  # a finished child frees a worker: submit the next
+                    for future in group:
+                        future.add_done_callback(self._wake_poller)
+                try:
+                    self._submit_now(part)
+                except BaseException as error:
+                    _fail_all(part.futures, error)
+                    if raise_errors or not isinstance(error, Exception):
+                        raise
+                    logger.warning("batchfutures: could not submit %d waiting children: %s",
+                                   len(part.futures), error)
+
+    def _unfinished_children(self) -> int:
+        self._in_flight = [job for job in self._in_flight if any(_wanted(g) for g in job)]
+        return sum(1 for job in self._in_flight for group in job if _wanted(group))
+
+    def _wake_poller(self, _future: BatchFuture) -> None:
+        self.poller.wake()
+
+    def _submit_now(self, job: _PendingJob) -> TrackedJob:
+        """Upload one Batch job's payload, submit it, and hand it to the poller."""
+        settings, blobs, item_counts, futures = job.settings, job.blobs, job.item_counts, job.futures
+        chunksize, name, encoding, per_child = job.chunksize, job.name, job.encoding, job.per_child
         self._check_queue_once()
         try:
-            function_urls = [self._function_url(fn) for fn in functions]
+            function_urls = [self.storage.put_function(self.run_id, data)  # content-addressed
+                             for data in job.function_pickles]
         except (FileNotFoundError, PermissionError) as error:
             raise _storage_error(self.storage, error) from error
         job_key = uuid.uuid4().hex
@@ -286,17 +428,6 @@ class Session:
         self.env.check_queue()
         self._queue_checked = True
 
-    def pickled_function(self, fn: Callable) -> bytes:
-        """The callable's pickle, made once per function object and run."""
-        with self._lock:
-            known = self._functions.get(id(fn))
-        if known is not None and known[0] is fn:
-            return known[1]
-        data = serialization.dumps(fn, by_value=self.by_value)
-        with self._lock:
-            self._functions[id(fn)] = (fn, data)
-        return data
-
     def _initializer_location(self) -> str:
         if self._initializer_url is None:
             try:
@@ -304,10 +435,6 @@ class Session:
             except (FileNotFoundError, PermissionError) as error:
                 raise _storage_error(self.storage, error) from error
         return self._initializer_url
-
-    def _function_url(self, fn: Callable) -> str:
-        # content-addressed: the same pickle is uploaded once per run
-        return self.storage.put_function(self.run_id, self.pickled_function(fn))
 
     # -- results, logs, cancel, abort --------------------------------------------------------
     def decode_result(self, data: bytes, count: int) -> List[Tuple[bool, Any]]:
@@ -442,29 +569,91 @@ class Session:
 
     # -- shutdown ----------------------------------------------------------------------------
     def _check_open(self) -> None:
+        if _interpreter_exiting:
+            raise RuntimeError("cannot schedule new futures after interpreter shutdown")
         if self.closed:
             raise RuntimeError("cannot schedule new futures after shutdown")
+
+    def _unfinished_futures(self) -> List[BatchFuture]:
+        with self._lock:
+            waiting = [f for job in self._pending for group in job.futures for f in group]
+        tracked = [f for job in self.poller.outstanding for f in job.futures()]
+        return [f for f in waiting + tracked if not f.done()]
 
     def shutdown(self, wait: bool, cancel_futures: bool) -> None:
         with self._lock:
             self.closed = True
             if cancel_futures:
+                self._cancelled_at_shutdown = True
                 for buffer in self._buffers.values():
                     for call in buffer.calls:
                         call[0].cancel()
+                for job in self._pending:  # never sent: nothing remote to cancel
+                    for group in job.futures:
+                        for future in group:
+                            future.cancel()
         if cancel_futures:
-            for job in self.poller.outstanding:
-                for future in job.futures():
-                    future.cancel()
+            for future in self._unfinished_futures():
+                future.cancel()
         self.flush_all()
         if wait:
-            for job in self.poller.outstanding:
-                for future in job.futures():
-                    try:
-                        future.exception()
-                    except BaseException:  # cancelled futures raise CancelledError
-                        pass
+            # a KeyboardInterrupt here propagates: Ctrl-C is never swallowed
+            concurrent.futures.wait(self._unfinished_futures())
         self.poller.stop(wait=wait)
+
+    def interrupt(self) -> None:
+        """Ctrl-C left the executor: stop every unfinished job of this session, promptly.
+
+        Calls not yet sent are cancelled; jobs Batch has are cancelled (not started) or
+        terminated (running), one call per Batch job; the job ids are logged once.
+        """
+        with self._lock:
+            self.closed = True
+            self._cancelled_at_shutdown = True
+            buffered = [call[0] for buffer in self._buffers.values() for call in buffer.calls]
+            self._buffers.clear()
+            waiting = [f for job in self._pending for group in job.futures for f in group]
+            self._pending.clear()
+        for future in buffered + waiting:
+            future.cancel()
+        jobs = [job for job in self.poller.outstanding
+                if any(not f.done() for f in job.futures())]
+        if jobs:
+            logger.warning("batchfutures: interrupted; stopping %d Batch job(s): %s", len(jobs),
+                           ", ".join(job.job_id for job in jobs))
+        reason = f"{ABORT_REASON_PREFIX} interrupted by the client (KeyboardInterrupt)"
+        for job in jobs:
+            try:  # TerminateJob on an array's parent stops its children too
+                batchapi.call(self.env.batch.terminate_job, jobId=job.job_id, reason=reason,
+                              attempts=2, max_delay=2.0)
+            except Exception as error:
+                logger.warning("batchfutures: could not stop Batch job %s: %s", job.job_id, error)
+            error = JobAbortedError(f"Batch job {job.job_id} was stopped: the client was interrupted",
+                                    job_id=job.job_id, status_reason=reason)
+            for future in job.futures():
+                settle(future, False, error)
+        self.poller.stop(wait=False)
+
+    def finish_at_exit(self) -> None:
+        """At interpreter exit: send buffered calls; wait for local jobs, or name AWS ones."""
+        self.flush_all()
+        self.submit_paced()
+        if self._cancelled_at_shutdown:
+            return
+        unfinished = self._unfinished_futures()
+        if not unfinished:
+            return
+        from .environments import LocalEnvironment
+
+        if isinstance(self.env, LocalEnvironment):
+            # the emulator's jobs die with this process, so wait, as ProcessPoolExecutor does
+            concurrent.futures.wait(unfinished)
+            return
+        jobs = sorted({f._job.job_id for f in unfinished if f._job is not None})
+        logger.warning(
+            "batchfutures: the interpreter exits while %d Batch job(s) still run; they go on in "
+            "Batch. Collect their results later with BatchExecutor(env).attach(job_id): %s",
+            len(jobs), ", ".join(jobs))
 
 
 # `retries` means retries: Batch tries a failed attempt again when no rule matches, so a crash
@@ -488,6 +677,13 @@ def log_group_of(description: Dict[str, Any], default: str) -> str:
         if group:
             return group
     return default
+
+
+def _fail_all(futures: List[List[BatchFuture]], error: BaseException) -> None:
+    failure = error if isinstance(error, BatchError) else _wrap_submit_error(error)
+    for group in futures:
+        for future in group:
+            settle(future, False, failure)
 
 
 def _number(value: float) -> str:
