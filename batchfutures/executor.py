@@ -10,8 +10,8 @@
         ├─ attach(job_id)     ──> futures of an earlier job, from Batch and from storage
         └─ shutdown()         ──> flush, optionally cancel, wait, stop the poller
 
-The executor is a thin layer: the job state lives in `session.Session`, `jobs.TrackedJob` and
-`poller.Poller`.
+The executor is a thin layer: the job state lives in `session.Session` and the parts it holds
+(`coalescer.Coalescer`, `submission.Submitter`, `poller.Poller`, `jobs.TrackedJob`).
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ from typing import Any, Callable, Iterable, Iterator, List, Optional, Union
 from . import serialization
 from .environments import EnvironmentLike, resolve_environment
 from .futures import BatchFuture
-from .session import MAX_ARRAY_SIZE, Session, job_name_for
+from .session import Session
 from .settings import JobSettings
+from .submission import MAX_ARRAY_SIZE, PendingJob, job_name_for
 
 __all__ = ["BatchExecutor"]
 
@@ -203,9 +204,8 @@ class BatchExecutor(concurrent.futures.Executor):
                     futures = [[BatchFuture(session)] for _ in counts]
                 else:
                     futures = [[BatchFuture(session) for _ in range(count)] for count in counts]
-                session.submit_job(settings, [function_pickle], blobs, counts, futures,
-                                   chunksize=chunksize, name=name, encoding=encoding,
-                                   per_child=per_child)
+                session.submit_job(PendingJob(settings, [function_pickle], blobs, counts, futures,
+                                              chunksize, name, encoding, per_child))
                 del blobs
                 yield [future for group in futures for future in group]
 

@@ -1,38 +1,32 @@
 """The job-state core an executor and its settings views share.
 
-    submit(fn, *args) ──pickle now (SerializationError here)──> coalescing buffer per settings
-                              │  flushed when the window closes, when full (10,000 children),
-                              │  on result()/exception()/log() of one of its futures, on shutdown
-                              v
-    map slice / flushed buffer ──> _submit_job:
-        1. the queue is checked once (ENABLED and VALID) before the first upload
-        2. functions uploaded content-addressed, once per run
-        3. one inputs object per Batch job (every child's items, indexed by byte range)
-        4. SubmitJob carrying only the worker command and a pointer to the inputs
-           (on failure the inputs are deleted: nothing half-made is left behind)
-        5. a TrackedJob handed to the Poller, which settles the futures
+    BatchExecutor ──submit──> Coalescer (coalescer.py): buffers of calls per settings
+          │                        │ closed by time, size, result()/log(), shutdown, exit
+          │──map slices──┐         v
+          │              └──> Submitter (submission.py): uploads, SubmitJob (build_request),
+          │                        │ max_workers pacing; a TrackedJob per Batch job
+          │                        v
+          └─ futures <──────── Poller (poller.py): the one thread that reads Batch and storage
+                                   and settles the futures; its loop also closes due buffers,
+                                   submits paced children and sends queued cancellations
 
-A Session owns the storage, the run id, the poller thread and the buffers; executors are thin
-layers that hold a Session and a JobSettings.
+A Session owns the environment, storage, run id and those three parts, and what concerns
+futures the user touches: cancel and abort, attach, logs, shutdown, Ctrl-C and interpreter
+exit. Executors are thin layers that hold a Session and a JobSettings.
 """
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
-import getpass
 import logging
-import math
-import re
 import threading
 import time
 import uuid
 import weakref
-from dataclasses import dataclass, field
-from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import batchapi, serialization
-from ._version import __version__
+from .coalescer import Coalescer
 from .errors import (
     ABORT_REASON_PREFIX,
     BatchError,
@@ -45,61 +39,20 @@ from .futures import BatchFuture
 from .jobs import TrackedJob, settle
 from .poller import LOG_TAIL_LINES, Poller
 from .settings import JobSettings
+from .submission import (
+    MAX_ARRAY_SIZE,
+    RETRY_RULES,
+    PendingJob,
+    Submitter,
+    fail_all,
+    job_name_for,
+)
+
+__all__ = ["Session", "MAX_ARRAY_SIZE", "RETRY_RULES", "job_name_for"]
 
 logger = logging.getLogger("batchfutures")
 
-MAX_ARRAY_SIZE = 10_000
-COALESCE_QUIET = 0.05  # flush a buffer once no call was added for this long...
-COALESCE_MAX_AGE = 0.5  # ...or once its oldest call waited this long
 PACING_RECHECK = 1.0  # with max_workers: look at free workers at least this often
-_JOB_NAME_BAD = re.compile(r"[^A-Za-z0-9_-]+")
-
-
-def job_name_for(fn: Any) -> str:
-    """A Batch job name from a callable: letters, digits, '-' and '_', at most 128."""
-    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
-    name = _JOB_NAME_BAD.sub("-", str(name)).strip("-_") or "call"
-    return f"bf-{name}"[:128]
-
-
-@dataclass
-class _Buffer:
-    """Calls with the same settings waiting to be sent together as one array job."""
-
-    calls: List[Tuple[BatchFuture, Callable, tuple, dict]] = field(default_factory=list)
-    # id(fn) -> (fn, its pickle): made once per function and batch, gone with the batch, so
-    # nothing keeps a callable alive once its calls were sent
-    pickles: Dict[int, Tuple[Callable, bytes]] = field(default_factory=dict)
-    first_at: float = 0.0
-    last_at: float = 0.0
-
-
-@dataclass
-class _PendingJob:
-    """Children ready to be submitted, waiting for free workers (``max_workers``)."""
-
-    settings: JobSettings
-    function_pickles: List[bytes]
-    blobs: List[bytes]
-    item_counts: List[int]
-    futures: List[List[BatchFuture]]
-    chunksize: int
-    name: str
-    encoding: str
-    per_child: bool
-
-    def take(self, count: int) -> "_PendingJob":
-        """The first ``count`` children as a job of their own; this one keeps the rest."""
-        part = _PendingJob(self.settings, self.function_pickles, self.blobs[:count],
-                           self.item_counts[:count], self.futures[:count], self.chunksize,
-                           self.name, self.encoding, self.per_child)
-        del self.blobs[:count], self.item_counts[:count], self.futures[:count]
-        return part
-
-
-def _wanted(group: List[BatchFuture]) -> bool:
-    return any(not future.done() for future in group)
-
 
 _live_sessions: "weakref.WeakSet[Session]" = weakref.WeakSet()
 _interpreter_exiting = False
@@ -128,62 +81,50 @@ else:  # pragma: no cover - Python without threading._register_atexit
 
 
 class Session:
-    """What an executor and its views share: environment, storage, run, poller, buffers."""
+    """What an executor and its views share: environment, storage, run, the three parts."""
 
     def __init__(self, env: Any, *, max_workers: Optional[int] = None,
                  initializer: Optional[Callable[..., Any]] = None, initargs: tuple = (),
                  ship_local_modules: bool = True) -> None:
         self.env = env
-        self.max_workers = max_workers
+        self.storage = env.storage
         self.by_value = ship_local_modules
+        self.run_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:10]
         # pickled now: an initializer that cannot travel fails here, not at the first submit
-        self._initializer = None if initializer is None else serialization.dumps(
+        pickled_initializer = None if initializer is None else serialization.dumps(
             (initializer, initargs), what=f"the initializer {initializer!r} and its initargs",
             by_value=ship_local_modules)
-        self._initializer_url: Optional[str] = None
-        self.storage = env.storage
-        self.run_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:10]
         min_interval, max_interval = env.poll_intervals
         self.poller = Poller(self, min_interval=min_interval, max_interval=max_interval,
                              grace=env.describe_grace)
+        self.coalescer = Coalescer(MAX_ARRAY_SIZE)
+        self.submitter = Submitter(env, self.storage, self.run_id, track=self.poller.track,
+                                   wake=self.poller.wake, max_workers=max_workers,
+                                   initializer=pickled_initializer)
         self._lock = threading.RLock()
-        self._buffers: Dict[JobSettings, _Buffer] = {}
-        # max_workers: children wait here until submitting them keeps at most max_workers of
-        # this session's children unfinished; the poller submits them as others finish
-        self._pending: Deque[_PendingJob] = collections.deque()
-        self._in_flight: List[List[List[BatchFuture]]] = []  # per paced job: its children's futures
-        self._pace_lock = threading.Lock()
-        self._cancelled_at_shutdown = False
-        self._queue_checked = False
         self._to_cancel: Dict[str, Tuple[TrackedJob, set]] = {}  # job id -> (job, child indices)
+        self._cancelled_at_shutdown = False
         self.closed = False
-        self.submitted_jobs: List[str] = []
         _live_sessions.add(self)
         subscribe = getattr(env, "subscribe", None)
         if subscribe is not None:
             subscribe(self.poller.wake)
 
+    @property
+    def submitted_jobs(self) -> List[str]:
+        return self.submitter.submitted_jobs
+
     # -- submit and coalescing ---------------------------------------------------------------
     def submit(self, settings: JobSettings, fn: Callable, args: tuple, kwargs: dict) -> BatchFuture:
         self._check_open()
-        with self._lock:
-            buffer = self._buffers.get(settings)
-            known = buffer.pickles.get(id(fn)) if buffer is not None else None
         # SerializationError now, before anything is uploaded
-        pickled = known[1] if known is not None and known[0] is fn else \
+        pickled = self.coalescer.known_pickle(settings, fn) or \
             serialization.dumps(fn, by_value=self.by_value)
         serialization.pack_items([(0, args, kwargs)], by_value=self.by_value)
         future = BatchFuture(self)
         with self._lock:
             self._check_open()
-            buffer = self._buffers.get(settings)
-            now = time.monotonic()
-            if buffer is None:
-                buffer = self._buffers[settings] = _Buffer(first_at=now)
-            buffer.pickles.setdefault(id(fn), (fn, pickled))
-            buffer.calls.append((future, fn, args, kwargs))
-            buffer.last_at = now
-            full = len(buffer.calls) >= MAX_ARRAY_SIZE
+            full = self.coalescer.add(settings, (future, fn, args, kwargs), pickled)
         if full:
             self.flush(settings)
         else:
@@ -191,56 +132,44 @@ class Session:
             self.poller.wake()
         return future
 
+    def submit_job(self, job: PendingJob) -> None:
+        """A map slice: submitted now, or paced under max_workers."""
+        self.poller.start()
+        self.submitter.submit(job)
+
     def has_pending(self) -> bool:
-        with self._lock:
-            return bool(self._pending) or any(buffer.calls for buffer in self._buffers.values())
+        return self.coalescer.pending() or self.submitter.has_waiting()
 
     def next_flush_delay(self) -> float:
-        with self._lock:
-            if self._pending:  # woken when a paced child finishes; this is only a safety net
-                return PACING_RECHECK
-            if not self._buffers:
-                return math.inf
-            now = time.monotonic()
-            return min(
-                min(b.last_at + COALESCE_QUIET, b.first_at + COALESCE_MAX_AGE) - now
-                for b in self._buffers.values()
-            )
+        if self.submitter.has_waiting():  # woken when a paced child finishes; a safety net
+            return min(PACING_RECHECK, self.coalescer.next_delay())
+        return self.coalescer.next_delay()
 
     def flush_due(self) -> None:
         """On the poller thread: send the buffers whose window closed, and paced children."""
-        self.submit_paced()
-        now = time.monotonic()
-        with self._lock:
-            due = [s for s, b in self._buffers.items()
-                   if now >= min(b.last_at + COALESCE_QUIET, b.first_at + COALESCE_MAX_AGE)]
-        for settings in due:
+        self.submitter.submit_paced()
+        for settings in self.coalescer.due():
             self.flush(settings)
 
     def flush_all(self) -> None:
-        with self._lock:
-            pending = list(self._buffers)
-        for settings in pending:
+        for settings in self.coalescer.all():
             self.flush(settings)
 
     def flush_for(self, future: BatchFuture) -> None:
         """Send the buffer holding ``future`` now: its caller is waiting for it."""
         if future._job is not None:
             return
-        with self._lock:
-            target = next((s for s, b in self._buffers.items()
-                           if any(call[0] is future for call in b.calls)), None)
-        if target is not None:
-            self.flush(target)
+        settings = self.coalescer.holding(future)
+        if settings is not None:
+            self.flush(settings)
 
     def flush(self, settings: JobSettings) -> None:
-        with self._lock:
-            buffer = self._buffers.pop(settings, None)
-        if buffer is None:
+        batch = self.coalescer.take(settings)
+        if batch is None:
             return
-        calls = [call for call in buffer.calls if not call[0].done()]  # skip cancelled, aborted
-        pickles = buffer.pickles
-        del buffer
+        calls = [call for call in batch.calls if not call[0].done()]  # skip cancelled, aborted
+        pickles = batch.pickles
+        del batch
         if not calls:
             return
         function_pickles: List[bytes] = []
@@ -257,184 +186,12 @@ class Session:
         name = job_name_for(calls[0][1])
         del calls, pickles  # the callables and arguments now live only in their pickles
         try:
-            self.submit_job(settings, function_pickles, blobs, [1] * len(blobs), futures,
-                            chunksize=1, name=name)
+            self.submitter.submit(PendingJob(settings, function_pickles, blobs, [1] * len(blobs),
+                                             futures, chunksize=1, name=name))
         except BaseException as error:  # the futures carry the failure; nobody waits in vain
-            _fail_all(futures, error)
+            fail_all(futures, error)
             if not isinstance(error, Exception):
                 raise
-
-    # -- one Batch job -----------------------------------------------------------------------
-    def submit_job(self, settings: JobSettings, function_pickles: List[bytes],
-                   blobs: List[bytes], item_counts: List[int],
-                   futures: List[List[BatchFuture]], *, chunksize: int, name: str,
-                   encoding: str = serialization.CALLS, per_child: bool = False) -> None:
-        """Submit one Batch job's children now, or with ``max_workers`` as workers free up.
-
-        ``blobs`` holds each child's items (serialization's ``encoding``), ``item_counts`` how
-        many; ``futures`` one list per child (one future per item, or with ``per_child`` one).
-        """
-        # copies: taking children off a waiting job must not change the caller's lists
-        job = _PendingJob(settings, function_pickles, list(blobs), list(item_counts),
-                          list(futures), chunksize, name, encoding, per_child)
-        if self.max_workers is None:
-            self._submit_now(job)
-            return
-        with self._lock:
-            self._pending.append(job)
-        self.poller.start()
-        self.submit_paced(raise_errors=True)
-
-    def submit_paced(self, *, raise_errors: bool = False) -> None:
-        """Submit waiting children while fewer than ``max_workers`` are unfinished.
-
-        Children are taken from the head of the queue in submission order, as many as there
-        are free workers, so one Batch job carries every child that may start now.
-        """
-        if self.max_workers is None:
-            return
-        with self._pace_lock:  # one submitter at a time: the count of free workers stays true
-            while True:
-                with self._lock:
-                    if not self._pending:
-                        return
-                    free = self.max_workers - self._unfinished_children()
-                    if free <= 0:
-                        return
-                    head = self._pending[0]
-                    part = head.take(min(free, MAX_ARRAY_SIZE))
-                    if not head.blobs:
-                        self._pending.popleft()
-                    wanted = [i for i, group in enumerate(part.futures) if _wanted(group)]
-                    if len(wanted) < len(part.futures):  # cancelled while waiting: not sent
-                        part = _PendingJob(part.settings, part.function_pickles,
-                                           [part.blobs[i] for i in wanted],
-                                           [part.item_counts[i] for i in wanted],
-                                           [part.futures[i] for i in wanted], part.chunksize,
-                                           part.name, part.encoding, part.per_child)
-                    if not part.blobs:
-                        continue
-                    self._in_flight.append(part.futures)
-                for group in part.futures:  # a finished child frees a worker: submit the next
-                    for future in group:
-                        future.add_done_callback(self._wake_poller)
-                try:
-                    self._submit_now(part)
-                except BaseException as error:
-                    _fail_all(part.futures, error)
-                    if raise_errors or not isinstance(error, Exception):
-                        raise
-                    logger.warning("batchfutures: could not submit %d waiting children: %s",
-                                   len(part.futures), error)
-
-    def _unfinished_children(self) -> int:
-        self._in_flight = [job for job in self._in_flight if any(_wanted(g) for g in job)]
-        return sum(1 for job in self._in_flight for group in job if _wanted(group))
-
-    def _wake_poller(self, _future: BatchFuture) -> None:
-        self.poller.wake()
-
-    def _submit_now(self, job: _PendingJob) -> TrackedJob:
-        """Upload one Batch job's payload, submit it, and hand it to the poller."""
-        settings, blobs, item_counts, futures = job.settings, job.blobs, job.item_counts, job.futures
-        chunksize, name, encoding, per_child = job.chunksize, job.name, job.encoding, job.per_child
-        self._check_queue_once()
-        try:
-            function_urls = [self.storage.put_function(self.run_id, data)  # content-addressed
-                             for data in job.function_pickles]
-        except (FileNotFoundError, PermissionError) as error:
-            raise _storage_error(self.storage, error) from error
-        job_key = uuid.uuid4().hex
-        job_url = self.storage.job_url(self.run_id, job_key)
-        items = sum(item_counts)
-        header = {
-            "functions": function_urls,
-            "children": len(blobs),
-            "items": items,
-            "chunksize": chunksize,
-            "encoding": encoding,
-            "run_id": self.run_id,
-            "job_key": job_key,
-        }
-        if self._initializer is not None:
-            header["initializer"] = self._initializer_location()
-        header.update(serialization.payload_stamp())  # the worker checks its versions against these
-        try:
-            self.storage.write_inputs(job_url, header, blobs)
-        except (FileNotFoundError, PermissionError) as error:
-            raise _storage_error(self.storage, error) from error
-        memory = settings.memory_mib(self.env.definition_memory())
-        request = self._request(settings, name, job_url, len(blobs), memory)
-        try:
-            response = batchapi.submit_job(self.env.batch, request)
-        except Exception as error:
-            self.storage.delete_job(job_url)
-            raise _wrap_submit_error(error) from error
-        job_id = response["jobId"]
-        try:
-            self.storage.write_job_pointer(job_id, job_url)
-        except Exception:  # only attach-after-expiry needs it; the job itself is fine
-            logger.warning("batchfutures: could not record the storage pointer of job %s", job_id)
-        job = TrackedJob(job_id, job_url, futures, array=len(blobs) > 1, memory_mib=memory,
-                         item_counts=item_counts if per_child else None)
-        with self._lock:
-            self.submitted_jobs.append(job_id)
-        logger.debug("submitted Batch job %s (%d children, %d items)", job_id, len(blobs), items)
-        self.poller.track(job)
-        return job
-
-    def _request(self, settings: JobSettings, name: str, job_url: str, size: int,
-                 memory: int) -> Dict[str, Any]:
-        resources = [
-            {"type": "VCPU", "value": _number(settings.vcpus)},
-            {"type": "MEMORY", "value": str(memory)},
-        ]
-        if settings.gpus:
-            resources.append({"type": "GPU", "value": str(settings.gpus)})
-        overrides: Dict[str, Any] = {
-            "command": self.env.worker_command(job_url),
-            "resourceRequirements": resources,
-        }
-        if settings.environment:
-            overrides["environment"] = [{"name": k, "value": v} for k, v in settings.environment]
-        tags = {
-            "batchfutures:run": self.run_id,
-            "batchfutures:user": _user(),
-            "batchfutures:version": __version__,
-        }
-        tags.update(dict(settings.tags))
-        request: Dict[str, Any] = {
-            "jobName": name,
-            "jobQueue": self.env.job_queue,
-            "jobDefinition": self.env.job_definition,
-            "containerOverrides": overrides,
-            "retryStrategy": {"attempts": settings.retries, "evaluateOnExit": RETRY_RULES},
-            "tags": tags,
-            "propagateTags": True,
-        }
-        if size > 1:
-            request["arrayProperties"] = {"size": size}
-        if settings.timeout is not None:
-            request["timeout"] = {"attemptDurationSeconds": max(1, int(math.ceil(settings.timeout)))}
-        if settings.share_id is not None:
-            request["shareIdentifier"] = settings.share_id
-        if settings.priority is not None:
-            request["schedulingPriorityOverride"] = settings.priority
-        return request
-
-    def _check_queue_once(self) -> None:
-        if self._queue_checked:
-            return
-        self.env.check_queue()
-        self._queue_checked = True
-
-    def _initializer_location(self) -> str:
-        if self._initializer_url is None:
-            try:
-                self._initializer_url = self.storage.put_function(self.run_id, self._initializer)
-            except (FileNotFoundError, PermissionError) as error:
-                raise _storage_error(self.storage, error) from error
-        return self._initializer_url
 
     # -- results, logs, cancel, abort --------------------------------------------------------
     def decode_result(self, data: bytes, count: int) -> List[Tuple[bool, Any]]:
@@ -575,24 +332,17 @@ class Session:
             raise RuntimeError("cannot schedule new futures after shutdown")
 
     def _unfinished_futures(self) -> List[BatchFuture]:
-        with self._lock:
-            waiting = [f for job in self._pending for group in job.futures for f in group]
+        waiting = self.submitter.waiting_futures()
         tracked = [f for job in self.poller.outstanding for f in job.futures()]
         return [f for f in waiting + tracked if not f.done()]
 
     def shutdown(self, wait: bool, cancel_futures: bool) -> None:
         with self._lock:
             self.closed = True
-            if cancel_futures:
-                self._cancelled_at_shutdown = True
-                for buffer in self._buffers.values():
-                    for call in buffer.calls:
-                        call[0].cancel()
-                for job in self._pending:  # never sent: nothing remote to cancel
-                    for group in job.futures:
-                        for future in group:
-                            future.cancel()
         if cancel_futures:
+            self._cancelled_at_shutdown = True
+            for future in self.coalescer.futures() + self.submitter.drop_waiting():
+                future.cancel()  # never sent: nothing remote to cancel
             for future in self._unfinished_futures():
                 future.cancel()
         self.flush_all()
@@ -609,12 +359,8 @@ class Session:
         """
         with self._lock:
             self.closed = True
-            self._cancelled_at_shutdown = True
-            buffered = [call[0] for buffer in self._buffers.values() for call in buffer.calls]
-            self._buffers.clear()
-            waiting = [f for job in self._pending for group in job.futures for f in group]
-            self._pending.clear()
-        for future in buffered + waiting:
+        self._cancelled_at_shutdown = True
+        for future in self.coalescer.clear() + self.submitter.drop_waiting():
             future.cancel()
         jobs = [job for job in self.poller.outstanding
                 if any(not f.done() for f in job.futures())]
@@ -637,7 +383,7 @@ class Session:
     def finish_at_exit(self) -> None:
         """At interpreter exit: send buffered calls; wait for local jobs, or name AWS ones."""
         self.flush_all()
-        self.submit_paced()
+        self.submitter.submit_paced()
         if self._cancelled_at_shutdown:
             return
         unfinished = self._unfinished_futures()
@@ -656,19 +402,6 @@ class Session:
             len(jobs), ", ".join(jobs))
 
 
-# `retries` means retries: Batch tries a failed attempt again when no rule matches, so a crash
-# (non-zero exit), a lost host, a Spot interruption and Batch's transient start failures (Task
-# failed to start, CannotPullContainer, ResourceInitializationError) are retried by default.
-# What would fail the same way again exits: an out-of-memory kill, a timeout (Batch itself does
-# not retry those) and a termination this client asked for. An exception raised by the function
-# is an outcome, not a failure: the worker exits 0. At most 5 rules (Batch's limit).
-RETRY_RULES = [
-    {"onReason": "OutOfMemoryError*", "action": "EXIT"},
-    {"onStatusReason": "Job attempt duration exceeded timeout*", "action": "EXIT"},
-    {"onStatusReason": f"{ABORT_REASON_PREFIX}*", "action": "EXIT"},
-]
-
-
 def log_group_of(description: Dict[str, Any], default: str) -> str:
     """A job's log group: the awslogs-group its definition sets, else Batch's default group."""
     config = (description.get("container") or {}).get("logConfiguration") or {}
@@ -679,35 +412,3 @@ def log_group_of(description: Dict[str, Any], default: str) -> str:
     return default
 
 
-def _fail_all(futures: List[List[BatchFuture]], error: BaseException) -> None:
-    failure = error if isinstance(error, BatchError) else _wrap_submit_error(error)
-    for group in futures:
-        for future in group:
-            settle(future, False, failure)
-
-
-def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else str(value)
-
-
-def _user() -> str:
-    try:
-        return _JOB_NAME_BAD.sub("-", getpass.getuser())[:64] or "unknown"
-    except Exception:
-        return "unknown"
-
-
-def _storage_error(storage: Any, error: BaseException) -> ConfigurationError:
-    return ConfigurationError(
-        f"cannot write job payloads to {storage.root_url}: {error}. Check that the bucket (or "
-        f"folder) exists and that these credentials may write to it.")
-
-
-def _wrap_submit_error(error: BaseException) -> BaseException:
-    if isinstance(error, BatchError):
-        return error
-    code = batchapi.error_code(error)
-    if code == "ClientException":
-        message = error.response.get("Error", {}).get("Message", str(error))
-        return ConfigurationError(f"Batch rejected the job: {message}")
-    return error

@@ -14,7 +14,7 @@ import pytest
 
 from batchfutures import BatchExecutor, EnvironmentMismatchError, InitializerFailedError, serialization
 from batchfutures.emulator.retries import should_retry
-from batchfutures.session import RETRY_RULES
+from batchfutures.submission import RETRY_RULES
 
 pytestmark = pytest.mark.slow
 
