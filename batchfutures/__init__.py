@@ -32,6 +32,7 @@ _EXPORTS = {
     "JobAbortedError": "errors",
     "HostTerminatedError": "errors",
     "InitializerFailedError": "errors",
+    "DryRunResult": "errors",
 }
 
 __all__ = [
@@ -54,6 +55,7 @@ __all__ = [
     "JobAbortedError",
     "HostTerminatedError",
     "InitializerFailedError",
+    "DryRunResult",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -61,6 +63,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .errors import (
         BatchError,
         ConfigurationError,
+        DryRunResult,
         EnvironmentMismatchError,
         HostTerminatedError,
         InitializerFailedError,

@@ -7,6 +7,7 @@
     ├── RemoteError(BatchError)
     ├── JobMetadataExpired(BatchError)
     ├── InitializerFailedError(BatchError, concurrent.futures.BrokenExecutor)
+    ├── DryRunResult(BatchError)          what a dry-run future raises: .requests, .objects
     └── JobFailedError(BatchError)
         ├── MemoryLimitExceeded(JobFailedError)
         ├── JobTimeoutError(JobFailedError)
@@ -32,6 +33,7 @@ __all__ = [
     "RemoteError",
     "JobMetadataExpired",
     "InitializerFailedError",
+    "DryRunResult",
     "JobFailedError",
     "MemoryLimitExceeded",
     "JobTimeoutError",
@@ -126,6 +128,19 @@ class JobAbortedError(JobFailedError):
 
 class HostTerminatedError(JobFailedError):
     """The host went away (Spot reclaim, instance terminated)."""
+
+
+class DryRunResult(BatchError):
+    """What a dry-run future raises: what would have been sent, and nothing was.
+
+    ``requests``: the SubmitJob requests (dicts, as boto3 would send them); ``objects``: the
+    storage keys and sizes in bytes that would have been written.
+    """
+
+    def __init__(self, message: str, *, requests: Any = (), objects: Any = ()) -> None:
+        super().__init__(message)
+        self.requests = list(requests)
+        self.objects = list(objects)
 
 
 class InitializerFailedError(BatchError, concurrent.futures.BrokenExecutor):

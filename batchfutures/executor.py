@@ -50,7 +50,7 @@ class BatchExecutor(concurrent.futures.Executor):
     def __init__(self, env: EnvironmentLike = None, max_workers: Optional[int] = None,
                  mp_context: Any = None, initializer: Optional[Callable[..., Any]] = None,
                  initargs: tuple = (), *, max_tasks_per_child: Optional[int] = None,
-                 ship_local_modules: bool = True, **settings: Any) -> None:
+                 ship_local_modules: bool = True, dry_run: bool = False, **settings: Any) -> None:
         """``ProcessPoolExecutor``'s parameters, after ``env``, then the job settings.
 
         ``max_workers`` bounds how many of this executor's children run at once (submissions
@@ -59,7 +59,8 @@ class BatchExecutor(concurrent.futures.Executor):
         accepted for compatibility and have no effect: every attempt is a fresh process.
         ``ship_local_modules``: pickle functions and classes of the client's own modules
         (outside the standard library and site-packages) by value, since the worker's image
-        does not have them.
+        does not have them. ``dry_run``: build every request and object as it would be sent,
+        send nothing; the futures raise ``DryRunResult`` (see batchfutures.dryrun).
         """
         if max_workers is not None:
             if isinstance(max_workers, bool) or not isinstance(max_workers, int):
@@ -78,7 +79,8 @@ class BatchExecutor(concurrent.futures.Executor):
         environment = resolve_environment(env)
         environment.validate_settings(self._settings)
         self._session = Session(environment, max_workers=max_workers, initializer=initializer,
-                                initargs=tuple(initargs), ship_local_modules=ship_local_modules)
+                                initargs=tuple(initargs), ship_local_modules=ship_local_modules,
+                                dry_run=dry_run)
 
     @classmethod
     def _view(cls, session: Session, settings: JobSettings) -> "BatchExecutor":

@@ -85,8 +85,9 @@ class Session:
 
     def __init__(self, env: Any, *, max_workers: Optional[int] = None,
                  initializer: Optional[Callable[..., Any]] = None, initargs: tuple = (),
-                 ship_local_modules: bool = True) -> None:
+                 ship_local_modules: bool = True, dry_run: bool = False) -> None:
         self.env = env
+        self.dry_run = dry_run
         self.storage = env.storage
         self.by_value = ship_local_modules
         self.run_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:10]
@@ -98,7 +99,14 @@ class Session:
         self.poller = Poller(self, min_interval=min_interval, max_interval=max_interval,
                              grace=env.describe_grace)
         self.coalescer = Coalescer(MAX_ARRAY_SIZE)
-        self.submitter = Submitter(env, self.storage, self.run_id, track=self.poller.track,
+        if dry_run:  # the same submission path, recorded: nothing reaches Batch or storage
+            from .dryrun import DryRunEnvironment, DryRunTracker, RecordingStorage
+
+            submit_env, self.storage = DryRunEnvironment(env), RecordingStorage(self.storage.root_url)
+            track = DryRunTracker(submit_env, self.storage).track
+        else:
+            submit_env, track = env, self.poller.track
+        self.submitter = Submitter(submit_env, self.storage, self.run_id, track=track,
                                    wake=self.poller.wake, max_workers=max_workers,
                                    initializer=pickled_initializer)
         self._lock = threading.RLock()
@@ -106,7 +114,7 @@ class Session:
         self._cancelled_at_shutdown = False
         self.closed = False
         _live_sessions.add(self)
-        subscribe = getattr(env, "subscribe", None)
+        subscribe = None if dry_run else getattr(env, "subscribe", None)
         if subscribe is not None:
             subscribe(self.poller.wake)
 
