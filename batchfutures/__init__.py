@@ -33,6 +33,7 @@ _EXPORTS = {
     "HostTerminatedError": "errors",
     "InitializerFailedError": "errors",
     "DryRunResult": "errors",
+    "DependencyFailedError": "errors",
 }
 
 __all__ = [
@@ -56,6 +57,7 @@ __all__ = [
     "HostTerminatedError",
     "InitializerFailedError",
     "DryRunResult",
+    "DependencyFailedError",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -63,6 +65,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .errors import (
         BatchError,
         ConfigurationError,
+        DependencyFailedError,
         DryRunResult,
         EnvironmentMismatchError,
         HostTerminatedError,

@@ -12,7 +12,8 @@
         ├── MemoryLimitExceeded(JobFailedError)
         ├── JobTimeoutError(JobFailedError)
         ├── JobAbortedError(JobFailedError)
-        └── HostTerminatedError(JobFailedError)
+        ├── HostTerminatedError(JobFailedError)
+        └── DependencyFailedError(JobFailedError)
 
 `classify_failure` reads the last attempt of a FAILED job description (the dict DescribeJobs
 returns) and builds the exception a future raises. Batch's own strings decide the type, so the
@@ -34,6 +35,7 @@ __all__ = [
     "JobMetadataExpired",
     "InitializerFailedError",
     "DryRunResult",
+    "DependencyFailedError",
     "JobFailedError",
     "MemoryLimitExceeded",
     "JobTimeoutError",
@@ -128,6 +130,10 @@ class JobAbortedError(JobFailedError):
 
 class HostTerminatedError(JobFailedError):
     """The host went away (Spot reclaim, instance terminated)."""
+
+
+class DependencyFailedError(JobFailedError):
+    """A future given as an argument failed; ``__cause__`` is that failure."""
 
 
 class DryRunResult(BatchError):

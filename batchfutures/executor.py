@@ -23,9 +23,10 @@ import time
 from typing import Any, Callable, Iterable, Iterator, List, Optional, Union
 
 from . import serialization
+from .dependencies import substitute
 from .environments import EnvironmentLike, resolve_environment
 from .futures import BatchFuture
-from .session import Session
+from .session import Session, Upstream
 from .settings import JobSettings
 from .submission import MAX_ARRAY_SIZE, PendingJob, job_name_for
 
@@ -191,10 +192,17 @@ class BatchExecutor(concurrent.futures.Executor):
                 # child by child: a slice's items are never all alive at once, only their pickles
                 blobs: List[bytes] = []
                 counts: List[int] = []
+                upstream = Upstream(session)  # futures among the items: Batch dependencies
                 while len(blobs) < MAX_ARRAY_SIZE:
                     chunk = list(itertools.islice(items, chunksize))
                     if not chunk:
                         break
+                    upstream.child = len(blobs)
+                    if single:
+                        chunk = [substitute(value, upstream.replace) for value in chunk]
+                    else:
+                        chunk = [tuple(substitute(v, upstream.replace) for v in values)
+                                 for values in chunk]
                     # a failure names the map's item: "item k" counts from the map's first item
                     blobs.append(serialization.pack_arguments(
                         chunk, single=single, first_item=position, by_value=session.by_value))
@@ -207,7 +215,10 @@ class BatchExecutor(concurrent.futures.Executor):
                 else:
                     futures = [[BatchFuture(session) for _ in range(count)] for count in counts]
                 session.submit_job(PendingJob(settings, [function_pickle], blobs, counts, futures,
-                                              chunksize, name, encoding, per_child))
+                                              chunksize, name, encoding, per_child,
+                                              upstream.depends_on(len(blobs))))
+                for child, group in enumerate(futures):
+                    upstream.cancel_with_upstream(group, child)
                 del blobs
                 yield [future for group in futures for future in group]
 

@@ -6,6 +6,7 @@
       -> the client's Python/cloudpickle differ (header stamp)?  every item: a mismatch outcome
       -> the executor's initializer(*initargs), if any, once; if it raises, every item fails
       -> load the functions it needs (once each), run each item in order; print goes to the log
+         (an argument that is another call's result is read from that call's result object)
       -> one outcome per item: value | exception + traceback | unpicklable | mismatch
       -> write <job_url>/results/<i> once, atomically and only if absent; exit 0
 
@@ -105,6 +106,9 @@ def run_items(storage: "Storage", header: Dict[str, Any], blob: bytes, index: in
         if failure is not None:
             return [failure] * len(items)
 
+    from .dependencies import Resolver, UpstreamFailed, has_refs
+
+    resolver = Resolver(storage)
     functions: Dict[int, Any] = {}
     failed_functions: Dict[int, bytes] = {}  # a function that did not load fails each of its items
     outcomes: List[bytes] = []
@@ -124,6 +128,18 @@ def run_items(storage: "Storage", header: Dict[str, Any], blob: bytes, index: in
                 outcome = _load_failure("the function", header, error)
                 failed_functions[function_index] = outcome
                 outcomes.append(outcome)
+                continue
+        if has_refs(args, kwargs):  # other calls' results: read from storage, never the client
+            try:
+                args, kwargs = resolver.resolve(args, kwargs)
+            except UpstreamFailed as failed:
+                outcomes.append(serialization.encode_dependency_failure(failed.ref.job_id,
+                                                                        failed.outcome))
+                continue
+            except MemoryError:
+                raise
+            except Exception as error:
+                outcomes.append(serialization.encode_error(error, traceback.format_exc()))
                 continue
         try:
             value = functions[function_index](*args, **kwargs)
