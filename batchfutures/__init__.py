@@ -31,6 +31,7 @@ _EXPORTS = {
     "JobTimeoutError": "errors",
     "JobAbortedError": "errors",
     "HostTerminatedError": "errors",
+    "IntegrityError": "errors",
 }
 
 __all__ = [
@@ -52,6 +53,7 @@ __all__ = [
     "JobTimeoutError",
     "JobAbortedError",
     "HostTerminatedError",
+    "IntegrityError",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -61,6 +63,7 @@ if TYPE_CHECKING:  # pragma: no cover
         ConfigurationError,
         EnvironmentMismatchError,
         HostTerminatedError,
+        IntegrityError,
         JobAbortedError,
         JobFailedError,
         JobMetadataExpired,

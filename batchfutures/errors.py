@@ -11,6 +11,7 @@
         ├── JobTimeoutError(JobFailedError)
         ├── JobAbortedError(JobFailedError)
         └── HostTerminatedError(JobFailedError)
+    IntegrityError(BatchError)
 
 `classify_failure` reads the last attempt of a FAILED job description (the dict DescribeJobs
 returns) and builds the exception a future raises. Batch's own strings decide the type, so the
@@ -34,6 +35,7 @@ __all__ = [
     "JobTimeoutError",
     "JobAbortedError",
     "HostTerminatedError",
+    "IntegrityError",
     "classify_failure",
 ]
 
@@ -74,6 +76,11 @@ class JobMetadataExpired(BatchError):
     def __init__(self, message: str, job_id: Optional[str] = None) -> None:
         super().__init__(message)
         self.job_id = job_id
+
+
+class IntegrityError(BatchError):
+    """A stored function, inputs object or result failed its signature check (altered, unsigned,
+    or signed with another key); nothing was unpickled and nothing ran."""
 
 
 class JobFailedError(BatchError):

@@ -28,12 +28,13 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from . import batchapi, serialization
+from . import batchapi, serialization, signing
 from ._version import __version__
 from .errors import (
     ABORT_REASON_PREFIX,
     BatchError,
     ConfigurationError,
+    IntegrityError,
     JobAbortedError,
     JobMetadataExpired,
     RemoteError,
@@ -241,8 +242,11 @@ class Session:
             "command": self.env.worker_command(job_url),
             "resourceRequirements": resources,
         }
-        if settings.environment:
-            overrides["environment"] = [{"name": k, "value": v} for k, v in settings.environment]
+        # where the worker finds the signing key (never the key itself): signing.py
+        signing_environment = self.storage.signer.job_environment()
+        environment = [(k, v) for k, v in settings.environment if k not in signing_environment]
+        environment += sorted(signing_environment.items())
+        overrides["environment"] = [{"name": k, "value": v} for k, v in environment]
         tags = {
             "batchfutures:run": self.run_id,
             "batchfutures:user": _user(),
@@ -291,10 +295,15 @@ class Session:
 
     # -- results, logs, cancel, abort --------------------------------------------------------
     def decode_result(self, data: bytes, count: int) -> List[Tuple[bool, Any]]:
+        """``data``: a result whose seal storage.read_result has checked."""
         try:
-            _, outcomes = serialization.unpack_result(data)
+            meta, outcomes = serialization.unpack_result(data)
         except ValueError as error:  # truncated or foreign: every item of the child fails
             return [(False, RemoteError(f"the result object could not be read: {error}"))] * count
+        refused = meta.get(signing.REFUSED)  # JSON, not a pickle: nothing of it is unpickled
+        if refused:
+            return [(False, IntegrityError(f"the worker refused its job: {refused}"))
+                    for _ in range(count)]
         decoded = [serialization.outcome_result(outcome) for outcome in outcomes]
         if len(decoded) < count:  # a truncated result never passes for a complete one
             decoded += [(False, BatchError("the worker recorded no outcome for this item"))] * (
