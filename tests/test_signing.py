@@ -318,6 +318,7 @@ def forged(storage: Storage) -> Storage:
     return Storage(storage.root_url, signer=Signer.from_key(OTHER_KEY))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("forgery", ["unsigned", "another key"])
 def test_a_worker_refuses_a_replaced_function_and_runs_nothing(signed, tmp_path, forgery):
     storage, source = signed
@@ -338,6 +339,7 @@ def test_a_worker_refuses_a_replaced_function_and_runs_nothing(signed, tmp_path,
     assert outcomes == [] and "function object" in meta[signing.REFUSED]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("forgery", ["unsigned", "another key", "old unsigned format"])
 def test_a_worker_refuses_replaced_inputs_and_runs_nothing(signed, tmp_path, forgery):
     storage, source = signed
@@ -366,6 +368,7 @@ def test_a_worker_refuses_replaced_inputs_and_runs_nothing(signed, tmp_path, for
     assert outcomes == [] and meta[signing.REFUSED]
 
 
+@pytest.mark.slow
 def test_a_worker_with_another_key_refuses_and_its_refusal_does_not_verify_either(signed, tmp_path):
     storage, _ = signed
     ran = tmp_path / "ran"
@@ -380,6 +383,7 @@ def test_a_worker_with_another_key_refuses_and_its_refusal_does_not_verify_eithe
         storage.read_result(job, 0)
 
 
+@pytest.mark.slow
 def test_a_worker_refuses_a_function_of_another_run_and_with_the_right_key_runs(signed, tmp_path):
     storage, source = signed
     ran = tmp_path / "ran"
@@ -396,6 +400,7 @@ def test_a_worker_refuses_a_function_of_another_run_and_with_the_right_key_runs(
     assert serialization.outcome_result(outcomes[0]) == (True, "ran")
 
 
+@pytest.mark.slow
 def test_a_worker_reads_its_key_from_secrets_manager(aws_env, s3_root, tmp_path):
     client = boto3.client("secretsmanager", region_name=s3server.REGION)
     arn = client.create_secret(Name=f"bf-key-{uuid.uuid4().hex[:8]}",
