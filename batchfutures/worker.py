@@ -21,7 +21,7 @@ non-daemon thread left running by the function cannot keep the job alive.
 
 Signing (signing.py): the key is found where the job's BATCHFUTURES_SIGNING_KEY_SOURCE says. An
 inputs object or function that is unsigned, altered or signed with another key is refused before
-anything is unpickled or run: the job's log says why, and the result records the refusal in its
+any of it is unpickled and before anything runs: the job's log says why, and the result records the refusal in its
 JSON metadata only (never a pickle), so the client raises IntegrityError without unpickling. No
 key at all is a failed container (exit 1) whose log says where the key was looked for.
 
@@ -169,7 +169,8 @@ def run_child(job_url: str, index: int, attempt: Optional[str] = None) -> int:
         outcomes = run_items(storage, header, blob, index)
         del blob
     except IntegrityError as refused:  # raised before any item ran
-        logger.error("child %d: refusing this job, nothing was unpickled or run: %s", index, refused)
+        logger.error("child %d: refusing this job (nothing unverified was unpickled, nothing ran): "
+                     "%s", index, refused)
         meta[signing.REFUSED] = str(refused)
         outcomes = []
     _flush()

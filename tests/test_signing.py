@@ -484,7 +484,7 @@ def test_a_replaced_object_on_the_emulator_never_loads_and_the_future_raises(hel
     if target == "result":
         assert "already written" in log
     else:
-        assert "refusing this job, nothing was unpickled or run" in log
+        assert "refusing this job (nothing unverified was unpickled, nothing ran)" in log
 
 
 @pytest.mark.slow
