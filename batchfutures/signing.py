@@ -73,9 +73,9 @@ from typing import Any, Callable, Dict, Optional, Union
 from .errors import ConfigurationError, IntegrityError
 
 __all__ = [
-    "Signer", "mac", "check", "seal", "unseal", "read_key_file", "default_signer", "job_signer", "local_signer",
-    "aws_signer", "SEAL_MAGIC", "TAG_SIZE", "SOURCE_VARIABLE", "KEY_VARIABLE", "KEY_FILE_NAME",
-    "REFUSED", "MIN_KEY_CHARACTERS",
+    "Signer", "mac", "check", "seal", "unseal", "read_key_file", "default_signer", "job_signer",
+    "local_signer", "aws_signer", "SEAL_MAGIC", "TAG_SIZE", "SOURCE_VARIABLE", "KEY_VARIABLE",
+    "KEY_FILE_NAME", "REFUSED", "MIN_KEY_CHARACTERS",
 ]
 
 SEAL_MAGIC = b"BFSEAL01"

@@ -21,9 +21,10 @@ non-daemon thread left running by the function cannot keep the job alive.
 
 Signing (signing.py): the key is found where the job's BATCHFUTURES_SIGNING_KEY_SOURCE says. An
 inputs object or function that is unsigned, altered or signed with another key is refused before
-any of it is unpickled and before anything runs: the job's log says why, and the result records the refusal in its
-JSON metadata only (never a pickle), so the client raises IntegrityError without unpickling. No
-key at all is a failed container (exit 1) whose log says where the key was looked for.
+any of it is unpickled and before anything runs: the job's log says why, and the result records
+the refusal in its JSON metadata only (never a pickle), so the client raises IntegrityError
+without unpickling. No key at all is a failed container (exit 1) whose log says where the key
+was looked for.
 
 Imports stay light: no boto3 for file:// URLs, s3fs only through fsspec for s3:// URLs.
 """
