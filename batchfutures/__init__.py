@@ -34,6 +34,7 @@ _EXPORTS = {
     "InitializerFailedError": "errors",
     "DryRunResult": "errors",
     "DependencyFailedError": "errors",
+    "IntegrityError": "errors",
 }
 
 __all__ = [
@@ -58,6 +59,7 @@ __all__ = [
     "InitializerFailedError",
     "DryRunResult",
     "DependencyFailedError",
+    "IntegrityError",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -70,6 +72,7 @@ if TYPE_CHECKING:  # pragma: no cover
         EnvironmentMismatchError,
         HostTerminatedError,
         InitializerFailedError,
+        IntegrityError,
         JobAbortedError,
         JobFailedError,
         JobMetadataExpired,

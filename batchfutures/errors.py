@@ -14,6 +14,7 @@
         ├── JobAbortedError(JobFailedError)
         ├── HostTerminatedError(JobFailedError)
         └── DependencyFailedError(JobFailedError)
+    IntegrityError(BatchError)
 
 `classify_failure` reads the last attempt of a FAILED job description (the dict DescribeJobs
 returns) and builds the exception a future raises. Batch's own strings decide the type, so the
@@ -41,6 +42,7 @@ __all__ = [
     "JobTimeoutError",
     "JobAbortedError",
     "HostTerminatedError",
+    "IntegrityError",
     "classify_failure",
 ]
 
@@ -81,6 +83,11 @@ class JobMetadataExpired(BatchError):
     def __init__(self, message: str, job_id: Optional[str] = None) -> None:
         super().__init__(message)
         self.job_id = job_id
+
+
+class IntegrityError(BatchError):
+    """A stored function, inputs object or result failed its signature check (altered, unsigned,
+    or signed with another key); nothing was unpickled and nothing ran."""
 
 
 class JobFailedError(BatchError):

@@ -25,7 +25,7 @@ import uuid
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from . import batchapi, serialization
+from . import batchapi, serialization, signing
 from .coalescer import Coalescer
 from .dependencies import MAX_DEPENDENCIES, FutureRef, substitute_call
 from .errors import (
@@ -33,6 +33,7 @@ from .errors import (
     BatchError,
     ConfigurationError,
     DependencyFailedError,
+    IntegrityError,
     JobAbortedError,
     JobMetadataExpired,
     RemoteError,
@@ -301,10 +302,15 @@ class Session:
 
     # -- results, logs, cancel, abort --------------------------------------------------------
     def decode_result(self, data: bytes, count: int) -> List[Tuple[bool, Any]]:
+        """``data``: a result whose seal storage.read_result has checked."""
         try:
-            _, outcomes = serialization.unpack_result(data)
+            meta, outcomes = serialization.unpack_result(data)
         except ValueError as error:  # truncated or foreign: every item of the child fails
             return [(False, RemoteError(f"the result object could not be read: {error}"))] * count
+        refused = meta.get(signing.REFUSED)  # JSON, not a pickle: nothing of it is unpickled
+        if refused:
+            return [(False, IntegrityError(f"the worker refused its job: {refused}"))
+                    for _ in range(count)]
         decoded = [serialization.outcome_result(outcome) for outcome in outcomes]
         if len(decoded) < count:  # a truncated result never passes for a complete one
             decoded += [(False, BatchError("the worker recorded no outcome for this item"))] * (

@@ -69,8 +69,13 @@ def user_tag() -> str:
 
 def build_request(settings: JobSettings, *, name: str, job_queue: str, job_definition: str,
                   command: List[str], size: int, memory_mib: int, run_id: str,
-                  user: str, depends_on: Optional[List[Dict[str, str]]] = None) -> Dict[str, Any]:
-    """The SubmitJob request of one Batch job (``size`` children), from its settings alone."""
+                  user: str, depends_on: Optional[List[Dict[str, str]]] = None,
+                  signing_environment: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+    """The SubmitJob request of one Batch job (``size`` children), from its settings alone.
+
+    ``signing_environment``: where the worker finds the signing key (never the key itself, see
+    signing.py); it replaces any user variable of the same name.
+    """
     resources = [
         {"type": "VCPU", "value": _number(settings.vcpus)},
         {"type": "MEMORY", "value": str(memory_mib)},
@@ -80,6 +85,7 @@ def build_request(settings: JobSettings, *, name: str, job_queue: str, job_defin
     # the worker runs a child's items on this many processes (batchfutures.pool)
     given = dict(settings.environment)
     given.setdefault("BATCHFUTURES_VCPUS", _number(settings.vcpus))
+    given.update(signing_environment or {})
     environment = [{"name": k, "value": v} for k, v in sorted(given.items())]
     overrides: Dict[str, Any] = {
         "command": command,
@@ -290,7 +296,8 @@ class Submitter:
                                 job_definition=self._env.job_definition,
                                 command=self._env.worker_command(job_url), size=len(job.blobs),
                                 memory_mib=memory, run_id=self._run_id, user=user_tag(),
-                                depends_on=job.depends_on)
+                                depends_on=job.depends_on,
+                                signing_environment=_signing_environment(storage))
         try:
             response = batchapi.submit_job(self._env.batch, request)
         except Exception as error:
@@ -327,6 +334,11 @@ class Submitter:
             except (FileNotFoundError, PermissionError) as error:
                 raise storage_error(self._storage, error) from error
         return self._initializer_url
+
+
+def _signing_environment(storage: Any) -> Dict[str, str]:
+    signer = getattr(storage, "signer", None)
+    return signer.job_environment() if signer is not None else {}
 
 
 def _number(value: float) -> str:
