@@ -642,7 +642,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=formatter, parents=[common])
     parser.add_argument("--version", action="version", version=f"batchfutures {__version__}",
                         help="print the version and exit")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                     help="what to do (`batchfutures COMMAND --help` for its options)")
 
     def command(name: str, text: str, run: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=text, description=text, epilog=EXIT_CODES_HELP,
