@@ -280,7 +280,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.watch:
         _watch(env, args)
     info = jobview.describe(env.batch, args.job, logs=env.logs, log_group=env.log_group)
-    failures = jobview.failed_calls(env.storage, info)
+    try:
+        failures = jobview.failed_calls(env.storage, info)
+    except Exception as error:  # Batch's answer is still worth showing
+        logger.debug("could not read the results of %s", args.job, exc_info=True)
+        _note(f"could not read the results of {args.job} from {env.storage.root_url}: {error}")
+        failures = None
     if args.watch and args.output is OutputFormat.JSON:
         return _status_exit(info, failures)  # the JSON lines were the output
     _print_status(info, failures, args.output)
@@ -329,6 +334,9 @@ def follow_log(batch: Any, logs: Any, job_id: str, *, log_group: str,
     while True:
         info = jobview.describe(batch, job_id, children=False, log_group=log_group)
         if info.log_stream != stream and info.log_stream:
+            if stream is not None:  # a retry writes a new stream: read it from its start
+                number = info.attempts + (0 if info.ended else 1)  # `attempts`: finished ones
+                _note(f"job {job_id}: attempt {number} started, a new log stream")
             stream, token = info.log_stream, None
         got: List[str] = []
         if stream:
@@ -416,7 +424,11 @@ def cmd_result(args: argparse.Namespace) -> int:
                  row["repr"] if row["ok"] else row["message"]] for row in collected]))
 
     try:
-        attached = executor.attach(args.job)
+        try:
+            attached = executor.attach(args.job)
+        except FileNotFoundError:
+            raise CLIError(f"the payload of job {args.job} is no longer in storage (removed by "
+                           f"cleanup?): its results cannot be read", ExitCode.NOT_FOUND)
         futures = attached if isinstance(attached, list) else [attached]
         for index, future in enumerate(futures):
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())

@@ -22,6 +22,7 @@ from typing import Any, Callable, Dict, List, Optional
 from . import batchapi, serialization
 from .errors import JobMetadataExpired
 from .jobs import STATUS_ORDER, TERMINAL
+from .session import log_group_of
 
 __all__ = ["JobInfo", "ChildInfo", "FailedCall", "CallFailures", "describe", "describe_in",
            "failed_calls", "not_found"]
@@ -154,22 +155,19 @@ def _last_container(description: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def log_stream_of(description: Dict[str, Any]) -> Optional[str]:
-    """The log stream of the latest attempt that has one (the current one while it runs)."""
+    """The log stream of the current attempt, else of the latest attempt that has one.
+
+    `container` describes the attempt that runs now (`attempts` lists finished ones only), so
+    it comes first: while a retry runs, the last entry of `attempts` is the previous try.
+    """
+    stream = (description.get("container") or {}).get("logStreamName")
+    if stream:
+        return stream
     for attempt in reversed(description.get("attempts") or []):
         stream = (attempt.get("container") or {}).get("logStreamName")
         if stream:
             return stream
-    return (description.get("container") or {}).get("logStreamName")
-
-
-def log_group_of(description: Dict[str, Any], default: str) -> str:
-    """The awslogs-group the job definition sets, else Batch's default group."""
-    config = (description.get("container") or {}).get("logConfiguration") or {}
-    if config.get("logDriver", "awslogs") == "awslogs":
-        group = (config.get("options") or {}).get("awslogs-group")
-        if group:
-            return group
-    return default
+    return None
 
 
 def job_url_of(description: Dict[str, Any]) -> Optional[str]:
@@ -190,10 +188,6 @@ def _child(summary: Dict[str, Any], parent_id: str) -> ChildInfo:
                      status_reason=summary.get("statusReason") or container.get("reason"),
                      started_at=_seconds(summary.get("startedAt")),
                      stopped_at=_seconds(summary.get("stoppedAt")))
-
-
-def read_log_lines(logs_client: Any, group: str, stream: str) -> List[str]:
-    return batchapi.read_log(logs_client, group, stream)
 
 
 def describe(batch_client: Any, job_id: str, *, logs: Any = None,
@@ -260,7 +254,7 @@ def _log_reader(batch_client: Any, logs_client: Any, info: JobInfo,
         if not stream:
             return ""
         group = log_group_of(found[0], default_group)
-        return "\n".join(read_log_lines(logs_client, group, stream))
+        return "\n".join(batchapi.read_log(logs_client, group, stream))
     return read
 
 

@@ -317,6 +317,43 @@ def test_logs_follow_keeps_its_place_and_ends_with_the_job(live):
     assert future.result(timeout=60) == "done"
 
 
+CRASH_ONCE = """
+import os, sys, time
+attempt = os.environ["AWS_BATCH_JOB_ATTEMPT"]
+print("attempt", attempt, "here", flush=True)
+if attempt == "1":
+    while not os.path.exists(sys.argv[1]):
+        time.sleep(0.05)
+    sys.exit(3)
+"""
+
+
+@pytest.mark.slow
+def test_logs_follow_reads_a_retried_job_from_each_attempts_start(live):
+    env, executor, workdir = live
+    gate = workdir.parent / "gate"
+    # a plain Batch job that crashes once and is retried (retryStrategy without rules)
+    job_id = env.batch.submit_job(
+        jobName="crash-once", jobQueue=env.job_queue, jobDefinition=env.job_definition,
+        containerOverrides={"command": ["python", "-c", CRASH_ONCE, str(gate)]},
+        retryStrategy={"attempts": 2})["jobId"]
+    follower = subprocess.Popen(entry_point() + ["logs", job_id, "-f", "--interval", "0.2",
+                                                 "--workdir", str(workdir)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=cli_env())
+    try:
+        first = follower.stdout.readline()
+        gate.write_text("")
+        rest, errors = follower.communicate(timeout=60)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+    assert follower.returncode == 0, errors
+    assert [first.strip()] + rest.splitlines() == ["attempt 1 here", "attempt 2 here"]
+    assert "attempt 2 started" in errors
+    assert wait_status(env, job_id, ("SUCCEEDED", "FAILED"))["status"] == "SUCCEEDED"
+
+
 @pytest.mark.slow
 def test_result_timeout_stops_with_a_message_and_leaves_the_job_running(live):
     env, executor, workdir = live
