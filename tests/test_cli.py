@@ -13,7 +13,6 @@ import pytest
 from botocore.exceptions import ClientError
 
 from batchfutures import BatchExecutor, LocalEnvironment, cleanup, cli, jobview
-from batchfutures.cleanup import JobState, decide
 from batchfutures.errors import ConfigurationError, JobFailedError, JobMetadataExpired
 
 DAY = 86400.0
@@ -106,48 +105,6 @@ def live(tmp_path):
     yield env, executor, tmp_path / "work"
     executor.shutdown(wait=False, cancel_futures=True)
     env.emulator.close()
-
-
-# -- cleanup's policy (pure) ---------------------------------------------------------------------
-A, E, U, S = JobState.ACTIVE, JobState.ENDED, JobState.UNKNOWN, JobState.UNSUBMITTED
-
-
-@pytest.mark.parametrize("states, age, horizon, all_finished, removed", [
-    ([A], 30 * DAY, DAY, True, False),  # in progress: never, not even --all or very old
-    ([E, A], 30 * DAY, DAY, True, False),
-    ([E, E], 2 * DAY, DAY, False, True),  # finished and older than the horizon
-    ([E], 0.5 * DAY, DAY, False, False),  # finished but recent
-    ([E], 60.0, DAY, True, True),  # --all: every finished run
-    ([E], None, DAY, False, False),  # no time known: only --all removes it
-    ([E], None, DAY, True, True),
-    ([U], 2 * DAY, DAY, False, True),  # Batch forgot it and it is old
-    ([U], 60.0, DAY, True, False),  # Batch does not know it yet: --all does not touch it
-    ([E, U], 0.5 * DAY, DAY, True, False),
-    ([S], 60.0, 0.0, True, False),  # a payload being submitted right now, even with horizon 0
-    ([S], 2 * 3600.0, 0.0, False, True),
-    ([], 2 * DAY, DAY, False, True),  # nothing recorded, old
-    ([], 60.0, DAY, True, False),
-    ([U], None, DAY, True, False),
-])
-def test_cleanup_policy(states, age, horizon, all_finished, removed):
-    decision = decide(states, age, horizon, all_finished=all_finished)
-    assert decision.remove is removed, decision.reason
-    assert decision.reason
-
-
-@pytest.mark.parametrize("value, seconds", [
-    (None, 7 * DAY), ("", 7 * DAY), ("1", DAY), ("0.5", DAY / 2), ("0", 0.0), ("off", None),
-    ("never", None),
-])
-def test_local_retention_from_the_environment(value, seconds):
-    environ = {} if value is None else {cleanup.RETENTION_VARIABLE: value}
-    assert cleanup.local_retention_seconds(environ) == seconds
-
-
-@pytest.mark.parametrize("value", ["-1", "week", "nan"])
-def test_local_retention_refuses_nonsense_by_its_variable_name(value):
-    with pytest.raises(ConfigurationError, match="BATCHFUTURES_LOCAL_RETENTION_DAYS"):
-        cleanup.local_retention_seconds({cleanup.RETENTION_VARIABLE: value})
 
 
 # -- the parser, exit codes, matching (pure) ----------------------------------------------------
