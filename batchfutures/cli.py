@@ -354,8 +354,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     from . import jobview
 
     env = _environment(args)
-    info = jobview.describe(env.batch, args.job, logs=env.logs, log_group=env.log_group,
-                            children=False)
+    info = jobview.describe(env.batch, args.job, log_group=env.log_group, children=False)
     if info.is_array:
         if not args.all:
             raise CLIError(f"{args.job} is an array job of {info.size} children: name one as "
@@ -366,9 +365,11 @@ def cmd_logs(args: argparse.Namespace) -> int:
                            f"{args.job}:<index> instead of --all", ExitCode.USAGE)
         for index in range(info.size):
             _out(f"==> {info.job_id}:{index} <==")
-            text = info.log(index)
-            if text:
-                _out(text)
+            child = jobview.describe(env.batch, f"{info.job_id}:{index}", children=False,
+                                     log_group=env.log_group)
+            if child.log_stream:
+                for line in _read_stream(env.logs, child.log_group, child.log_stream, None)[0]:
+                    _out(line)
         return ExitCode.OK
     if args.follow:
         if not info.log_stream:
@@ -380,9 +381,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
     if not info.log_stream:
         _note(f"no output yet: job {args.job} is {info.status}")
         return ExitCode.OK
-    text = info.log()
-    if text:
-        _out(text)
+    for line in _read_stream(env.logs, info.log_group, info.log_stream, None)[0]:
+        _out(line)
     return ExitCode.OK
 
 

@@ -19,6 +19,8 @@ import datetime
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
+from botocore.exceptions import ClientError
+
 from . import batchapi, serialization
 from .errors import JobMetadataExpired
 from .jobs import STATUS_ORDER, TERMINAL
@@ -254,7 +256,12 @@ def _log_reader(batch_client: Any, logs_client: Any, info: JobInfo,
         if not stream:
             return ""
         group = log_group_of(found[0], default_group)
-        return "\n".join(batchapi.read_log(logs_client, group, stream))
+        try:
+            return "\n".join(batchapi.read_log(logs_client, group, stream))
+        except ClientError as error:  # the stream is named before its first line arrives
+            if batchapi.error_code(error) == "ResourceNotFoundException":
+                return ""
+            raise
     return read
 
 

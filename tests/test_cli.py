@@ -4,6 +4,7 @@ against a LocalEnvironment workdir whose jobs this test process runs. Plus the p
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -271,6 +272,29 @@ def test_logs_follow_keeps_its_place_and_ends_with_the_job(live):
             follower.kill()
     assert follower.returncode == 0, errors
     assert seen == ["line one", "line two", "line three"] and rest == ""
+    assert future.result(timeout=60) == "done"
+
+
+@pytest.mark.slow
+def test_ctrl_c_ends_logs_follow_at_once_and_leaves_the_job_running(live):
+    env, executor, workdir = live
+    gate = workdir.parent / "gate"
+    future = executor.submit(wait_for, str(gate), "started")
+    executor._session.flush_all()
+    follower = subprocess.Popen(entry_point() + ["--workdir", str(workdir), "logs", "-f",
+                                                 future.job_id],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=cli_env())
+    try:
+        assert follower.stdout.readline().strip() == "started"
+        follower.send_signal(signal.SIGINT)
+        _, errors = follower.communicate(timeout=30)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+    assert follower.returncode == 130 and "Traceback" not in errors and "interrupted" in errors
+    assert env.batch.describe_jobs(jobs=[future.job_id])["jobs"][0]["status"] == "RUNNING"
+    open_gate(gate, 0)
     assert future.result(timeout=60) == "done"
 
 
