@@ -47,6 +47,7 @@ DEFAULT_RETENTION_DAYS = 7.0
 # A run Batch cannot vouch for is at least this old before it goes (longer than DescribeJobs'
 # lag after SubmitJob, and than any upload-then-submit).
 UNCERTAIN_MIN_AGE = 3600.0
+POINTER_SLACK = 3600.0  # how much later than its run's newest write a pointer may be written
 _POINTER_READERS = 16  # parallel GETs of job pointers on an object store
 
 
@@ -145,7 +146,13 @@ def survey(storage: Any, batch: Any, *, horizon_seconds: float, all_finished: bo
     """
     now = time.time() if now is None else now
     runs = dict(storage.list_runs())
-    pointers = storage.list_job_pointers()
+    any_old = any(t is not None and now - t >= horizon_seconds for t in runs.values())
+    pointers = storage.list_job_pointers() if all_finished or any_old else []
+    if not all_finished:
+        # A pointer is written right after SubmitJob, right after its inputs: a run old enough
+        # to go has only old pointers, so the young ones (most, in a busy folder) are not read.
+        limit = now - horizon_seconds + POINTER_SLACK
+        pointers = [(job_id, t) for job_id, t in pointers if t is None or t <= limit]
     targets = _read_pointers(storage, [job_id for job_id, _ in pointers])
     pointer_time = dict(pointers)
     jobs_of: Dict[str, Dict[str, str]] = {}  # run -> job key -> job id
