@@ -561,3 +561,46 @@ def test_jobview_describes_plain_and_array_jobs(local_env):
     assert [f.item for f in jobview.failed_calls(local_env.storage, child).failed] == [2]
     with pytest.raises(JobMetadataExpired, match="nope-123"):
         jobview.describe_in(local_env, "nope-123")
+
+
+# -- the AWS path: real boto3 clients against the emulator's HTTP endpoint, S3 on moto --------
+@pytest.mark.slow
+def test_the_commands_on_the_aws_path(tmp_path, s3_endpoint):
+    import boto3
+    from s3server import emulator_endpoint
+
+    from batchfutures import AWSBatchEnvironment
+
+    bucket = f"bf-cli-{os.urandom(6).hex()}"
+    boto3.client("s3", region_name="us-east-1").create_bucket(Bucket=bucket)
+    with emulator_endpoint(tmp_path / "emulator", max_vcpus=2):
+        settings = {"BATCHFUTURES_JOB_QUEUE": "batchfutures", "BATCHFUTURES_IO_BUCKET": bucket,
+                    "BATCHFUTURES_JOB_DEFINITION": "batchfutures-worker",
+                    "AWS_DEFAULT_REGION": "us-east-1"}
+        env = AWSBatchEnvironment(job_queue="batchfutures", io_bucket=bucket,
+                                  job_definition="batchfutures-worker", region_name="us-east-1")
+        with BatchExecutor(env) as executor:
+            futures = executor.map_futures(picky, range(4), chunksize=2)
+            for future in futures:
+                future.exception(timeout=60)
+        job_id = futures[0].job_id.partition(":")[0]
+
+        def aws_cli(*args):
+            return subprocess.run(entry_point() + list(args), capture_output=True, text=True,
+                                  timeout=120, env={**os.environ, **settings})
+
+        status = aws_cli("status", job_id, "-o", "json")
+        assert status.returncode == 1, status.stderr
+        data = json.loads(status.stdout)
+        assert data["statusCounts"]["SUCCEEDED"] == 2
+        assert [f["item"] for f in data["failedCalls"]] == [2]
+        result = aws_cli("result", job_id)
+        assert result.returncode == 1 and result.stdout.splitlines() == ["0", "1", "ValueError: no 2",
+                                                                       "3"]
+        logs = aws_cli("logs", f"{job_id}:1", "--follow")
+        assert logs.returncode == 0, logs.stderr
+        assert job_id in aws_cli("jobs", "--status", "SUCCEEDED").stdout
+        assert_clean_error(aws_cli("cancel", "nope-123"), 3, "nope-123")
+        dry = aws_cli("cleanup", "--all", "--dry-run")
+        assert dry.returncode == 0 and "1 run(s) to remove" in dry.stdout
+        assert f"s3://{bucket}/batchfutures/runs/" in dry.stdout
