@@ -184,6 +184,9 @@ def _status_exit(info: Any, failures: Any) -> int:
     return ExitCode.OK
 
 
+TEXT_LIST_LIMIT = 20  # failed children / calls the text view lists; table and json list all
+
+
 def _print_status(info: Any, failures: Any, output: OutputFormat) -> None:
     from .jobview import duration
 
@@ -217,10 +220,13 @@ def _print_status(info: Any, failures: Any, output: OutputFormat) -> None:
              ("stopped", _when(info.stopped_at)), ("duration", _span(info.duration(time.time())))]
     if info.is_array:
         rows.append(("children", f"{info.size}: {_counts_text(info.status_counts)}"))
-        for child in info.children:
-            if child.status == "FAILED":
-                rows.append((f"  child {child.index}",
-                             f"FAILED, exit code {child.exit_code}: {child.status_reason or '-'}"))
+        failed = [child for child in info.children if child.status == "FAILED"]
+        for child in failed[:TEXT_LIST_LIMIT]:
+            rows.append((f"  child {child.index}",
+                         f"FAILED, exit code {child.exit_code}: {child.status_reason or '-'}"))
+        if len(failed) > TEXT_LIST_LIMIT:
+            rows.append(("  ...", f"{len(failed) - TEXT_LIST_LIMIT} more failed children "
+                                  f"(-o table lists them all)"))
     else:
         rows.append(("exit code", "-" if info.exit_code is None else str(info.exit_code)))
         if info.container_reason:
@@ -230,8 +236,11 @@ def _print_status(info: Any, failures: Any, output: OutputFormat) -> None:
         if failures.results_skipped:
             line += f" ({failures.results_skipped} result objects not read)"
         rows.append(("calls", line))
-        for failure in failures.failed:
+        for failure in failures.failed[:TEXT_LIST_LIMIT]:
             rows.append((f"  item {failure.item}", f"{failure.error_type}: {failure.message}"))
+        if len(failures.failed) > TEXT_LIST_LIMIT:
+            rows.append(("  ...", f"{len(failures.failed) - TEXT_LIST_LIMIT} more failed calls "
+                                  f"(-o table lists them all)"))
     width = max(len(key) for key, _ in rows)
     for key, value in rows:
         _out(f"{key.ljust(width)}  {value}")
@@ -279,7 +288,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     env = _environment(args)
     if args.watch:
         _watch(env, args)
-    info = jobview.describe(env.batch, args.job, logs=env.logs, log_group=env.log_group)
+    info = jobview.describe(env.batch, args.job, log_group=env.log_group)
     try:
         failures = jobview.failed_calls(env.storage, info)
     except Exception as error:  # Batch's answer is still worth showing
@@ -343,9 +352,10 @@ def follow_log(batch: Any, logs: Any, job_id: str, *, log_group: str,
             got, token = _read_stream(logs, info.log_group, stream, token)
             yield from got
         if info.status in TERMINAL:
-            # CloudWatch may lag the job's end: read until a round brings nothing new
+            # CloudWatch may lag the job's end: one more round at least, then until one brings
+            # nothing new (a few at most)
             ended_rounds += 1
-            if not got or ended_rounds > 3:
+            if (ended_rounds > 1 and not got) or ended_rounds > 5:
                 return
         time.sleep(interval)
 
