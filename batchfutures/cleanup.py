@@ -92,20 +92,19 @@ def decide(states: Sequence[JobState], age_seconds: Optional[float], horizon_sec
     active = sum(state is JobState.ACTIVE for state in states)
     if active:
         return Decision(False, f"in progress: {active} job(s) have not ended")
-    old = age_seconds is not None and age_seconds >= horizon_seconds
-    uncertain = [s for s in states if s in (JobState.UNKNOWN, JobState.UNSUBMITTED)]
+    age = -1.0 if age_seconds is None else age_seconds  # no time known: never "old"
+    uncertain = sum(state in (JobState.UNKNOWN, JobState.UNSUBMITTED) for state in states)
     if uncertain or not states:
-        old_enough = old and age_seconds >= UNCERTAIN_MIN_AGE  # type: ignore[operator]
-        what = (f"{len(uncertain)} job(s) Batch does not know or that were never submitted"
+        what = (f"{uncertain} job(s) Batch does not know or that were never submitted"
                 if states else "no job recorded")
-        if old_enough:
-            return Decision(True, f"{what}, untouched for {_age_text(age_seconds)}")  # type: ignore[arg-type]
-        return Decision(False, f"{what}: kept until it is older than "
-                               f"{_age_text(max(horizon_seconds, UNCERTAIN_MIN_AGE))}")
+        wait = max(horizon_seconds, UNCERTAIN_MIN_AGE)
+        if age >= wait:
+            return Decision(True, f"{what}, untouched for {_age_text(age)}")
+        return Decision(False, f"{what}: kept until it is older than {_age_text(wait)}")
     if all_finished:
         return Decision(True, f"finished: all {len(states)} job(s) ended")
-    if old:
-        return Decision(True, f"finished {_age_text(age_seconds)} ago")  # type: ignore[arg-type]
+    if age >= horizon_seconds:
+        return Decision(True, f"finished {_age_text(age)} ago")
     return Decision(False, f"finished, but newer than {_age_text(horizon_seconds)}")
 
 
