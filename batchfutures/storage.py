@@ -65,7 +65,7 @@ import re
 import struct
 import threading
 import uuid
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, TypeVar
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -475,10 +475,51 @@ class Storage:
     def delete_job(self, job_url: str) -> None:
         self.delete(job_url)
 
-    def delete_run(self, run_id: str) -> None:
+    def delete_run(self, run_id: str, job_ids: Sequence[str] = ()) -> None:
+        """Remove a run's folder, and the pointers of its Batch jobs ``job_ids``."""
         if not run_id or "/" in run_id or run_id in (".", ".."):
             raise ValueError(f"{run_id!r} is not a run id")
         self.delete(self.run_url(run_id))
+        for job_id in job_ids:
+            self.delete_job_pointer(job_id)
+
+    def delete_job_pointer(self, job_id: str) -> None:
+        if not job_id or "/" in job_id or job_id in (".", ".."):
+            raise ValueError(f"{job_id!r} is not a job id")
+        self.delete(self.url("jobs", job_id))
+
+    def list_job_pointers(self) -> List[Tuple[str, Optional[float]]]:
+        """(Batch job id, time its pointer was written, or None) of every job pointer: one LIST."""
+        path = self._path(self.url("jobs"))
+        if not self.local:
+            self.fs.invalidate_cache(path)
+
+        def entries() -> List[Dict[str, Any]]:
+            try:
+                return self.fs.ls(path, detail=True)
+            except FileNotFoundError:
+                return []
+        found = []
+        for entry in self._retried(entries):
+            name = entry["name"].rstrip("/").rpartition("/")[2]
+            if name and not name.startswith(".") and entry.get("type") != "directory":
+                found.append((name, _epoch(entry.get("mtime") or entry.get("LastModified"))))
+        return sorted(found)
+
+    def run_job_keys(self, run_id: str) -> List[str]:
+        """The job keys a run holds payloads for (``R/runs/<run_id>/jobs/<job_key>``)."""
+        return sorted(name for name in self._names(self.url("runs", run_id, "jobs"))
+                      if not name.startswith("."))
+
+    def split_job_url(self, job_url: str) -> Optional[Tuple[str, str]]:
+        """(run id, job key) of a job URL under this root, or None."""
+        prefix = self.url("runs") + "/"
+        if not job_url.startswith(prefix):
+            return None
+        parts = job_url[len(prefix):].strip("/").split("/")
+        if len(parts) != 3 or parts[1] != "jobs":
+            return None
+        return parts[0], parts[2]
 
     def list_runs(self) -> List[Tuple[str, Optional[float]]]:
         """(run id, newest modification time in the run as epoch seconds, or None) per run.
