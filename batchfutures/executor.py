@@ -230,6 +230,14 @@ class BatchExecutor(concurrent.futures.Executor):
         futures = self._session.attach(job_id)
         return futures[0] if len(futures) == 1 else futures
 
+    def job(self, job_id: str) -> Any:
+        """The Batch job as a whole (a `jobview.JobInfo`): status, reason, child count and, per
+        child, status, exit code and reason, from DescribeJobs and ListJobs; ``.log()`` reads
+        its log. For arrays and plain jobs alike; ``"<array id>:<i>"`` names one child."""
+        from .jobview import describe_in
+
+        return describe_in(self._session.env, job_id)
+
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         self._session.shutdown(wait=wait, cancel_futures=cancel_futures)
 

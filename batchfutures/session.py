@@ -83,6 +83,28 @@ else:  # pragma: no cover - Python without threading._register_atexit
     atexit.register(_at_interpreter_exit)
 
 
+_cleaned_workdirs: set = set()
+_cleaned_lock = threading.Lock()
+
+
+def _clean_local_storage_once(env: Any) -> None:
+    """Local payloads stay bounded: once per process and workdir, in the background, finished
+    runs older than BATCHFUTURES_LOCAL_RETENTION_DAYS (default 7) are removed (cleanup.py).
+    On AWS the template's lifecycle rule expires them instead."""
+    from .environments import LocalEnvironment
+
+    if not isinstance(env, LocalEnvironment):
+        return
+    with _cleaned_lock:
+        if env.workdir in _cleaned_workdirs:
+            return
+        _cleaned_workdirs.add(env.workdir)
+    from .cleanup import remove_finished_runs
+
+    threading.Thread(target=remove_finished_runs, args=(env,), name="batchfutures-cleanup",
+                     daemon=True).start()
+
+
 class Upstream:
     """The futures a call (or a map child) takes as arguments, turned into FutureRefs.
 
@@ -204,6 +226,8 @@ class Session:
         self._cancelled_at_shutdown = False
         self.closed = False
         _live_sessions.add(self)
+        if not dry_run:
+            _clean_local_storage_once(env)
         subscribe = None if dry_run else getattr(env, "subscribe", None)
         if subscribe is not None:
             subscribe(self.poller.wake)

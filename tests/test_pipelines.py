@@ -2,9 +2,8 @@
 
 import pytest
 
-from batchfutures import BatchExecutor, DependencyFailedError
+from batchfutures import BatchExecutor, DependencyFailedError, serialization
 from batchfutures.dependencies import FutureRef, Resolver, substitute_call
-from batchfutures import serialization
 
 
 def _inc(x):
