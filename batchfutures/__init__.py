@@ -32,6 +32,7 @@ _EXPORTS = {
     "JobAbortedError": "errors",
     "HostTerminatedError": "errors",
     "InitializerFailedError": "errors",
+    "progress": "progress",
 }
 
 __all__ = [
@@ -54,6 +55,7 @@ __all__ = [
     "JobAbortedError",
     "HostTerminatedError",
     "InitializerFailedError",
+    "progress",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -74,6 +76,7 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from .executor import BatchExecutor
     from .futures import BatchFuture
+    from .progress import progress
     from .settings import JobSettings, parse_memory
 
 
