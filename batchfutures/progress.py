@@ -36,6 +36,7 @@ import collections
 import concurrent.futures
 import functools
 import logging
+import shutil
 import sys
 import threading
 import time
@@ -73,14 +74,15 @@ def _counts_of(futures: Iterable[Any]) -> Dict[str, int]:
     jobs: Dict[int, Any] = {}
     children: Dict[int, Dict[Any, Any]] = {}
     for future in futures:
-        job = future._job
+        job = getattr(future, "_job", None)  # a Future of another executor: counted as unsent
         if job is None:
             if not future.done():
                 counts[UNSENT] += 1
             continue
         key = id(job)
         jobs[key] = job
-        children.setdefault(key, {}).setdefault(future._child, future)  # one future per child
+        # map_futures gives one future per item: a child of several items is counted once
+        children.setdefault(key, {}).setdefault(future._child, future)
     for key, job in jobs.items():
         summary = job.summary
         if summary and len(children[key]) == job.size:
@@ -90,6 +92,14 @@ def _counts_of(futures: Iterable[Any]) -> Dict[str, int]:
             for future in children[key].values():
                 counts[future.status or "SUBMITTED"] += 1
     return {status: count for status, count in counts.items() if count}
+
+
+def _safe_counts(futures: Iterable[Any]) -> Dict[str, int]:
+    try:
+        return _counts_of(futures)
+    except Exception:  # never into the user's code: show nothing rather than fail their wait
+        logger.debug("batchfutures: could not count the futures' statuses", exc_info=True)
+        return {}
 
 
 # -- pure rendering -----------------------------------------------------------------------------
@@ -211,7 +221,9 @@ class _Display:
         bar.refresh()
 
     def _draw_line(self, counts: Mapping[str, int]) -> None:
-        line = render_line(counts, self._desc)
+        # longer than the terminal, it would wrap and "\r" would redraw only its last row
+        columns = shutil.get_terminal_size().columns
+        line = render_line(counts, self._desc)[:max(columns - 1, 20)]
         self._stream.write("\r" + line + " " * max(0, self._width - len(line)))
         self._stream.flush()
         self._width = len(line)
@@ -225,6 +237,20 @@ class _Display:
         self._stream.write(line + "\n")
         self._stream.flush()
         self._last_line, self._last_line_at = line, now
+
+
+class _Pace:
+    """The time between redraws: REFRESH_INTERVAL, longer when counting is slow (hundreds of
+    thousands of futures), so that counting takes at most about a tenth of a core."""
+
+    def __init__(self) -> None:
+        self.interval = REFRESH_INTERVAL
+
+    def timed(self, count: Callable[[], T]) -> T:
+        start = time.monotonic()
+        value = count()
+        self.interval = max(REFRESH_INTERVAL, 10 * (time.monotonic() - start))
+        return value
 
 
 # -- progress(futures): drawn from the caller's thread ------------------------------------------
@@ -241,18 +267,19 @@ def progress(futures: Iterable[T], *, file: Optional[IO[str]] = None, desc: Opti
     """
     futures = list(futures)
     display = _Display.create(show, desc, file)
+    pace = _Pace()
     try:
         position = 0
         while position < len(futures):
             if futures[position].done():
                 position += 1
                 continue
-            concurrent.futures.wait([futures[position]], timeout=REFRESH_INTERVAL)
+            concurrent.futures.wait([futures[position]], timeout=pace.interval)
             if display is not None:
-                display.refresh(_counts_of(futures))
+                display.refresh(pace.timed(lambda: _safe_counts(futures)))
     finally:
         if display is not None:
-            display.close(_counts_of(futures))
+            display.close(_safe_counts(futures))
     return futures
 
 
@@ -301,7 +328,7 @@ class MapProgress:
         counts: Dict[str, int] = collections.Counter(self._finished)
         still: List[List[Any]] = []
         for group in live:
-            group_counts = _counts_of(group)
+            group_counts = _safe_counts(group)
             counts.update(group_counts)
             if all(future.done() for future in group):
                 self._finished.update(group_counts)  # keep the numbers, not the futures
@@ -313,8 +340,9 @@ class MapProgress:
 
     def _run(self) -> None:
         try:
-            while not self._stop.wait(REFRESH_INTERVAL):
-                counts = self.counts()
+            pace = _Pace()
+            while not self._stop.wait(pace.interval):
+                counts = pace.timed(self.counts)
                 if self._all_submitted and not self._live:
                     break
                 self._display.refresh(counts)
