@@ -42,7 +42,7 @@ import threading
 import time
 import types
 import weakref
-from typing import IO, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, TypeVar, Union
+from typing import IO, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, TypeVar, Union
 
 from .jobs import STATUS_ORDER
 
@@ -71,25 +71,27 @@ def _counts_of(futures: Iterable[Any]) -> Dict[str, int]:
     as UNSENT, one per future; futures cancelled before they were sent are not counted.
     """
     counts: Dict[str, int] = collections.Counter()
-    jobs: Dict[int, Any] = {}
-    children: Dict[int, Dict[Any, Any]] = {}
+    jobs: Dict[int, Tuple[Any, Dict[Any, Any]]] = {}  # id(job) -> (job, {child index: future})
+    job: Any = None
+    children: Dict[Any, Any] = {}
     for future in futures:
-        job = getattr(future, "_job", None)  # a Future of another executor: counted as unsent
-        if job is None:
+        owner = getattr(future, "_job", None)  # a Future of another executor: counted as unsent
+        if owner is None:
             if not future.done():
                 counts[UNSENT] += 1
             continue
-        key = id(job)
-        jobs[key] = job
+        if owner is not job:  # a job's futures mostly come one after another
+            job = owner
+            children = jobs.setdefault(id(job), (job, {}))[1]
         # map_futures gives one future per item: a child of several items is counted once
-        children.setdefault(key, {}).setdefault(future._child, future)
-    for key, job in jobs.items():
+        children.setdefault(future._child, future)
+    for job, children in jobs.values():
         summary = job.summary
-        if summary and len(children[key]) == job.size:
+        if summary and len(children) == job.size:
             for status in STATUS_ORDER:
                 counts[status] += summary.get(status, 0)
         else:
-            for future in children[key].values():
+            for future in children.values():
                 counts[future.status or "SUBMITTED"] += 1
     return {status: count for status, count in counts.items() if count}
 
