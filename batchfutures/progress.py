@@ -106,11 +106,11 @@ def _safe_counts(futures: Iterable[Any]) -> Dict[str, int]:
 
 # -- pure rendering -----------------------------------------------------------------------------
 def render_counts(counts: Mapping[str, int]) -> str:
-    """``"unsent 2 · RUNNABLE 3 · RUNNING 2 · SUCCEEDED 95"``: non-zero counts in Batch's order."""
+    """``"unsent 2, RUNNABLE 3, RUNNING 2, SUCCEEDED 95"``: non-zero counts in Batch's order."""
     order = (UNSENT,) + tuple(STATUS_ORDER)
     known = [status for status in order if counts.get(status)]
     other = sorted(status for status in counts if status not in order and counts[status])
-    return " · ".join(f"{status} {counts[status]}" for status in known + other)
+    return ", ".join(f"{status} {counts[status]}" for status in known + other)
 
 
 def finished_of(counts: Mapping[str, int]) -> int:
@@ -118,7 +118,7 @@ def finished_of(counts: Mapping[str, int]) -> int:
 
 
 def render_line(counts: Mapping[str, int], desc: Optional[str] = None) -> str:
-    """The plain progress line: ``"square: 95/100 children | RUNNING 2 · SUCCEEDED 95 · ..."``."""
+    """The plain progress line: ``"square: 95/100 children | RUNNING 2, SUCCEEDED 95, ..."``."""
     total = sum(counts.values())
     head = f"{finished_of(counts)}/{total} children"
     if desc:

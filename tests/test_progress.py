@@ -80,18 +80,18 @@ def no_tqdm(monkeypatch):
     ({"SUCCEEDED": 4}, "square", "square: 4/4 children | SUCCEEDED 4"),
     # Batch's order whatever the dict's order; zero counts left out
     ({"FAILED": 1, "RUNNING": 2, "RUNNABLE": 3, "SUCCEEDED": 4, "STARTING": 0}, None,
-     "5/10 children | RUNNABLE 3 · RUNNING 2 · SUCCEEDED 4 · FAILED 1"),
+     "5/10 children | RUNNABLE 3, RUNNING 2, SUCCEEDED 4, FAILED 1"),
     ({"SUBMITTED": 1, "PENDING": 2, "STARTING": 3}, "f",
-     "f: 0/6 children | SUBMITTED 1 · PENDING 2 · STARTING 3"),
+     "f: 0/6 children | SUBMITTED 1, PENDING 2, STARTING 3"),
     # calls the client holds come first; a status this version does not know goes last
-    ({"SUCCEEDED": 1, UNSENT: 2, "PAUSED": 1}, None, "1/4 children | unsent 2 · SUCCEEDED 1 · PAUSED 1"),
+    ({"SUCCEEDED": 1, UNSENT: 2, "PAUSED": 1}, None, "1/4 children | unsent 2, SUCCEEDED 1, PAUSED 1"),
 ])
 def test_render_line(counts, desc, line):
     assert render_line(counts, desc) == line
 
 
 def test_render_counts_is_the_line_without_its_head():
-    assert render_counts({"RUNNING": 1, "SUCCEEDED": 2}) == "RUNNING 1 · SUCCEEDED 2"
+    assert render_counts({"RUNNING": 1, "SUCCEEDED": 2}) == "RUNNING 1, SUCCEEDED 2"
     assert render_counts({}) == ""
 
 
@@ -152,7 +152,7 @@ def test_not_a_terminal_and_asked_writes_plain_lines_on_change(monkeypatch):
     display.close({"SUCCEEDED": 2})
     assert stream.getvalue().splitlines() == [
         "f: 0/2 children | RUNNABLE 2",
-        "f: 1/2 children | RUNNING 1 · SUCCEEDED 1",
+        "f: 1/2 children | RUNNING 1, SUCCEEDED 1",
         "f: 2/2 children | SUCCEEDED 2",
     ]
     assert "\r" not in stream.getvalue()
@@ -190,7 +190,7 @@ def test_terminal_without_tqdm_rewrites_one_line(no_tqdm):
     frames = text[:-1].split("\r")[1:]
     assert [frame.rstrip() for frame in frames] == [
         "f: 0/10 children | RUNNABLE 10",
-        "f: 9/10 children | RUNNING 1 · SUCCEEDED 9",
+        "f: 9/10 children | RUNNING 1, SUCCEEDED 9",
         "f: 10/10 children | SUCCEEDED 10",
     ]
     assert len(frames[2]) == len(frames[1])  # the longer line before it is blanked out
