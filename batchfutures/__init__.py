@@ -35,6 +35,7 @@ _EXPORTS = {
     "DryRunResult": "errors",
     "DependencyFailedError": "errors",
     "IntegrityError": "errors",
+    "progress": "progress",
 }
 
 __all__ = [
@@ -60,6 +61,7 @@ __all__ = [
     "DryRunResult",
     "DependencyFailedError",
     "IntegrityError",
+    "progress",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -83,6 +85,7 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from .executor import BatchExecutor
     from .futures import BatchFuture
+    from .progress import progress
     from .settings import JobSettings, parse_memory
 
 

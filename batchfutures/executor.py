@@ -26,6 +26,7 @@ from . import serialization
 from .dependencies import substitute
 from .environments import EnvironmentLike, resolve_environment
 from .futures import BatchFuture
+from .progress import for_map as progress_for_map
 from .session import Session, Upstream
 from .settings import JobSettings
 from .submission import MAX_ARRAY_SIZE, PendingJob, job_name_for
@@ -112,14 +113,18 @@ class BatchExecutor(concurrent.futures.Executor):
 
     # -- map ---------------------------------------------------------------------------------
     def map(self, fn: Callable[..., Any], *iterables: Iterable[Any], timeout: Optional[float] = None,
-            chunksize: int = 1) -> Iterator[Any]:
+            chunksize: int = 1, progress: Union[bool, str] = False) -> Iterator[Any]:
         """Like the built-in map, run as array jobs; results in input order.
 
         When the call on item k raised, items 0..k-1 are yielded and then item k's exception.
         ``timeout`` counts from this call and raises concurrent.futures.TimeoutError.
+        ``progress``: True shows Batch's counts for this map on stderr, "auto" only on a terminal.
         """
         end_time = None if timeout is None else time.monotonic() + timeout
         slices = self._slices(fn, iterables, chunksize, per_child=True)
+        shown = progress_for_map(progress, fn)  # None unless progress is asked for
+        if shown is not None:
+            slices = shown.follow(slices)
         # The first slices go now, as ProcessPoolExecutor.map submits at once: bad input raises
         # here, and a map nobody iterates still runs. Later slices follow as results are taken.
         submitted: collections.deque = collections.deque(
@@ -149,8 +154,10 @@ class BatchExecutor(concurrent.futures.Executor):
             finally:
                 for child in itertools.chain(current, *submitted):
                     child.cancel()
+                if shown is not None:
+                    shown.close()
 
-        return results()
+        return results() if shown is None else shown.watch(results())
 
     def map_futures(self, fn: Callable[..., Any], *iterables: Iterable[Any],
                     chunksize: int = 1) -> List[BatchFuture]:
