@@ -309,13 +309,15 @@ class Poller:
         self._forget([job for job in active if job.done])
         return changed
 
-    def examine(self, job: TrackedJob, description: Optional[Mapping[str, Any]], batch: Any) -> bool:
+    def examine(self, job: TrackedJob, description: Optional[Mapping[str, Any]], batch: Any, *,
+                now: Optional[float] = None) -> bool:
         """Reconcile one job with Batch and storage, reading what reconcile asks for.
 
         A read that fails raises out of here before anything is committed, so the next poll
-        sees the same change again.
+        sees the same change again. ``now``: a time.monotonic() value (tests pass their own).
         """
-        view = job.view(time.monotonic(), grace=self._grace,
+        now = time.monotonic() if now is None else now
+        view = job.view(now, grace=self._grace,
                         runnable_check_interval=self.runnable_check_interval)
         reads = Reads(description)
         for _ in range(MAX_STEPS):
