@@ -89,9 +89,10 @@ class Poller:
 
     # -- control (any thread) ------------------------------------------------------------------
     def start(self) -> None:
+        """Start the thread unless it runs. After stop() a new thread still drains new work
+        (attach after shutdown), then ends."""
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
-                self._stopping = False
                 self._thread = threading.Thread(target=self._run, name="batchfutures-poller",
                                                 daemon=True)
                 self._thread.start()
@@ -204,10 +205,16 @@ class Poller:
 
     def _ended(self, error: Optional[BaseException]) -> None:
         """The thread is ending: if it was not asked to, fail every future it still tracks."""
-        if error is None:
-            return
         with self._lock:
-            jobs, self._jobs = list(self._jobs.values()), {}
+            if self._thread is threading.current_thread():
+                self._thread = None
+            leftover = bool(self._jobs or self._requests)
+            if error is not None:
+                jobs, self._jobs = list(self._jobs.values()), {}
+        if error is None:
+            if leftover:  # tracked between the last idle check and now: a new thread takes it
+                self.start()
+            return
         try:
             logger.error("batchfutures poller stopped (%r); failing the futures of %d job(s)",
                          error, len(jobs))
