@@ -71,6 +71,39 @@ def test_a_map_with_crashes_and_90_percent_of_listjobs_throttled_ends_with_every
         env.emulator.close()
 
 
+def test_listjobs_failing_past_its_retries_until_the_job_ended_strands_nothing(tmp_path):
+    """Every ListJobs fails (past batchapi's retries) while the array runs and ends; once Batch
+    answers again, the next poll settles everything. The poller before reconcile.py had saved
+    the final summary before the failed listing, saw "no change" from then on, and hung."""
+    env = LocalEnvironment(tmp_path, max_vcpus=4)
+    try:
+        env.emulator.inject_faults(1.0, operations={"ListJobs"})
+        executor = BatchExecutor(env)
+        futures = executor.map_futures(crash_some, range(20))
+        job_id = futures[0].job_id.split(":")[0]
+        deadline = time.monotonic() + 120
+        while env.batch.describe_jobs(jobs=[job_id])["jobs"][0]["status"] not in ("SUCCEEDED", "FAILED"):
+            assert time.monotonic() < deadline, "the array did not end"
+            time.sleep(0.2)
+        # two more examinations fail after the end (each gives up after batchapi's 8 attempts),
+        # so at least one of them saw the ended job's final summary
+        failed_at_end = env.emulator.faults.injected
+        while env.emulator.faults.injected < failed_at_end + 16:
+            assert time.monotonic() < deadline + 120, "the poller stopped trying ListJobs"
+            time.sleep(0.2)
+        env.emulator.inject_faults(0)
+        done, pending = concurrent.futures.wait(futures, timeout=120)
+        assert not pending, f"{len(pending)} futures still pending after ListJobs recovered"
+        assert [futures[i].result() for i in range(20) if i not in (3, 13)] == \
+            [i * 2 for i in range(20) if i not in (3, 13)]
+        assert type(futures[3].exception()) is SystemExit
+        assert type(futures[13].exception()) is JobFailedError
+        executor.shutdown(wait=True)
+    finally:
+        env.emulator.inject_faults(0)
+        env.emulator.close()
+
+
 def test_a_result_whose_unpickling_raises_system_exit_fails_only_its_own_future(executor):
     futures = executor.map_futures(exits_when_loaded_on(2), range(5))
     concurrent.futures.wait(futures, timeout=120)
