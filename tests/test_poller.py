@@ -182,3 +182,18 @@ def test_a_job_held_runnable_past_runnable_timeout_is_cancelled_and_says_why(aws
             time.sleep(0.2)
         assert job["status"] == "FAILED" and job.get("isCancelled")
         assert job["statusReason"].startswith("batchfutures: not placed within runnable_timeout")
+
+
+def test_attach_after_shutdown_resolves_and_then_the_thread_ends(local_env):
+    executor = BatchExecutor(local_env)
+    first = executor.submit(abs, -4)
+    assert first.result(timeout=60) == 4
+    executor.shutdown(wait=True)
+    job_id = first.job_id
+    assert not executor._session.poller.alive
+    future = executor._session.attach(job_id)[0]  # as `batchfutures result JOB` does
+    assert future.result(timeout=60) == 4
+    deadline = time.monotonic() + 30
+    while executor._session.poller.alive:  # stop() still holds: it drains and ends
+        assert time.monotonic() < deadline, "the poller thread never ended"
+        time.sleep(0.05)
