@@ -134,10 +134,11 @@ def test_a_poller_thread_that_dies_anyway_fails_every_pending_future_instead_of_
         futures[0].result(timeout=60)  # the poller runs; now make its next log record fatal
         logger.setLevel(logging.DEBUG)
         logger.addFilter(deadly)
+        trigger = executor.map_futures(abs, [-1])  # settling it makes the poller log (debug)
         error = futures[2].exception(timeout=60)  # long before its 120 s sleep ends
         assert isinstance(error, PollerStoppedError)
         assert futures[2].job_id.split(":")[0] in str(error) and "attach" in str(error)
-        assert all(f.done() for f in futures)
+        assert all(f.done() for f in futures + trigger)
     finally:
         logger.removeFilter(deadly)
         logger.setLevel(level)
