@@ -198,10 +198,7 @@ class Poller:
             return False
         with self._lock:
             idle = not self._jobs and not self._requests
-        if not idle or self._owner_call("has_pending", False):
-            return False
-        self._send_requests()
-        return True
+        return idle and not self._owner_call("has_pending", False)
 
     def _ended(self, error: Optional[BaseException]) -> None:
         """The thread is ending: if it was not asked to, fail every future it still tracks."""
