@@ -13,12 +13,21 @@
         ├── JobTimeoutError(JobFailedError)
         ├── JobAbortedError(JobFailedError)
         ├── HostTerminatedError(JobFailedError)
-        └── DependencyFailedError(JobFailedError)
+        ├── DependencyFailedError(JobFailedError)
+        └── JobUnplaceableError(JobFailedError)
     IntegrityError(BatchError)
+    PollerStoppedError(BatchError)
 
-`classify_failure` reads the last attempt of a FAILED job description (the dict DescribeJobs
-returns) and builds the exception a future raises. Batch's own strings decide the type, so the
-emulator and AWS are classified by the same code.
+`classify_failure` reads a FAILED job description (the dict DescribeJobs returns) and builds the
+exception a future raises. Batch's own fields decide the type, so the emulator and AWS are
+classified by the same code:
+
+    OutOfMemoryError... (container reason or statusReason)    -> MemoryLimitExceeded
+    "Job attempt duration exceeded timeout"                    -> JobTimeoutError
+    "Host EC2 (instance ...) terminated.", "Your Spot Task was interrupted."
+                                                               -> HostTerminatedError
+    isCancelled / isTerminated, or our own "batchfutures:" reason -> JobAbortedError
+    anything else (Batch's reason kept)                        -> JobFailedError
 """
 
 from __future__ import annotations
@@ -43,7 +52,10 @@ __all__ = [
     "JobAbortedError",
     "HostTerminatedError",
     "IntegrityError",
+    "JobUnplaceableError",
+    "PollerStoppedError",
     "classify_failure",
+    "is_unplaceable_reason",
 ]
 
 
@@ -164,24 +176,33 @@ class InitializerFailedError(BatchError, concurrent.futures.BrokenExecutor):
     """
 
 
-# Reasons Batch itself writes for a container that failed on its own. Any other statusReason on
-# a FAILED job is the free text a CancelJob/TerminateJob caller gave, so it means "aborted".
-_SYSTEM_REASON_PREFIXES = (
-    "essential container in task exited",
-    "task failed to start",
-    "dependent job failed",
-    "cannotpullcontainer",
-    "cannotstartcontainer",
-    "cannotinspectcontainer",
-    "cannotcreatecontainer",
-    "resourceinitializationerror",
-    "outofmemoryerror",
-    "array child job failed",
-)
-ABORT_REASON_PREFIX = "batchfutures:"
+class JobUnplaceableError(JobFailedError):
+    """The job waited RUNNABLE longer than ``runnable_timeout`` with a reason saying Batch cannot
+    place it (``MISCONFIGURATION:...``, ``CAPACITY:...``), and was cancelled."""
+
+
+class PollerStoppedError(BatchError):
+    """The executor's polling thread ended while this future's job was outstanding.
+
+    The job itself may still run: ``executor.attach(job_id)`` from a new executor collects it.
+    """
+
+    def __init__(self, message: str, job_id: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.job_id = job_id
+
+
+ABORT_REASON_PREFIX = "batchfutures:"  # the reason of every CancelJob/TerminateJob this library sends
 _TIMEOUT_PREFIX = "job attempt duration exceeded timeout"
-_HOST_PREFIX = "host ec2"
+_HOST_LOST = ("host ec2", "your spot task was interrupted")
 _OOM_PREFIX = "outofmemoryerror"
+# A RUNNABLE job's statusReason when Batch cannot place it (botocore's JobDetail.statusReason).
+UNPLACEABLE_PREFIXES = ("MISCONFIGURATION:", "CAPACITY:")
+
+
+def is_unplaceable_reason(reason: Optional[str]) -> bool:
+    """Whether a RUNNABLE job's reason says Batch cannot place it as things are."""
+    return bool(reason) and str(reason).startswith(UNPLACEABLE_PREFIXES)
 
 
 def _last_attempt(job: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -205,8 +226,12 @@ def classify_failure(
     *,
     job_id: Optional[str] = None,
     log_tail: Optional[str] = None,
+    memory_mib: Optional[int] = None,
 ) -> JobFailedError:
-    """Build the typed exception for a FAILED job description, from its last attempt."""
+    """Build the typed exception for a FAILED job description (or ListJobs summary).
+
+    ``memory_mib``: the job's memory setting, for a description that does not carry it.
+    """
     job_id = job_id or job.get("jobId")
     attempt = _last_attempt(job)
     container = attempt.get("container") or job.get("container") or {}
@@ -217,9 +242,9 @@ def classify_failure(
     fields = dict(job_id=job_id, status_reason=status_reason, exit_code=exit_code, log_tail=log_tail)
     tail = f"\nLast lines of its log:\n{log_tail}" if log_tail else ""
 
-    reason_lower = (status_reason or "").lower()
-    if container_reason.lower().startswith(_OOM_PREFIX) or reason_lower.startswith(_OOM_PREFIX):
-        memory = _memory_mib(job)
+    reasons = [text.lower() for text in (status_reason or "", attempt_reason, container_reason)]
+    if any(text.startswith(_OOM_PREFIX) for text in reasons):
+        memory = _memory_mib(job) or memory_mib
         limit = f"{memory} MiB" if memory else "its memory setting"
         return MemoryLimitExceeded(
             f"Batch job {job_id} was killed for using more than {limit} of memory "
@@ -229,7 +254,7 @@ def classify_failure(
             memory_mib=memory,
             **fields,
         )
-    if attempt_reason.lower().startswith(_TIMEOUT_PREFIX) or reason_lower.startswith(_TIMEOUT_PREFIX):
+    if any(text.startswith(_TIMEOUT_PREFIX) for text in reasons[:2]):
         seconds = (job.get("timeout") or {}).get("attemptDurationSeconds")
         limit = f"{seconds} s" if seconds else "its timeout"
         return JobTimeoutError(
@@ -237,19 +262,22 @@ def classify_failure(
             f"({status_reason}). Raise timeout= or split the work into smaller calls.{tail}",
             **fields,
         )
-    if attempt_reason.lower().startswith(_HOST_PREFIX) or reason_lower.startswith(_HOST_PREFIX):
+    if any(text.startswith(_HOST_LOST) for text in reasons[:2]):
         return HostTerminatedError(
-            f"Batch job {job_id} lost its host ({status_reason}). Spot capacity was probably "
-            f"reclaimed; allow retries (retries=3) or use an on-demand queue.{tail}",
+            f"Batch job {job_id} lost its host ({status_reason or attempt_reason}). Spot capacity "
+            f"was probably reclaimed; allow retries (retries=3) or use an on-demand queue.{tail}",
             **fields,
         )
-    if status_reason and not reason_lower.startswith(_SYSTEM_REASON_PREFIXES):
+    # Aborted only when Batch says a CancelJob/TerminateJob was accepted, or the reason is one
+    # this library wrote; any other reason is Batch's own account of a failure.
+    if job.get("isCancelled") or job.get("isTerminated") or \
+            (status_reason or "").startswith(ABORT_REASON_PREFIX):
         return JobAbortedError(
-            f"Batch job {job_id} was cancelled or terminated: {status_reason}",
+            f"Batch job {job_id} was cancelled or terminated: {status_reason or 'no reason given'}",
             **fields,
         )
     what = f"exited with code {exit_code}" if exit_code is not None else "failed"
-    detail = f" ({container_reason})" if container_reason else ""
+    detail = f" ({container_reason})" if container_reason and container_reason != status_reason else ""
     return JobFailedError(
         f"Batch job {job_id} {what}{detail}: {status_reason or 'no reason given'}. "
         f"Its log has the details (future.log()).{tail}",

@@ -9,27 +9,42 @@ Batch job. Its state moves only through the standard `Future` methods, driven by
 
 `result()` and `exception()` first flush the executor's coalescing buffer, so a caller waiting on
 a call that has not been sent yet does not wait out the coalescing window.
+
+This module imports nothing of the package: what a future needs of its executor (`FutureCore`)
+and of its job (`BoundJob`) are protocols here, so futures <-> jobs is no import cycle.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import threading
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional, Protocol
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .jobs import JobCore, TrackedJob
+__all__ = ["BatchFuture", "FutureCore", "BoundJob"]
 
-__all__ = ["BatchFuture"]
+
+class FutureCore(Protocol):
+    """What a future asks of the executor core that made it (the Session)."""
+
+    def flush_for(self, future: "BatchFuture") -> None: ...
+    def read_log(self, future: "BatchFuture") -> str: ...
+    def abort(self, future: "BatchFuture", reason: str) -> bool: ...
+    def on_cancelled(self, future: "BatchFuture") -> None: ...
+
+
+class BoundJob(Protocol):
+    """What a future asks of the Batch job it belongs to (a jobs.TrackedJob)."""
+
+    def child_id(self, index: Optional[int]) -> str: ...
 
 
 class BatchFuture(concurrent.futures.Future):
     """The future of one call run by AWS Batch (or the local emulator)."""
 
-    def __init__(self, core: "Optional[JobCore]" = None) -> None:
+    def __init__(self, core: Optional[FutureCore] = None) -> None:
         super().__init__()
         self._core = core
-        self._job: "Optional[TrackedJob]" = None
+        self._job: Optional[Any] = None  # the BoundJob, set once submitted
         self._child: Optional[int] = None
         self._status: Optional[str] = None
         self._status_reason: Optional[str] = None
@@ -90,7 +105,7 @@ class BatchFuture(concurrent.futures.Future):
         return cancelled
 
     # -- used by the poller -----------------------------------------------------------------
-    def _bind(self, job: "TrackedJob", child: int) -> None:
+    def _bind(self, job: BoundJob, child: int) -> None:
         with self._bind_lock:
             self._job = job
             self._child = child
@@ -105,7 +120,7 @@ class BatchFuture(concurrent.futures.Future):
         if exit_code is not None:
             self._exit_code = exit_code
 
-    def _require_core(self) -> "JobCore":
+    def _require_core(self) -> FutureCore:
         if self._core is None:
             raise RuntimeError("this future does not belong to a BatchExecutor")
         return self._core

@@ -1,23 +1,77 @@
 """`TrackedJob`: what the client knows of one submitted Batch job and the futures it carries.
 
 A Batch job has one child (a plain job) or 2..10,000 children (an array job); each child runs a
-chunk of consecutive items, one future per item. The poller updates a TrackedJob from
-DescribeJobs, ListJobs and the result objects in storage, and settles its futures.
+chunk of consecutive items, one future per item (or one per child for map's iterator).
+
+    poller thread:  TrackedJob.view(now) ──> reconcile (pure) ──> Actions ──> TrackedJob.apply
+    user threads:   read futures; never change a TrackedJob (cancel/abort are queued to the
+                    poller, see poller.Poller.request_cancel / request_abort)
+
+Each child's `ChildState` changes only on the poller thread, and only in `apply` (after every
+read a decision depended on succeeded) or `drop_settled`.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import enum
 import functools
-import threading
+import logging
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from . import serialization, signing
+from .errors import BatchError, IntegrityError, RemoteError
 from .futures import BatchFuture
 
-TERMINAL = ("SUCCEEDED", "FAILED")
-ACTIVE = ("STARTING", "RUNNING")
-STATUS_ORDER = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING", "SUCCEEDED", "FAILED")
+logger = logging.getLogger("batchfutures")
+
+
+class JobStatus(str, enum.Enum):
+    """A Batch job status (botocore's `JobStatus`); equal to its string."""
+
+    SUBMITTED = "SUBMITTED"
+    PENDING = "PENDING"
+    RUNNABLE = "RUNNABLE"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+
+    @classmethod
+    def of(cls, value: Any) -> "Optional[JobStatus]":
+        """The status Batch gave, or None for a missing or unknown one (a newer API's)."""
+        try:
+            return cls(value)
+        except ValueError:
+            return None
+
+    @property
+    def active(self) -> bool:
+        return self in (JobStatus.STARTING, JobStatus.RUNNING)
+
+    @property
+    def finished(self) -> bool:
+        return self in (JobStatus.SUCCEEDED, JobStatus.FAILED)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+ACTIVE = (JobStatus.STARTING, JobStatus.RUNNING)
+FINISHED = (JobStatus.SUCCEEDED, JobStatus.FAILED)
+# the same vocabulary as plain strings, for what prints or keys dicts by Batch's own names
+STATUS_ORDER = tuple(status.value for status in JobStatus)
+TERMINAL = tuple(status.value for status in FINISHED)
+
+
+class ChildState(enum.Enum):
+    """What the poller knows of one child; changed on the poller thread only."""
+
+    QUEUED = "queued"      # not seen starting yet (SUBMITTED, PENDING, RUNNABLE)
+    STARTED = "started"    # seen STARTING or RUNNING: its futures are running
+    SETTLED = "settled"    # every future of it is done (result, failure, cancel, abort)
 
 
 def settle(future: BatchFuture, ok: bool, value: Any) -> bool:
@@ -34,41 +88,151 @@ def settle(future: BatchFuture, ok: bool, value: Any) -> bool:
     return True
 
 
+def decode_result(data: bytes, count: int) -> List[Tuple[bool, Any]]:
+    """A child's result object as ``count`` ``(ok, value_or_exception)`` pairs.
+
+    Nothing raised while loading one item escapes, BaseException included: a value whose
+    unpickling raises SystemExit becomes that item's exception, and the other items load.
+    """
+    if isinstance(data, BaseException):  # storage refused the object (IntegrityError)
+        return [(False, data)] * count
+    try:
+        meta, outcomes = serialization.unpack_result(data)
+    except BaseException as error:  # truncated or foreign: every item of the child fails
+        failure = RemoteError(f"the result object could not be read: {error}")
+        return [(False, failure)] * count
+    refused = meta.get(signing.REFUSED)  # JSON, not a pickle: nothing of it is unpickled
+    if refused:
+        return [(False, IntegrityError(f"the worker refused its job: {refused}"))
+                for _ in range(count)]
+    decoded: List[Tuple[bool, Any]] = []
+    for outcome in outcomes[:count]:
+        try:
+            decoded.append(serialization.outcome_result(outcome))
+        except BaseException as error:  # outcome_result catches Exception; this is the rest
+            decoded.append((False, error))
+    if len(decoded) < count:  # a truncated result never passes for a complete one
+        decoded += [(False, BatchError("the worker recorded no outcome for this item"))] * (
+            count - len(decoded))
+    return decoded
+
+
+# -- what reconcile decides, applied by TrackedJob.apply ------------------------------------
+@dataclass(frozen=True)
+class Shown:
+    """What to show on a child's futures (`status`, `status_reason`, `exit_code`)."""
+
+    status: Optional[JobStatus]
+    reason: Optional[str] = None
+    exit_code: Optional[int] = None
+
+
+@dataclass
+class Actions:
+    """One reconcile step's decisions for one job; empty means nothing to do."""
+
+    shown: Dict[int, Shown] = field(default_factory=dict)
+    default_shown: Optional[JobStatus] = None   # for open children not in ``shown``
+    started: FrozenSet[int] = frozenset()        # children to mark running
+    results: Dict[int, bytes] = field(default_factory=dict)   # settle from these
+    failed: Dict[int, Mapping[str, Any]] = field(default_factory=dict)  # FAILED descriptions
+    no_result: Tuple[int, ...] = ()              # Batch says SUCCEEDED, storage holds nothing
+    expired: Tuple[int, ...] = ()                # Batch forgot the job, storage holds nothing
+    unplaceable: Dict[int, str] = field(default_factory=dict)  # child -> Batch's reason
+    requested: str = ""                          # what the unplaceable job asked for
+    cancel: Tuple[Tuple[str, str], ...] = ()     # (job id, reason) CancelJob calls to send
+    # the committed facts the next step starts from
+    status: Optional[JobStatus] = None
+    summary: Optional[Mapping[str, int]] = None
+    stuck_since: Optional[float] = None
+    stuck_reason: Optional[str] = None
+    runnable_checked_at: Optional[float] = None
+    changed: bool = False
+
+    @property
+    def settles(self) -> int:
+        return (len(self.results) + len(self.failed) + len(self.no_result) + len(self.expired)
+                + len(self.unplaceable))
+
+
+@dataclass(frozen=True)
+class JobView:
+    """A TrackedJob's committed facts, read-only, for one reconcile step."""
+
+    job_id: str
+    array: bool
+    size: int
+    open: FrozenSet[int]            # children with a future still waiting
+    started: FrozenSet[int]         # open children seen STARTING/RUNNING
+    status: Optional[JobStatus]
+    summary: Mapping[str, int]
+    submitted_at: float
+    now: float
+    grace: float = 60.0
+    runnable_timeout: Optional[float] = None
+    runnable_check_interval: float = 30.0
+    stuck_since: Optional[float] = None
+    stuck_reason: Optional[str] = None
+    runnable_checked_at: Optional[float] = None
+
+    def child_id(self, index: int) -> str:
+        return f"{self.job_id}:{index}" if self.array else self.job_id
+
+    def child_index(self, child_job_id: str) -> Optional[int]:
+        if not self.array:
+            return 0
+        _, _, tail = child_job_id.rpartition(":")
+        return int(tail) if tail.isdigit() else None
+
+
 class TrackedJob:
     """One Batch job (plain or array) and the futures of its children's items."""
 
     def __init__(self, job_id: str, job_url: str, children: Sequence[List[BatchFuture]], *,
                  array: bool, memory_mib: Optional[int] = None,
                  submitted_at: Optional[float] = None,
-                 item_counts: Optional[Sequence[int]] = None) -> None:
+                 item_counts: Optional[Sequence[int]] = None,
+                 runnable_timeout: Optional[float] = None,
+                 follow: Optional[Iterable[int]] = None) -> None:
+        """``follow``: the children to resolve (default all; attach of one child gives one)."""
         self.job_id = job_id
         self.job_url = job_url
         self.children = list(children)
         # None: one future per item. Otherwise one future per child (map's iterator), resolved
         # with a callable that decodes the child's (ok, value) outcomes, so a large map holds no
-        # per-item futures (see settle_child).
+        # per-item futures (see _settle_child).
         self.item_counts = list(item_counts) if item_counts is not None else None
         self.array = array
         self.memory_mib = memory_mib
+        self.runnable_timeout = runnable_timeout
         self.submitted_at = time.monotonic() if submitted_at is None else submitted_at
-        self.status: Optional[str] = "SUBMITTED"
-        self.summary: Dict[str, int] = {}
-        self.unresolved = set(range(len(self.children)))
-        self.started: set = set()  # children seen in STARTING/RUNNING
-        self.failed_seen: set = set()
-        self.succeeded = 0  # children settled from their result objects
-        self.lock = threading.Lock()
+        self.status: Optional[JobStatus] = JobStatus.SUBMITTED
+        self.summary: Mapping[str, int] = {}
+        self.stuck_since: Optional[float] = None
+        self.stuck_reason: Optional[str] = None
+        self.runnable_checked_at: Optional[float] = None
+        followed = set(range(len(self.children))) if follow is None else set(follow)
+        self.states = [ChildState.QUEUED if i in followed else ChildState.SETTLED
+                       for i in range(len(self.children))]
+        self._open = {i for i in range(len(self.children)) if i in followed}
+        self._started: set = set()
         for index, futures in enumerate(self.children):
             for future in futures:
                 future._bind(self, index)
 
+    # -- identity ----------------------------------------------------------------------------
     @property
     def size(self) -> int:
         return len(self.children)
 
     @property
     def done(self) -> bool:
-        return not self.unresolved
+        return not self._open
+
+    @property
+    def unresolved(self) -> FrozenSet[int]:
+        """The children still to be settled (a snapshot; change them through apply)."""
+        return frozenset(self._open)
 
     def child_id(self, index: Optional[int]) -> str:
         if self.array and index is not None:
@@ -84,58 +248,133 @@ class TrackedJob:
     def futures(self) -> List[BatchFuture]:
         return [future for futures in self.children for future in futures]
 
-    def set_status(self, index: int, status: Optional[str], reason: Optional[str] = None,
-                   exit_code: Optional[int] = None) -> None:
-        """Record a child's status on its futures, and mark them running once it started."""
-        for future in self.children[index]:
-            future._update(status, reason, exit_code)
-        if status in ACTIVE or status in TERMINAL:
-            self.started.add(index)
-            if status in ACTIVE:
-                for future in self.children[index]:
-                    if not future.running() and not future.done():
-                        future.set_running_or_notify_cancel()
-
     def items_in(self, index: int) -> int:
         if self.item_counts is not None:
             return self.item_counts[index]
         return len(self.children[index])
 
-    def settle_child(self, index: int, data: bytes, decode: Callable[[bytes, int], List[tuple]]) -> None:
-        """Settle a child's futures from its result object.
-
-        With one future per item, each gets its ``(ok, value_or_exception)`` from ``decode`` now.
-        With one future per child (map's iterator), the future gets a callable that decodes the
-        child's outcomes when the iterator reaches it: until then it holds only the compact
-        result bytes, not a decoded object per item, and the decoding runs on the consumer's
-        thread, not the poller's.
-        """
-        count = self.items_in(index)
-        if self.item_counts is not None:
-            settle(self.children[index][0], True, functools.partial(decode, data, count))
-        else:
-            for future, (ok, value) in zip(self.children[index], decode(data, count)):
-                settle(future, ok, value)
-        self.unresolved.discard(index)
-
-    def fail_child(self, index: int, error_for_each: Any) -> None:
-        """Fail every future of a child; ``error_for_each()`` builds one exception per future."""
-        for future in self.children[index]:
-            settle(future, False, error_for_each())
-        self.unresolved.discard(index)
+    # -- the poller thread's side ------------------------------------------------------------
+    def view(self, now: float, *, grace: float = 60.0,
+             runnable_check_interval: float = 30.0) -> JobView:
+        return JobView(
+            job_id=self.job_id, array=self.array, size=self.size, open=frozenset(self._open),
+            started=frozenset(self._started & self._open), status=self.status,
+            summary=dict(self.summary), submitted_at=self.submitted_at, now=now, grace=grace,
+            runnable_timeout=self.runnable_timeout,
+            runnable_check_interval=runnable_check_interval, stuck_since=self.stuck_since,
+            stuck_reason=self.stuck_reason, runnable_checked_at=self.runnable_checked_at)
 
     def drop_settled(self) -> None:
         """Children whose every future is already done (cancelled, aborted) need no polling."""
-        for index in list(self.unresolved):
+        for index in list(self._open):
             if all(future.done() for future in self.children[index]):
-                self.unresolved.discard(index)
+                self._settled(index)
 
-    def default_child_status(self) -> Optional[str]:
-        """The status to show for children not listed individually, from the parent's summary."""
-        if self.status in ("SUBMITTED", None):
-            return "SUBMITTED"
-        summary = self.summary
-        for status in ("RUNNABLE", "PENDING", "SUBMITTED"):
-            if summary.get(status):
-                return status
-        return "RUNNABLE" if self.status == "PENDING" else self.status
+    def apply(self, actions: Actions, *, failure_for: Callable[[int, Mapping[str, Any]], BaseException],
+              no_result_error: Callable[[int], BaseException],
+              expired_error: Callable[[int], BaseException],
+              unplaceable_error: Callable[[int, str], BaseException]) -> None:
+        """Commit one reconcile step: show statuses, settle futures, keep the new facts.
+
+        Each settlement is guarded on its own: whatever one child's decoding or error building
+        raises (BaseException included) fails that child's futures, and the rest go on.
+        """
+        if actions.default_shown is not None:  # a hint from the counts: it starts nothing
+            status = actions.default_shown.value
+            for index in self._open:
+                if index not in actions.shown and index not in self._started:
+                    for future in self.children[index]:
+                        future._update(status)
+        for index, shown in actions.shown.items():
+            if index in self._open:
+                self._show(index, shown)
+        for index in actions.started:
+            if index in self._open:
+                self._start(index)
+        for index, data in actions.results.items():
+            self._guarded(index, lambda index=index, data=data: self._settle_child(index, data))
+        for index, description in actions.failed.items():
+            self._guarded(index, lambda index=index, d=description: self._fail_child(
+                index, lambda: failure_for(index, d)))
+        for index in actions.no_result:
+            self._guarded(index, lambda index=index: self._fail_child(
+                index, lambda: no_result_error(index)))
+        for index in actions.expired:
+            self._guarded(index, lambda index=index: self._fail_child(
+                index, lambda: expired_error(index)))
+        for index, reason in actions.unplaceable.items():
+            self._guarded(index, lambda index=index, reason=reason: self._fail_child(
+                index, lambda: unplaceable_error(index, reason)))
+        if actions.status is not None:
+            self.status = actions.status
+        if actions.summary is not None:
+            self.summary = dict(actions.summary)
+        self.stuck_since, self.stuck_reason = actions.stuck_since, actions.stuck_reason
+        if actions.runnable_checked_at is not None:
+            self.runnable_checked_at = actions.runnable_checked_at
+
+    def fail_all(self, error_for_each: Callable[[], BaseException]) -> None:
+        """Fail every open child (the poller is going away and nothing else will settle them)."""
+        for index in list(self._open):
+            self._guarded(index, lambda index=index: self._fail_child(index, error_for_each))
+
+    # -- internals -----------------------------------------------------------------------------
+    def _show(self, index: int, shown: Shown) -> None:
+        status = shown.status.value if shown.status is not None else None
+        for future in self.children[index]:
+            future._update(status, shown.reason, shown.exit_code)
+        if shown.status is not None and (shown.status.active or shown.status.finished):
+            self._start(index)
+
+    def _start(self, index: int) -> None:
+        self._started.add(index)
+        if self.states[index] is ChildState.QUEUED:
+            self.states[index] = ChildState.STARTED
+        for future in self.children[index]:
+            if not future.running() and not future.done():
+                future.set_running_or_notify_cancel()
+
+    def _settled(self, index: int) -> None:
+        self.states[index] = ChildState.SETTLED
+        self._open.discard(index)
+
+    def _guarded(self, index: int, settle_it: Callable[[], None]) -> None:
+        if index not in self._open:
+            return
+        try:
+            settle_it()
+        except BaseException as error:  # the poller survives anything one child does
+            logger.warning("batchfutures: could not settle %s: %r", self.child_id(index), error)
+            for future in self.children[index]:
+                settle(future, False, error)
+        self._settled(index)
+
+    def _settle_child(self, index: int, data: bytes) -> None:
+        """Settle a child's futures from its result object.
+
+        With one future per item, each gets its ``(ok, value_or_exception)`` now. With one
+        future per child (map's iterator), the future gets a callable that decodes the child's
+        outcomes when the iterator reaches it: until then it holds only the compact result
+        bytes, and the decoding runs on the consumer's thread, not the poller's.
+        """
+        self._show(index, Shown(JobStatus.SUCCEEDED))
+        count = self.items_in(index)
+        if self.item_counts is not None:
+            settle(self.children[index][0], True, functools.partial(decode_result, data, count))
+        else:
+            for future, (ok, value) in zip(self.children[index], decode_result(data, count)):
+                settle(future, ok, value)
+
+    def _fail_child(self, index: int, error_for_each: Callable[[], BaseException]) -> None:
+        for future in self.children[index]:
+            settle(future, False, error_for_each())
+
+
+def default_child_status(status: Optional[JobStatus], summary: Mapping[str, int]) -> JobStatus:
+    """The status to show for children not listed one by one, from the parent's summary."""
+    if status in (JobStatus.SUBMITTED, None):
+        return JobStatus.SUBMITTED
+    for candidate in (JobStatus.RUNNABLE, JobStatus.PENDING, JobStatus.SUBMITTED):
+        if summary.get(candidate.value):
+            return candidate
+    return JobStatus.RUNNABLE if status is JobStatus.PENDING else status

@@ -1,24 +1,28 @@
 """The one polling thread that resolves every future of an executor (and its views).
 
-    Session.track(job) ──> Poller._jobs ──┐
-                                          v
-    every interval (or when the emulator says a job changed):
-      DescribeJobs, 100 ids per call, outstanding jobs only ─> status, statusSummary
-        plain job  SUCCEEDED ─> GET results/0 ─> settle its futures
-        array job  counts changed?
-                     STARTING/RUNNING grew ─> ListJobs(arrayJobId, status) ─> futures running
-                     SUCCEEDED grew      ─> which children: all waiting ones, or those that left
-                                            STARTING/RUNNING, else ListJobs(SUCCEEDED)
-                                            ─> GET each new result ─> settle
-                     FAILED grew         ─> ListJobs(FAILED) ─> DescribeJobs(children) ─> typed errors
-        job FAILED                       ─> typed error from its last attempt (errors.classify_failure)
-        job unknown past the grace period ─> results in storage, else JobMetadataExpired
+    owner.track(job) ─> Poller._jobs            user threads: request_cancel / request_abort
+                            │                     only queue; the thread sends and commits
+                            v
+    every interval (or when the emulator says a job changed), on the poller thread:
+      owner.flush_due()                          send coalesced calls whose window closed
+      queued CancelJob / TerminateJob calls
+      DescribeJobs, 100 ids per call, outstanding jobs only
+      per job:  TrackedJob.view ─> reconcile(view, reads) ─┬─ needs: ListJobs / DescribeJobs of
+                   ^                                       │  children / GET results / LIST
+                   └──────── reads ────────────────────────┘  storage (a failed read: this job
+                                                               waits for the next poll, nothing
+                            actions ─> CancelJob (unplaceable) committed)
+                                    ─> log tails of failed children
+                                    ─> TrackedJob.apply: futures settled, facts committed
 
-The call budget grows with Batch jobs, not items: one DescribeJobs per 100 outstanding jobs per
-poll; listings only when an array's counts changed; one GET per finished child and no storage
-listing (storage is listed only for a job Batch has forgotten). The interval is
-short right after a change and backs off to a cap while nothing changes. Errors never kill the
-thread: a failed poll is logged and tried again at the next tick (batchapi retries throttling).
+The decisions are `reconcile.reconcile` (pure, table-tested); this module only reads, sends and
+applies. Nothing one job or one result does stops the thread: each job's examination and each
+child's settlement is guarded (BaseException included). A thread that ends anyway fails every
+future it still tracked with `PollerStoppedError`, so nobody waits forever.
+
+The Poller holds its owner (the Session) by weak reference only, as CPython's
+ProcessPoolExecutor's manager thread does: its collaborators (Batch client getter, storage, log
+reader) are given to it, and a collaborator that is a method of the owner is held weakly too.
 """
 
 from __future__ import annotations
@@ -26,43 +30,70 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Set, Tuple
+import weakref
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
 from . import batchapi
-from .errors import IntegrityError, JobMetadataExpired, RemoteError, classify_failure
-from .jobs import ACTIVE, TERMINAL, TrackedJob
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .session import Session
+from .errors import (
+    ABORT_REASON_PREFIX,
+    IntegrityError,
+    JobAbortedError,
+    JobMetadataExpired,
+    JobUnplaceableError,
+    PollerStoppedError,
+    RemoteError,
+    classify_failure,
+)
+from .futures import BatchFuture
+from .jobs import Actions, TrackedJob, settle
+from .reconcile import Needs, Reads, reconcile
 
 logger = logging.getLogger("batchfutures")
 
-# Failed children whose log tail is fetched for the error message (the rest go without one).
+# Failed children whose log tail is fetched for the error message, per poll (the rest go without).
 LOG_TAILS_PER_POLL = 20
 LOG_TAIL_LINES = 20
+RUNNABLE_CHECK_INTERVAL = 30.0  # seconds between ListJobs(RUNNABLE) of a job none of whose children runs
+MAX_STEPS = 12  # reads rounds per job per poll; reconcile asks for each read once, so never reached
+# What AWS documents (User Guide, "Job states"): SUCCEEDED and FAILED jobs are kept at least 7 days.
+BATCH_RETENTION = ("AWS Batch keeps a finished job's state for at least 7 days, the local "
+                   "emulator for its metadata_ttl")
 
 
 class Poller:
     """Resolves the futures of every tracked job from Batch and from storage."""
 
-    def __init__(self, session: "Session", *, min_interval: float, max_interval: float,
-                 grace: float) -> None:
-        self._session = session
+    def __init__(self, owner: Any, *, batch: Callable[[], Any], storage: Any,
+                 log_tail: Optional[Callable[[Mapping[str, Any]], Optional[str]]] = None,
+                 min_interval: float, max_interval: float, grace: float,
+                 runnable_check_interval: float = RUNNABLE_CHECK_INTERVAL) -> None:
+        """``owner`` may offer ``flush_due()``, ``next_flush_delay()`` and ``has_pending()``
+        (its coalescing buffers); it is held by weak reference, and the thread ends once the
+        owner is gone and nothing is outstanding."""
+        self._wake = threading.Event()
+        wake = self._wake
+        self._owner = weakref.ref(owner, lambda _ref: wake.set())
+        self._batch_getter = _hold(batch, owner)
+        self._storage = storage
+        self._log_tail = _hold(log_tail, owner) if log_tail is not None else None
         self._min_interval = min_interval
         self._max_interval = max_interval
         self._grace = grace
+        self.runnable_check_interval = runnable_check_interval
         self._jobs: Dict[str, TrackedJob] = {}
+        self._requests: List[Tuple[str, TrackedJob, int, str]] = []  # (kind, job, child, reason)
         self._lock = threading.Lock()
-        self._wake = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._stopping = False
+        self._tails_left = LOG_TAILS_PER_POLL
         self.polls = 0  # rounds that described at least one job (for tests and benchmarks)
 
-    # -- control -----------------------------------------------------------------------------
+    # -- control (any thread) ------------------------------------------------------------------
     def start(self) -> None:
+        """Start the thread unless it runs. After stop() a new thread still drains new work
+        (attach after shutdown), then ends."""
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
-                self._stopping = False
                 self._thread = threading.Thread(target=self._run, name="batchfutures-poller",
                                                 daemon=True)
                 self._thread.start()
@@ -85,31 +116,170 @@ class Poller:
             thread.join()
 
     @property
+    def alive(self) -> bool:
+        thread = self._thread
+        return thread is not None and thread.is_alive()
+
+    @property
     def outstanding(self) -> List[TrackedJob]:
         with self._lock:
             return list(self._jobs.values())
 
-    # -- the loop ----------------------------------------------------------------------------
+    def request_cancel(self, future: BatchFuture) -> None:
+        """A future was cancelled: its remote child is cancelled once none of its items is wanted.
+
+        The CancelJob calls are made on the poller thread, in bulk: when every unfinished child
+        of a job is cancelled, one call on the job itself replaces one per child.
+        """
+        job, index = future._job, future._child
+        if not isinstance(job, TrackedJob) or index is None:
+            return  # still buffered: the flush skips it
+        if all(f.cancelled() for f in job.children[index]):
+            self._queue("cancel", job, index, f"{ABORT_REASON_PREFIX} cancelled by the client")
+
+    def request_abort(self, future: BatchFuture, reason: str) -> bool:
+        """Fail the future's child as aborted now; TerminateJob is sent by the poller thread.
+
+        Returns False when the future had already finished.
+        """
+        if future.done():
+            return False
+        text = f"{ABORT_REASON_PREFIX} {reason}"
+        job, index = future._job, future._child
+        if not isinstance(job, TrackedJob) or index is None:
+            return settle(future, False, JobAbortedError(
+                f"the call was aborted before it was submitted: {reason}", status_reason=text))
+        child_id = job.child_id(index)
+        aborted = False
+        for sibling in job.children[index]:
+            aborted |= settle(sibling, False, JobAbortedError(
+                f"Batch job {child_id} was terminated on request: {reason}",
+                job_id=child_id, status_reason=text))
+        self._queue("terminate", job, index, text)
+        return aborted
+
+    def _queue(self, kind: str, job: TrackedJob, index: int, reason: str) -> None:
+        with self._lock:
+            self._requests.append((kind, job, index, reason))
+        self.start()
+        self.wake()
+
+    # -- the thread ------------------------------------------------------------------------------
     def _run(self) -> None:
+        error: Optional[BaseException] = None
+        try:
+            self._loop()
+        except BaseException as stopped:  # noqa: B036 - reported to every waiting future below
+            error = stopped
+        finally:
+            self._ended(error)
+
+    def _loop(self) -> None:
         interval = self._min_interval
         while True:
             self._wake.clear()
             changed = False
             try:
-                self._session.flush_due()
-                self._session.send_cancellations()
-                changed = self.poll_once()
-            except Exception:  # never let one bad poll strand every future
+                changed = self._round()
+            except BaseException:  # never let one bad poll strand every future
                 logger.exception("batchfutures poller: poll failed; trying again")
-            with self._lock:
-                idle = not self._jobs
-            if idle and self._stopping and not self._session.has_pending():
-                self._session.send_cancellations()
+            if self._finished():
                 return
             interval = self._min_interval if changed else min(interval * 2, self._max_interval)
-            delay = min(interval, self._session.next_flush_delay())
+            delay = min(interval, self._owner_call("next_flush_delay", float("inf")))
             self._wake.wait(max(delay, 0.0))
 
+    def _round(self) -> bool:
+        self._owner_call("flush_due", None)
+        self._send_requests()
+        return self.poll_once()
+
+    def _finished(self) -> bool:
+        if not (self._stopping or self._owner() is None):
+            return False
+        with self._lock:
+            idle = not self._jobs and not self._requests
+        return idle and not self._owner_call("has_pending", False)
+
+    def _ended(self, error: Optional[BaseException]) -> None:
+        """The thread is ending: if it was not asked to, fail every future it still tracks."""
+        with self._lock:
+            if self._thread is threading.current_thread():
+                self._thread = None
+            leftover = bool(self._jobs or self._requests)
+            if error is not None:
+                jobs, self._jobs = list(self._jobs.values()), {}
+        if error is None:
+            if leftover:  # tracked between the last idle check and now: a new thread takes it
+                self.start()
+            return
+        try:
+            logger.error("batchfutures poller stopped (%r); failing the futures of %d job(s)",
+                         error, len(jobs))
+        except BaseException:  # noqa: B036 - a broken logger must not keep futures waiting
+            pass
+        for job in jobs:
+            try:
+                message = (f"the batchfutures polling thread stopped ({error!r}) while Batch job "
+                           f"{job.job_id} was outstanding; the job may still run: "
+                           f"executor.attach({job.job_id!r}) from a new executor collects it")
+                job.fail_all(lambda message=message, job_id=job.job_id:
+                             PollerStoppedError(message, job_id=job_id))
+            except BaseException:  # noqa: B036 - the next job's futures still fail
+                pass
+
+    def _batch(self) -> Any:
+        getter = self._batch_getter()
+        if getter is None:
+            raise PollerStoppedError("the executor that owned this poller is gone")
+        return getter()
+
+    def _owner_call(self, name: str, default: Any) -> Any:
+        owner = self._owner()
+        method = getattr(owner, name, None) if owner is not None else None
+        if method is None:
+            return default
+        try:
+            return method()
+        except Exception:
+            logger.exception("batchfutures poller: %s failed", name)
+            return default
+
+    # -- queued cancel / abort -------------------------------------------------------------------
+    def _send_requests(self) -> None:
+        with self._lock:
+            pending, self._requests = self._requests, []
+        if not pending:
+            return
+        batch = self._batch()
+        cancels: Dict[str, Tuple[TrackedJob, Set[int], str]] = {}
+        calls: List[Tuple[str, str, str]] = []  # (operation, job id, reason)
+        for kind, job, index, reason in pending:
+            job.drop_settled()
+            if kind == "terminate":
+                calls.append(("terminate_job", job.child_id(index), reason))
+            else:
+                cancels.setdefault(job.job_id, (job, set(), reason))[1].add(index)
+        for job, indices, reason in cancels.values():
+            # children a CancelJob on the whole job would wrongly stop: still wanted, not started
+            wanted = [i for i in range(job.size) if i not in indices and
+                      any(not f.done() and not f.running() for f in job.children[i])]
+            if not job.array or not wanted:
+                calls.append(("cancel_job", job.job_id, reason))
+            else:
+                calls.extend(("cancel_job", job.child_id(i), reason) for i in sorted(indices))
+        for operation, target, reason in calls:
+            self._stop_job(batch, operation, target, reason)
+
+    @staticmethod
+    def _stop_job(batch: Any, operation: str, target: str, reason: str) -> None:
+        try:
+            batchapi.call(getattr(batch, operation), jobId=target, reason=reason)
+        except Exception as error:
+            logger.warning("batchfutures: could not %s Batch job %s: %s",
+                           operation.replace("_job", ""), target, error)
+
+    # -- one poll --------------------------------------------------------------------------------
     def poll_once(self) -> bool:
         """One round over every outstanding job; True when anything changed."""
         jobs = self.outstanding
@@ -120,184 +290,128 @@ class Poller:
         if not active:
             return False
         self.polls += 1
-        client = self._session.env.batch
-        found = {d["jobId"]: d for d in batchapi.describe_jobs(client, [j.job_id for j in active])}
+        self._tails_left = LOG_TAILS_PER_POLL
+        batch = self._batch()
+        found: Dict[str, Mapping[str, Any]] = {}
+        described: Set[str] = set()
+        for start in range(0, len(active), 100):
+            ids = [job.job_id for job in active[start:start + 100]]
+            try:
+                found.update((d["jobId"], d) for d in batchapi.describe_jobs(batch, ids))
+            except Exception as error:  # these jobs wait for the next poll; the others go on
+                logger.warning("batchfutures poller: DescribeJobs failed (%s); trying again", error)
+                continue
+            described.update(ids)
         changed = False
         for job in active:
-            description = found.get(job.job_id)
+            if job.job_id not in described:
+                continue
             try:
-                if description is None:
-                    changed |= self._missing(job)
-                elif job.array:
-                    changed |= self._update_array(job, description)
-                else:
-                    changed |= self._update_plain(job, description)
-            except Exception:
-                logger.exception("batchfutures poller: could not update job %s", job.job_id)
+                changed |= self.examine(job, found.get(job.job_id), batch)
+            except BaseException as error:  # noqa: B036 - nothing is committed; next poll
+                logger.warning("batchfutures poller: job %s not updated this poll: %r",
+                               job.job_id, error)
         self._forget([job for job in active if job.done])
         return changed
+
+    def examine(self, job: TrackedJob, description: Optional[Mapping[str, Any]], batch: Any, *,
+                now: Optional[float] = None) -> bool:
+        """Reconcile one job with Batch and storage, reading what reconcile asks for.
+
+        A read that fails raises out of here before anything is committed, so the next poll
+        sees the same change again. ``now``: a time.monotonic() value (tests pass their own).
+        """
+        now = time.monotonic() if now is None else now
+        view = job.view(now, grace=self._grace,
+                        runnable_check_interval=self.runnable_check_interval)
+        reads = Reads(description)
+        for _ in range(MAX_STEPS):
+            step = reconcile(view, reads)
+            if not step.needs:
+                break
+            self._read(job, step.needs, reads, batch)
+        else:  # pragma: no cover - reconcile asks for each read once
+            raise RuntimeError(f"reconcile of job {job.job_id} asked for reads without end")
+        actions = step.actions
+        for target, reason in actions.cancel:
+            self._stop_job(batch, "cancel_job", target, reason)
+        self._apply(job, actions)
+        return actions.changed
+
+    def _read(self, job: TrackedJob, needs: Needs, reads: Reads, batch: Any) -> None:
+        for status in needs.listings:
+            reads.listings[status] = list(batchapi.list_children(batch, job.job_id, status.value))
+        if needs.children:
+            ids = [job.child_id(i) for i in needs.children]
+            by_id = {d.get("jobId"): d for d in batchapi.describe_jobs(batch, ids)}
+            for index, child_id in zip(needs.children, ids):
+                reads.children[index] = by_id.get(child_id) or {}  # {}: type it from its listing
+        for index in needs.results:
+            try:
+                reads.results[index] = self._storage.read_result(job.job_url, index)
+            except IntegrityError as refused:  # forged or altered: its items fail, unpickled never
+                reads.results[index] = refused
+        if needs.stored:
+            reads.stored = frozenset(self._storage.list_results(job.job_url))
+
+    def _apply(self, job: TrackedJob, actions: Actions) -> None:
+        tails = {index: self._tail(description) for index, description in actions.failed.items()}
+
+        def failure_for(index: int, description: Mapping[str, Any]) -> BaseException:
+            job_id = description.get("jobId") or job.child_id(index)
+            return classify_failure(description, job_id=job_id, log_tail=tails.get(index),
+                                    memory_mib=job.memory_mib)
+
+        def no_result_error(index: int) -> BaseException:
+            return RemoteError(
+                f"Batch job {job.child_id(index)} succeeded but wrote no result: the process "
+                f"ended before the worker finished (for example os._exit(0) in the function).")
+
+        def expired_error(index: int) -> BaseException:
+            child_id = job.child_id(index)
+            return JobMetadataExpired(
+                f"Batch no longer knows job {child_id} ({BATCH_RETENTION}) and storage holds no "
+                f"result for it.", job_id=child_id)
+
+        def unplaceable_error(index: int, reason: str) -> BaseException:
+            child_id = job.child_id(index)
+            asked = f" ({actions.requested})" if actions.requested else ""
+            return JobUnplaceableError(
+                f"Batch job {child_id}{asked} could not be placed: it waited RUNNABLE longer than "
+                f"runnable_timeout={job.runnable_timeout:g}s and was cancelled. Batch's reason: "
+                f"{reason}. Ask for fewer vCPUs, less memory or fewer GPUs, or use a job queue "
+                f"whose compute environments can run it.",
+                job_id=child_id, status_reason=reason)
+
+        job.apply(actions, failure_for=failure_for, no_result_error=no_result_error,
+                  expired_error=expired_error, unplaceable_error=unplaceable_error)
+        if actions.settles:
+            logger.debug("batchfutures: job %s: %d child(ren) settled, %d open", job.job_id,
+                         actions.settles, len(job.unresolved))
+
+    def _tail(self, description: Mapping[str, Any]) -> Optional[str]:
+        if self._log_tail is None or self._tails_left <= 0:
+            return None
+        self._tails_left -= 1
+        log_tail = self._log_tail()
+        if log_tail is None:
+            return None
+        try:
+            return log_tail(description)
+        except Exception as error:  # a missing log must not hide the job's failure
+            logger.debug("no log tail for %s: %s", description.get("jobId"), error)
+            return None
 
     def _forget(self, jobs: Iterable[TrackedJob]) -> None:
         with self._lock:
             for job in jobs:
                 self._jobs.pop(job.job_id, None)
 
-    # -- plain jobs --------------------------------------------------------------------------
-    def _update_plain(self, job: TrackedJob, description: Dict[str, Any]) -> bool:
-        status = description.get("status")
-        changed = status != job.status
-        job.status = status
-        container = _last_container(description)
-        job.set_status(0, status, description.get("statusReason"), container.get("exitCode"))
-        if status == "SUCCEEDED":
-            self._settle_from_results(job, [0])
-            changed = True
-        elif status == "FAILED":
-            self._fail_children(job, {0: description})
-            changed = True
-        return changed
 
-    # -- array jobs --------------------------------------------------------------------------
-    def _update_array(self, job: TrackedJob, description: Dict[str, Any]) -> bool:
-        status = description.get("status")
-        summary = dict((description.get("arrayProperties") or {}).get("statusSummary") or {})
-        previous, previous_status = job.summary, job.status
-        if summary == previous and status == previous_status:
-            return False
-        job.summary, job.status = summary, status
-        client = self._session.env.batch
+def _hold(fn: Optional[Callable], owner: Any) -> Callable[[], Any]:
+    """A getter of ``fn``: weak when ``fn`` is a method of the owner (the poller must not keep it
+    alive), strong otherwise. ``_hold(f, o)()`` is f, or None once the owner is gone."""
+    if fn is not None and getattr(fn, "__self__", None) is owner:
+        return weakref.WeakMethod(fn)  # type: ignore[arg-type]
+    return lambda: fn
 
-        # When SUCCEEDED grew, every active child is listed (not only changed counts): those that
-        # were active and no longer are tell which children finished, without listing SUCCEEDED.
-        succeeded_grew = summary.get("SUCCEEDED", 0) > job.succeeded
-        listed: Set[int] = set()
-        for active in ACTIVE:
-            if summary.get(active, 0) and (succeeded_grew or summary.get(active) != previous.get(active)):
-                for index in self._list_children(client, job, active):
-                    job.set_status(index, active)
-                    listed.add(index)
-        default = job.default_child_status()
-        for index in job.unresolved - listed - job.started:
-            job.set_status(index, default)
-
-        terminal = status in TERMINAL
-        if summary.get("FAILED", 0) > previous.get("FAILED", 0) or (terminal and job.unresolved):
-            failed = [i for i in self._list_children(client, job, "FAILED")
-                      if i in job.unresolved and i not in job.failed_seen]
-            if failed:
-                children = batchapi.describe_jobs(client, [job.child_id(i) for i in failed])
-                by_index = {job.child_index(d["jobId"]): d for d in children}
-                self._fail_children(job, by_index)
-        if succeeded_grew or (terminal and job.unresolved):
-            indices, confirmed = self._newly_succeeded(client, job, summary, terminal, listed)
-            self._settle_from_results(job, indices, confirmed=confirmed)
-        return True
-
-    def _newly_succeeded(self, client: Any, job: TrackedJob, summary: Dict[str, int],
-                         terminal: bool, active_now: Set[int]) -> Tuple[List[int], bool]:
-        """The waiting children that succeeded, whose result objects are to be read.
-
-        Batch names them, not storage: an S3 LIST per poll would cost requests (and money) that
-        grow with polls times children. In order of cost:
-        - every child finished (the failed ones were just taken out): the waiting ones succeeded;
-        - as many children newly succeeded as are still waiting: every one of them did, most
-          likely (unconfirmed, as below);
-        - as many newly succeeded as children that were seen active and are no longer (the
-          active ones were just listed): those are they, most likely (a child that failed just
-          after DescribeJobs looks the same, so a missing result here is not yet a failure:
-          ``confirmed`` is False);
-        - else ListJobs(SUCCEEDED), whose pages grow with the children that succeeded so far.
-        """
-        waiting = job.unresolved - job.failed_seen
-        succeeded = summary.get("SUCCEEDED", 0)
-        if terminal or succeeded + summary.get("FAILED", 0) >= job.size:
-            # every child has finished, and the failed ones were taken out just before
-            return sorted(waiting), True
-        newly = succeeded - job.succeeded
-        if newly == len(waiting):
-            # unconfirmed: a child whose futures were cancelled may have succeeded too and be
-            # counted here in place of one still running
-            return sorted(waiting), False
-        left = (job.started & waiting) - active_now
-        if left and newly == len(left):
-            return sorted(left), False
-        found = self._list_children(client, job, "SUCCEEDED")
-        return sorted(i for i in found if i in waiting), True
-
-    def _list_children(self, client: Any, job: TrackedJob, status: str) -> List[int]:
-        indices = []
-        for summary in batchapi.list_children(client, job.job_id, status):
-            index = (summary.get("arrayProperties") or {}).get("index")
-            if index is None:
-                index = job.child_index(summary.get("jobId", ""))
-            if index is not None and 0 <= index < job.size:
-                indices.append(index)
-        return indices
-
-    # -- outcomes ----------------------------------------------------------------------------
-    def _settle_from_results(self, job: TrackedJob, indices: List[int], *,
-                             confirmed: bool = True) -> None:
-        """Read the result objects of children that succeeded and settle their futures.
-
-        One GET per child. A child Batch ``confirmed`` succeeded but that wrote no result fails;
-        an unconfirmed one without a result is left waiting.
-        """
-        storage = self._session.storage
-        for index in indices:
-            if index not in job.unresolved:
-                continue
-            try:
-                data = storage.read_result(job.job_url, index)
-            except IntegrityError as refused:  # forged or altered: fail it, unpickling nothing
-                job.succeeded += 1
-                job.set_status(index, "SUCCEEDED")
-                job.fail_child(index, lambda refused=refused: IntegrityError(str(refused)))
-                continue
-            if data is None and not confirmed:
-                continue
-            job.succeeded += 1
-            job.set_status(index, "SUCCEEDED")
-            if data is None:
-                child_id = job.child_id(index)
-                job.fail_child(index, lambda child_id=child_id: RemoteError(
-                    f"Batch job {child_id} succeeded but wrote no result: the process ended before "
-                    f"the worker finished (for example os._exit(0) in the function)."))
-                continue
-            job.settle_child(index, data, self._session.decode_result)
-
-    def _fail_children(self, job: TrackedJob, descriptions: Dict[Optional[int], Dict[str, Any]]) -> None:
-        logs_budget = LOG_TAILS_PER_POLL
-        for index, description in descriptions.items():
-            if index is None or index not in job.unresolved:
-                continue
-            job.failed_seen.add(index)
-            container = _last_container(description)
-            job.set_status(index, "FAILED", description.get("statusReason"), container.get("exitCode"))
-            log_tail = None
-            if logs_budget > 0:
-                logs_budget -= 1
-                log_tail = self._session.log_tail(description)
-            child_id = job.child_id(index)
-
-            job.fail_child(index, lambda description=description, child_id=child_id, log_tail=log_tail:
-                           classify_failure(description, job_id=child_id, log_tail=log_tail))
-
-    def _missing(self, job: TrackedJob) -> bool:
-        """Batch does not know the job: wait out the grace period, then trust storage."""
-        if time.monotonic() - job.submitted_at < self._grace:
-            return False
-        written = self._session.storage.list_results(job.job_url)  # storage is all that is left
-        self._settle_from_results(job, sorted(i for i in written if i in job.unresolved))
-        for index in sorted(job.unresolved):
-            child_id = job.child_id(index)
-            job.fail_child(index, lambda child_id=child_id: JobMetadataExpired(
-                f"Batch no longer knows job {child_id} (Batch forgets finished jobs after about "
-                f"24 hours) and storage holds no result for it.", job_id=child_id))
-        return True
-
-
-def _last_container(description: Dict[str, Any]) -> Dict[str, Any]:
-    attempts = description.get("attempts") or []
-    if attempts and attempts[-1].get("container"):
-        return attempts[-1]["container"]
-    return description.get("container") or {}

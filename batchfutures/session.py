@@ -18,6 +18,7 @@ exit. Executors are thin layers that hold a Session and a JobSettings.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import logging
 import threading
 import time
@@ -25,18 +26,15 @@ import uuid
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from . import batchapi, serialization, signing
+from . import batchapi, serialization
 from .coalescer import Coalescer
 from .dependencies import MAX_DEPENDENCIES, FutureRef, substitute_call
 from .errors import (
     ABORT_REASON_PREFIX,
-    BatchError,
     ConfigurationError,
     DependencyFailedError,
-    IntegrityError,
     JobAbortedError,
     JobMetadataExpired,
-    RemoteError,
 )
 from .futures import BatchFuture
 from .jobs import TrackedJob, settle
@@ -208,7 +206,10 @@ class Session:
             (initializer, initargs), what=f"the initializer {initializer!r} and its initargs",
             by_value=ship_local_modules)
         min_interval, max_interval = env.poll_intervals
-        self.poller = Poller(self, min_interval=min_interval, max_interval=max_interval,
+        # the poller holds this session weakly; its other collaborators are given to it
+        self.poller = Poller(self, batch=functools.partial(getattr, env, "batch"),
+                             storage=self.storage, log_tail=self.log_tail,
+                             min_interval=min_interval, max_interval=max_interval,
                              grace=env.describe_grace)
         self.coalescer = Coalescer(MAX_ARRAY_SIZE)
         if dry_run:  # the same submission path, recorded: nothing reaches Batch or storage
@@ -222,7 +223,6 @@ class Session:
                                    wake=self.poller.wake, max_workers=max_workers,
                                    initializer=pickled_initializer)
         self._lock = threading.RLock()
-        self._to_cancel: Dict[str, Tuple[TrackedJob, set]] = {}  # job id -> (job, child indices)
         self._cancelled_at_shutdown = False
         self.closed = False
         _live_sessions.add(self)
@@ -325,22 +325,6 @@ class Session:
                 raise
 
     # -- results, logs, cancel, abort --------------------------------------------------------
-    def decode_result(self, data: bytes, count: int) -> List[Tuple[bool, Any]]:
-        """``data``: a result whose seal storage.read_result has checked."""
-        try:
-            meta, outcomes = serialization.unpack_result(data)
-        except ValueError as error:  # truncated or foreign: every item of the child fails
-            return [(False, RemoteError(f"the result object could not be read: {error}"))] * count
-        refused = meta.get(signing.REFUSED)  # JSON, not a pickle: nothing of it is unpickled
-        if refused:
-            return [(False, IntegrityError(f"the worker refused its job: {refused}"))
-                    for _ in range(count)]
-        decoded = [serialization.outcome_result(outcome) for outcome in outcomes]
-        if len(decoded) < count:  # a truncated result never passes for a complete one
-            decoded += [(False, BatchError("the worker recorded no outcome for this item"))] * (
-                count - len(decoded))
-        return decoded
-
     def log_stream(self, description: Dict[str, Any]) -> Optional[str]:
         attempts = description.get("attempts") or []
         for attempt in reversed(attempts):
@@ -379,52 +363,12 @@ class Session:
         return "\n".join(batchapi.read_log(self.env.logs, self.log_group(description), stream))
 
     def on_cancelled(self, future: BatchFuture) -> None:
-        """A future was cancelled: its remote child is cancelled once none of its items is wanted.
-
-        The CancelJob calls are made by the poller, in bulk: when every unfinished child of a
-        job is cancelled, one call on the job itself replaces one per child.
-        """
-        job = future._job
-        if job is None:
-            return  # still buffered: the flush skips it
-        if all(f.cancelled() for f in job.children[future._child]):
-            with self._lock:
-                self._to_cancel.setdefault(job.job_id, (job, set()))[1].add(future._child)
-            self.poller.wake()
-
-    def send_cancellations(self) -> None:
-        with self._lock:
-            pending, self._to_cancel = self._to_cancel, {}
-        reason = f"{ABORT_REASON_PREFIX} cancelled by the client"
-        for job, indices in pending.values():
-            # children a CancelJob on the whole job would wrongly stop: still wanted, not started
-            wanted = [i for i in range(job.size) if i not in indices and
-                      any(not f.done() and not f.running() for f in job.children[i])]
-            targets = [job.job_id] if not wanted or not job.array else \
-                [job.child_id(i) for i in sorted(indices)]
-            for target in targets:
-                try:
-                    batchapi.call(self.env.batch.cancel_job, jobId=target, reason=reason)
-                except Exception as error:
-                    logger.warning("batchfutures: could not cancel Batch job %s: %s", target, error)
+        """A future was cancelled: the poller thread cancels its remote child (in bulk)."""
+        self.poller.request_cancel(future)
 
     def abort(self, future: BatchFuture, reason: str) -> bool:
-        if future.done():
-            return False
-        text = f"{ABORT_REASON_PREFIX} {reason}"
-        job = future._job
-        if job is None:
-            error = JobAbortedError(f"the call was aborted before it was submitted: {reason}",
-                                    status_reason=text)
-            return settle(future, False, error)
-        child_id = job.child_id(future._child)
-        batchapi.call(self.env.batch.terminate_job, jobId=child_id, reason=text)
-        error_fields = dict(job_id=child_id, status_reason=text)
-        for sibling in job.children[future._child]:
-            settle(sibling, False, JobAbortedError(
-                f"Batch job {child_id} was terminated on request: {reason}", **error_fields))
-        job.unresolved.discard(future._child)
-        return True
+        """Fail the future as aborted now; the poller thread sends TerminateJob."""
+        return self.poller.request_abort(future, reason)
 
     # -- attach ------------------------------------------------------------------------------
     def attach(self, job_id: str) -> List[BatchFuture]:
@@ -445,18 +389,17 @@ class Session:
             [BatchFuture(self) for _ in range(min(chunksize, items - i * chunksize))]
             for i in range(children)
         ]
-        job = TrackedJob(parent_id, job_url, futures, array=children > 1,
-                         submitted_at=time.monotonic() - 1e9)  # no grace: the job is old
+        follow = None
         if child:
             wanted = int(child)
             if not 0 <= wanted < children:
                 raise ConfigurationError(f"job {parent_id} has no child {wanted}")
-            for index in range(children):
-                if index != wanted:
-                    job.unresolved.discard(index)
+            follow = [wanted]
             selected = futures[wanted]
         else:
             selected = [f for group in futures for f in group]
+        job = TrackedJob(parent_id, job_url, futures, array=children > 1, follow=follow,
+                         submitted_at=time.monotonic() - 1e9)  # no grace: the job is old
         self.poller.track(job)
         return selected
 

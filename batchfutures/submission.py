@@ -313,7 +313,8 @@ class Submitter:
                 future._item = position
         tracked = TrackedJob(job_id, job_url, job.futures, array=len(job.blobs) > 1,
                              memory_mib=memory,
-                             item_counts=job.item_counts if job.per_child else None)
+                             item_counts=job.item_counts if job.per_child else None,
+                             runnable_timeout=job.settings.runnable_timeout)
         with self._lock:
             self.submitted_jobs.append(job_id)
         logger.debug("submitted Batch job %s (%d children, %d items)", job_id, len(job.blobs),

@@ -62,10 +62,21 @@ def test_host_terminated():
     assert type(failure) is errors.HostTerminatedError
 
 
-@pytest.mark.parametrize("reason", ["batchfutures: aborted by the user", "stop it now"])
-def test_aborted(reason):
-    failure = classify_failure(job(reason, exit_code=137))
+@pytest.mark.parametrize("reason, flag", [("batchfutures: aborted by the user", None),
+                                          ("stop it now", "isTerminated"),
+                                          ("not needed", "isCancelled")])
+def test_aborted(reason, flag):
+    description = job(reason, exit_code=137)
+    if flag:
+        description[flag] = True
+    failure = classify_failure(description)
     assert type(failure) is errors.JobAbortedError and failure.status_reason == reason
+
+
+def test_an_unknown_reason_is_a_failure_not_an_abort():
+    reason = "Timeout waiting for network interface provisioning to complete."
+    failure = classify_failure(job(reason))
+    assert type(failure) is errors.JobFailedError and reason in str(failure)
 
 
 def test_plain_failure():

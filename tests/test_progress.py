@@ -96,6 +96,12 @@ def test_render_counts_is_the_line_without_its_head():
 
 
 # -- counting: what the poller recorded, read as Batch's counts ----------------------------------
+def _show(job, index, status):
+    """What the poller shows on a child's futures (jobs.TrackedJob.apply does the same)."""
+    for future in job.children[index]:
+        future._update(status)
+
+
 def array_job(size, items_per_child=1, job_id="array-1"):
     children = [[BatchFuture() for _ in range(items_per_child)] for _ in range(size)]
     return TrackedJob(job_id, "file:///nowhere", children, array=True)
@@ -123,15 +129,15 @@ def test_counts_of_part_of_an_array_come_from_each_child():
     # given child's own status is counted instead
     job = array_job(4)
     job.summary = {"RUNNING": 1, "SUCCEEDED": 3}
-    job.set_status(0, "SUCCEEDED")
-    job.set_status(2, "RUNNING")
+    _show(job, 0, "SUCCEEDED")
+    _show(job, 2, "RUNNING")
     given = job.children[0] + job.children[2]
     assert _counts_of(given) == {"SUCCEEDED": 1, "RUNNING": 1}
 
 
 def test_counts_of_plain_jobs_unsent_and_cancelled_calls():
     plain = TrackedJob("plain-1", "file:///nowhere", [[BatchFuture()]], array=False)
-    plain.set_status(0, "RUNNING")
+    _show(plain, 0, "RUNNING")
     unsent, cancelled = BatchFuture(), BatchFuture()
     cancelled.cancel()  # cancelled before it was sent: Batch never hears of it
     array = array_job(2, job_id="array-2")

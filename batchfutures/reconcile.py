@@ -1,0 +1,345 @@
+"""The poller's reasoning, as a pure function: what Batch and storage said -> what to do.
+
+    JobView (committed facts) + Reads (what was read so far this poll)
+        └─> reconcile ─> Step(needs=...)   more reads wanted: the poller makes them, adds them
+                                           to Reads and calls again (a failed read ends the
+                                           poll for this job with nothing committed)
+                     └─> Step(actions=...) the decisions, committed by TrackedJob.apply
+
+Nothing here does I/O, reads a clock or changes its arguments, so every case is a table test.
+
+The rules (issue 11): counts are hints, never the truth.
+- ``statusSummary`` lags (``statusSummaryLastUpdatedAt``): it only decides when to look. Which
+  children finished, and how, comes from ListJobs, DescribeJobs and the result objects.
+- A result object is the truth that a child succeeded. A child with no result fails as
+  "succeeded but wrote no result" only when ListJobs/DescribeJobs says SUCCEEDED.
+- A child fails only when ListJobs(FAILED) names it; DescribeJobs of it gives the type.
+- A finished job with open children is examined on every poll until each is settled.
+- An array job that FAILED before any child existed (the summary is empty and no listing names a
+  child) fails each future from the parent's own description.
+- A job held RUNNABLE with a MISCONFIGURATION:/CAPACITY: reason shows it on its futures; after
+  ``runnable_timeout`` it is cancelled and its futures fail as unplaceable.
+
+Request budget: listings only when the counts moved (or the job finished, or a RUNNABLE check is
+due), one GET per finished child, DescribeJobs only of failed children; no storage listing
+except for a job Batch has forgotten.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple
+
+from .errors import ABORT_REASON_PREFIX, is_unplaceable_reason
+from .jobs import ACTIVE, Actions, JobStatus, JobView, Shown, default_child_status
+
+__all__ = ["Reads", "Needs", "Step", "reconcile", "last_container"]
+
+MAX_REASON = 250  # CancelJob's reason is free text; keep ours short
+
+
+@dataclass
+class Reads:
+    """What was read for one job during one poll."""
+
+    description: Optional[Mapping[str, Any]]  # DescribeJobs of the job; None: Batch does not know it
+    listings: Dict[JobStatus, List[Mapping[str, Any]]] = field(default_factory=dict)  # ListJobs
+    children: Dict[int, Mapping[str, Any]] = field(default_factory=dict)  # DescribeJobs of children
+    results: Dict[int, Optional[bytes]] = field(default_factory=dict)     # GET; None: no object
+    stored: Optional[FrozenSet[int]] = None   # storage listing of written results
+
+
+@dataclass(frozen=True)
+class Needs:
+    """Reads to make before reconcile can decide."""
+
+    listings: Tuple[JobStatus, ...] = ()  # ListJobs(arrayJobId, status), every page
+    children: Tuple[int, ...] = ()        # DescribeJobs of these children
+    results: Tuple[int, ...] = ()         # GET results/<index>
+    stored: bool = False                  # list the results in storage
+
+    def __bool__(self) -> bool:
+        return bool(self.listings or self.children or self.results or self.stored)
+
+
+@dataclass(frozen=True)
+class Step:
+    needs: Needs = Needs()
+    actions: Actions = field(default_factory=Actions)
+
+
+def reconcile(view: JobView, reads: Reads) -> Step:
+    """The next reads to make for one job, or, once none is wanted, the actions to take."""
+    if not view.open:
+        return Step()
+    if reads.description is None:
+        return _forgotten(view, reads)
+    if not view.array:
+        return _plain(view, reads)
+    return _array(view, reads)
+
+
+# -- a job Batch does not know ----------------------------------------------------------------
+def _forgotten(view: JobView, reads: Reads) -> Step:
+    """DescribeJobs may miss a job for a while after SubmitJob; after that, storage decides."""
+    if view.now - view.submitted_at < view.grace:
+        return Step()
+    if reads.stored is None:
+        return Step(Needs(stored=True))
+    written = sorted(i for i in reads.stored if i in view.open)
+    unread = tuple(i for i in written if i not in reads.results)
+    if unread:
+        return Step(Needs(results=unread))
+    results = {i: reads.results[i] for i in written}
+    expired = tuple(sorted(i for i in view.open if results.get(i) is None))
+    found = {i: data for i, data in results.items() if data is not None}
+    return Step(actions=Actions(results=found, expired=expired, changed=True))
+
+
+# -- a plain job ---------------------------------------------------------------------------------
+def _plain(view: JobView, reads: Reads) -> Step:
+    description = reads.description or {}
+    status = JobStatus.of(description.get("status"))
+    reason = description.get("statusReason")
+    shown = Shown(status, reason, last_container(description).get("exitCode"))
+    actions = Actions(shown={0: shown}, status=status, changed=status != view.status)
+    if status is JobStatus.SUCCEEDED:
+        if 0 not in reads.results:
+            return Step(Needs(results=(0,)))
+        data = reads.results[0]
+        if data is None:
+            actions.no_result = (0,)
+        else:
+            actions.results[0] = data
+        actions.changed = True
+    elif status is JobStatus.FAILED:
+        actions.failed[0] = description
+        actions.changed = True
+    elif status is JobStatus.RUNNABLE and is_unplaceable_reason(reason):
+        _stuck(view, actions, {0: str(reason)}, description)
+    else:
+        actions.stuck_since = actions.stuck_reason = None
+    return Step(actions=actions)
+
+
+# -- an array job --------------------------------------------------------------------------------
+def _array(view: JobView, reads: Reads) -> Step:
+    description = reads.description or {}
+    status = JobStatus.of(description.get("status"))
+    summary = _summary(description)
+    before = view.summary
+    finished = status is not None and status.finished
+    moved = summary != dict(before) or status != view.status
+    check_runnable = _runnable_check_due(view, summary, finished)
+    actions = Actions(status=status, summary=summary, stuck_since=view.stuck_since,
+                      stuck_reason=view.stuck_reason, changed=moved)
+    if not moved and not finished and not check_runnable:
+        return Step(actions=actions)  # nothing to look at: no reads at all
+
+    succeeded_grew = _count(summary, JobStatus.SUCCEEDED) > _count(before, JobStatus.SUCCEEDED)
+    failed_grew = _count(summary, JobStatus.FAILED) > _count(before, JobStatus.FAILED)
+    # Parent FAILED and the summary names no child: perhaps no child ever existed.
+    childless = status is JobStatus.FAILED and not any(summary.values())
+
+    # 1. the listings this step depends on, all at once
+    active_lists = [] if finished else [
+        s for s in ACTIVE
+        if _count(summary, s) and (succeeded_grew or _count(summary, s) != _count(before, s))]
+    wanted: List[JobStatus] = list(active_lists)
+    if failed_grew or finished:
+        wanted.append(JobStatus.FAILED)
+    if childless:
+        wanted.append(JobStatus.SUCCEEDED)
+    if check_runnable:
+        wanted.append(JobStatus.RUNNABLE)
+    missing = tuple(s for s in wanted if s not in reads.listings)
+    if missing:
+        return Step(Needs(listings=missing))
+
+    open_ = view.open
+    active_now: Set[int] = set()
+    for status_listed in active_lists:
+        for index, item in _listed(view, reads, status_listed):
+            active_now.add(index)
+            actions.shown[index] = Shown(status_listed, item.get("statusReason"))
+    actions.started = frozenset(active_now)
+    failed_listed = dict(_listed(view, reads, JobStatus.FAILED))
+
+    # 2. a parent that failed before any child existed: its own description says why
+    if childless and not failed_listed and not dict(_listed(view, reads, JobStatus.SUCCEEDED)):
+        actions.failed = {index: description for index in sorted(open_)}
+        actions.changed = True
+        return Step(actions=actions)
+
+    # 3. failed children, typed from their own descriptions
+    undescribed = tuple(sorted(i for i in failed_listed if i not in reads.children))
+    if undescribed:
+        return Step(Needs(children=undescribed))
+    for index, item in failed_listed.items():
+        actions.failed[index] = reads.children.get(index) or item  # a summary types it too
+
+    # 4. children that succeeded: read their results
+    waiting = open_ - set(failed_listed)
+    candidates, confirmed = _success_candidates(view, reads, summary, finished, succeeded_grew,
+                                                waiting, active_now)
+    if candidates is None:
+        return Step(Needs(listings=(JobStatus.SUCCEEDED,)))
+    unread = tuple(sorted(i for i in candidates if i not in reads.results))
+    if unread:
+        return Step(Needs(results=unread))
+    without = set()
+    for index in sorted(candidates):
+        data = reads.results[index]
+        if data is None:
+            without.add(index)
+        else:
+            actions.results[index] = data
+    if without and finished and not confirmed:
+        # a finished child with no result: ListJobs says whether it succeeded (then the result
+        # is truly missing) or is still to be seen in a listing (lag: next poll)
+        if JobStatus.SUCCEEDED not in reads.listings:
+            return Step(Needs(listings=(JobStatus.SUCCEEDED,)))
+        confirmed_ok = dict(_listed(view, reads, JobStatus.SUCCEEDED))
+        without = {i for i in without if i in confirmed_ok}
+        confirmed = True
+    if without and confirmed:
+        actions.no_result = tuple(sorted(without))
+        for index in without:
+            actions.shown[index] = Shown(JobStatus.SUCCEEDED)
+
+    # 5. children Batch cannot place
+    if check_runnable:
+        actions.runnable_checked_at = view.now
+        stuck: Dict[int, str] = {}
+        for index, item in _listed(view, reads, JobStatus.RUNNABLE):
+            reason = item.get("statusReason")
+            actions.shown.setdefault(index, Shown(JobStatus.RUNNABLE, reason))
+            if is_unplaceable_reason(reason):
+                stuck[index] = str(reason)
+        if stuck:
+            _stuck(view, actions, stuck, description)
+        else:
+            actions.stuck_since = actions.stuck_reason = None
+    elif _progressed(summary, before):
+        actions.stuck_since = actions.stuck_reason = None
+
+    if moved:
+        actions.default_shown = default_child_status(status, summary)
+    if actions.settles:
+        actions.changed = True
+    return Step(actions=actions)
+
+
+def _success_candidates(view: JobView, reads: Reads, summary: Mapping[str, int], finished: bool,
+                        succeeded_grew: bool, waiting: FrozenSet[int],
+                        active_now: Set[int]) -> Tuple[Optional[FrozenSet[int]], bool]:
+    """The children whose result objects to read, and whether Batch confirmed they succeeded.
+
+    (None, _) asks for ListJobs(SUCCEEDED) first. In order of cost:
+    - the job finished: every open child that did not fail (their results say which succeeded);
+    - as many newly succeeded as children still waiting: all of them, most likely;
+    - as many newly succeeded as children seen active that are no longer: those, most likely
+      (unconfirmed: one that failed just after the listing looks the same);
+    - else ListJobs(SUCCEEDED), whose pages grow with the children that succeeded so far.
+    """
+    if finished:
+        return waiting, False
+    if not succeeded_grew:
+        return frozenset(), False
+    newly = _count(summary, JobStatus.SUCCEEDED) - _count(view.summary, JobStatus.SUCCEEDED)
+    if newly >= len(waiting):
+        return waiting, False
+    left = (view.started & waiting) - active_now
+    if left and newly == len(left):
+        return frozenset(left), False
+    if JobStatus.SUCCEEDED not in reads.listings:
+        return None, False
+    return frozenset(i for i, _ in _listed(view, reads, JobStatus.SUCCEEDED) if i in waiting), True
+
+
+def _runnable_check_due(view: JobView, summary: Mapping[str, int], finished: bool) -> bool:
+    """List RUNNABLE children (for their reasons) when some wait and none runs, now and then."""
+    if finished or not _count(summary, JobStatus.RUNNABLE):
+        return False
+    if any(_count(summary, s) for s in ACTIVE):
+        return False
+    interval = view.runnable_check_interval
+    if view.runnable_timeout is not None:
+        interval = min(interval, max(view.runnable_timeout / 2, 0.0))
+    return view.runnable_checked_at is None or view.now - view.runnable_checked_at >= interval
+
+
+def _stuck(view: JobView, actions: Actions, stuck: Dict[int, str],
+           description: Mapping[str, Any]) -> None:
+    """Children RUNNABLE with an unplaceable reason: start (or keep) their clock; time them out."""
+    since = view.stuck_since if view.stuck_since is not None else view.now
+    reason = next(iter(stuck.values()))
+    actions.stuck_since, actions.stuck_reason = since, reason
+    timeout = view.runnable_timeout
+    if timeout is None or view.now - since < timeout:
+        return
+    actions.requested = requested_resources(description)
+    for index, child_reason in stuck.items():
+        actions.unplaceable[index] = child_reason
+        actions.shown[index] = Shown(JobStatus.RUNNABLE, child_reason)
+    text = f"{ABORT_REASON_PREFIX} not placed within runnable_timeout={timeout:g}s: {reason}"
+    text = text[:MAX_REASON]
+    whole = not view.array or (set(stuck) >= view.open and not view.started)
+    if whole:
+        actions.cancel = ((view.job_id, text),)
+    else:
+        actions.cancel = tuple((view.child_id(i), text) for i in sorted(stuck))
+    actions.stuck_since = actions.stuck_reason = None
+    actions.changed = True
+
+
+def requested_resources(description: Mapping[str, Any]) -> str:
+    """What the job asked for, as Batch holds it: "4 vCPUs, 8192 MiB memory, 1 GPU"."""
+    container = description.get("container") or {}
+    found = {item.get("type"): item.get("value")
+             for item in container.get("resourceRequirements") or [] if isinstance(item, Mapping)}
+    vcpus = found.get("VCPU", container.get("vcpus"))
+    memory = found.get("MEMORY", container.get("memory"))
+    parts = []
+    if vcpus is not None:
+        parts.append(f"{vcpus} vCPUs")
+    if memory is not None:
+        parts.append(f"{memory} MiB memory")
+    if found.get("GPU"):
+        parts.append(f"{found['GPU']} GPUs")
+    return ", ".join(parts)
+
+
+# -- small readers of Batch's shapes -------------------------------------------------------------
+def _summary(description: Mapping[str, Any]) -> Dict[str, int]:
+    summary = (description.get("arrayProperties") or {}).get("statusSummary") or {}
+    return {str(k): int(v) for k, v in summary.items() if v}
+
+
+def _count(summary: Mapping[str, int], status: JobStatus) -> int:
+    return int(summary.get(status.value, 0) or 0)
+
+
+def _progressed(summary: Mapping[str, int], before: Mapping[str, int]) -> bool:
+    moving = (JobStatus.STARTING, JobStatus.RUNNING, JobStatus.SUCCEEDED, JobStatus.FAILED)
+    return any(_count(summary, s) != _count(before, s) for s in moving)
+
+
+def _listed(view: JobView, reads: Reads, status: JobStatus) -> Sequence[Tuple[int, Mapping[str, Any]]]:
+    """The open children a listing names, as (index, JobSummary)."""
+    found = []
+    for item in reads.listings.get(status, ()):
+        index = (item.get("arrayProperties") or {}).get("index")
+        if index is None:
+            index = view.child_index(str(item.get("jobId", "")))
+        if index is not None and index in view.open:
+            found.append((int(index), item))
+    return found
+
+
+def last_container(description: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The container of the job's last attempt (where exitCode and reason are), else its own."""
+    attempts = description.get("attempts") or []
+    if attempts and attempts[-1].get("container"):
+        return attempts[-1]["container"]
+    return description.get("container") or {}
