@@ -465,7 +465,10 @@ class Session:
         self.submitter.submit_paced()
         if self._cancelled_at_shutdown:
             return
-        unfinished = self._unfinished_futures()
+        # the calls this session sent (not the jobs it only attached to and observes)
+        submitted = set(self.submitter.submitted_jobs)
+        unfinished = [f for f in self._unfinished_futures()
+                      if f._job is None or f._job.job_id in submitted]
         if not unfinished:
             return
         from .environments import LocalEnvironment
