@@ -214,7 +214,7 @@ def test_job_definitions_run_the_worker(template):
     platforms = {r["Properties"]["PlatformCapabilities"][0]: r["Properties"]
                  for r in definitions.values()}
     assert set(platforms) == {"EC2", "FARGATE"}
-    for platform_name, properties in platforms.items():
+    for properties in platforms.values():
         container = properties["ContainerProperties"]
         assert container["Command"] == ["python", "-m", "batchfutures.worker"]
         assert {r["Type"]: r["Value"] for r in container["ResourceRequirements"]} == {
