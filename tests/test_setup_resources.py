@@ -288,6 +288,11 @@ def aws(moto_url):
 
 @pytest.fixture(scope="module")
 def network(aws):
+    return make_network(aws)
+
+
+def make_network(aws):
+    """A VPC's two subnets and security group, and the role moto needs as Batch's service role."""
     ec2 = aws("ec2")
     vpc = ec2.create_vpc(CidrBlock="10.20.0.0/16")["Vpc"]["VpcId"]
     subnets = [ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.20.{i}.0/24",
@@ -295,11 +300,15 @@ def network(aws):
                for i, zone in ((1, "a"), (2, "b"))]
     group = ec2.create_security_group(GroupName="batchfutures-test", Description="outbound only",
                                       VpcId=vpc)["GroupId"]
-    role = aws("iam").create_role(
-        RoleName="AWSServiceRoleForBatch", Path="/aws-service-role/batch.amazonaws.com/",
-        AssumeRolePolicyDocument=('{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", '
-                                  '"Principal": {"Service": "batch.amazonaws.com"}, '
-                                  '"Action": "sts:AssumeRole"}]}'))["Role"]["Arn"]
+    iam = aws("iam")
+    try:  # moto's state is the process's: another module may have made it already
+        role = iam.get_role(RoleName="AWSServiceRoleForBatch")["Role"]["Arn"]
+    except iam.exceptions.NoSuchEntityException:
+        role = iam.create_role(
+            RoleName="AWSServiceRoleForBatch", Path="/aws-service-role/batch.amazonaws.com/",
+            AssumeRolePolicyDocument=('{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", '
+                                      '"Principal": {"Service": "batch.amazonaws.com"}, '
+                                      '"Action": "sts:AssumeRole"}]}'))["Role"]["Arn"]
     return {"subnets": subnets, "security_group": group, "service_role": role}
 
 
