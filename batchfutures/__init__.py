@@ -31,6 +31,8 @@ _EXPORTS = {
     "JobTimeoutError": "errors",
     "JobAbortedError": "errors",
     "HostTerminatedError": "errors",
+    "InitializerFailedError": "errors",
+    "DryRunResult": "errors",
 }
 
 __all__ = [
@@ -52,6 +54,8 @@ __all__ = [
     "JobTimeoutError",
     "JobAbortedError",
     "HostTerminatedError",
+    "InitializerFailedError",
+    "DryRunResult",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -59,8 +63,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from .errors import (
         BatchError,
         ConfigurationError,
+        DryRunResult,
         EnvironmentMismatchError,
         HostTerminatedError,
+        InitializerFailedError,
         JobAbortedError,
         JobFailedError,
         JobMetadataExpired,

@@ -6,6 +6,8 @@
     ├── EnvironmentMismatchError(BatchError)
     ├── RemoteError(BatchError)
     ├── JobMetadataExpired(BatchError)
+    ├── InitializerFailedError(BatchError, concurrent.futures.BrokenExecutor)
+    ├── DryRunResult(BatchError)          what a dry-run future raises: .requests, .objects
     └── JobFailedError(BatchError)
         ├── MemoryLimitExceeded(JobFailedError)
         ├── JobTimeoutError(JobFailedError)
@@ -19,6 +21,7 @@ emulator and AWS are classified by the same code.
 
 from __future__ import annotations
 
+import concurrent.futures
 import pickle
 from typing import Any, Mapping, Optional
 
@@ -29,6 +32,8 @@ __all__ = [
     "EnvironmentMismatchError",
     "RemoteError",
     "JobMetadataExpired",
+    "InitializerFailedError",
+    "DryRunResult",
     "JobFailedError",
     "MemoryLimitExceeded",
     "JobTimeoutError",
@@ -123,6 +128,27 @@ class JobAbortedError(JobFailedError):
 
 class HostTerminatedError(JobFailedError):
     """The host went away (Spot reclaim, instance terminated)."""
+
+
+class DryRunResult(BatchError):
+    """What a dry-run future raises: what would have been sent, and nothing was.
+
+    ``requests``: the SubmitJob requests (dicts, as boto3 would send them); ``objects``: the
+    storage keys and sizes in bytes that would have been written.
+    """
+
+    def __init__(self, message: str, *, requests: Any = (), objects: Any = ()) -> None:
+        super().__init__(message)
+        self.requests = list(requests)
+        self.objects = list(objects)
+
+
+class InitializerFailedError(BatchError, concurrent.futures.BrokenExecutor):
+    """The executor's ``initializer`` raised in a child's process; its ``__cause__`` says how.
+
+    Only that child's items fail (ProcessPoolExecutor breaks the whole pool; here each child is
+    a fresh process, so later children still run and may succeed).
+    """
 
 
 # Reasons Batch itself writes for a container that failed on its own. Any other statusReason on

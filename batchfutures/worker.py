@@ -4,6 +4,7 @@
       -> <job_url>/results/<i> already there?  an earlier attempt finished: keep it, exit 0
       -> read the header and child i's byte range of <job_url>/inputs
       -> the client's Python/cloudpickle differ (header stamp)?  every item: a mismatch outcome
+      -> the executor's initializer(*initargs), if any, once; if it raises, every item fails
       -> load the functions it needs (once each), run each item in order; print goes to the log
       -> one outcome per item: value | exception + traceback | unpicklable | mismatch
       -> write <job_url>/results/<i> once, atomically and only if absent; exit 0
@@ -72,7 +73,8 @@ def _load_failure(what: str, header: Dict[str, Any], error: BaseException) -> by
     """The outcome for a function or arguments that did not load: mismatch or unpicklable."""
     from . import serialization
 
-    message = serialization.load_failure_message(what, header, error)
+    message = (serialization.missing_module_message(what, error)
+               or serialization.load_failure_message(what, header, error))
     if message is not None:
         return serialization.encode_mismatch(message)
     return serialization.encode_unpicklable(
@@ -96,6 +98,12 @@ def run_items(storage: "Storage", header: Dict[str, Any], blob: bytes, index: in
         logger.warning("child %d: could not load the call's arguments: %s", index,
                        type(error).__name__)
         return [_load_failure("the call's arguments", header, error)] * _item_count(header, index)
+
+    initializer_url = header.get("initializer")
+    if initializer_url:  # the executor's initializer(*initargs), once per child process
+        failure = _run_initializer(storage, header, initializer_url, index)
+        if failure is not None:
+            return [failure] * len(items)
 
     functions: Dict[int, Any] = {}
     failed_functions: Dict[int, bytes] = {}  # a function that did not load fails each of its items
@@ -129,6 +137,31 @@ def run_items(storage: "Storage", header: Dict[str, Any], blob: bytes, index: in
             del value
         _flush()
     return outcomes
+
+
+def _run_initializer(storage: "Storage", header: Dict[str, Any], url: str,
+                     index: int) -> Optional[bytes]:
+    """Run ``initializer(*initargs)``; None when it returned, else the outcome for every item."""
+    from . import serialization
+
+    try:
+        initializer, initargs = serialization.loads(storage.get_function(url))
+    except MemoryError:
+        raise
+    except Exception as error:
+        logger.warning("child %d: could not load the initializer: %s", index, type(error).__name__)
+        return _load_failure("the executor's initializer", header, error)
+    try:
+        initializer(*initargs)
+    except MemoryError:
+        raise
+    except BaseException as error:  # as ProcessPoolExecutor: the initializer's failure breaks the child
+        logger.warning("child %d: the initializer raised %s; its items are not run", index,
+                       type(error).__name__)
+        return serialization.encode_initializer_failure(initializer, error, traceback.format_exc())
+    finally:
+        _flush()
+    return None
 
 
 def run_child(job_url: str, index: int, attempt: Optional[str] = None) -> int:

@@ -24,7 +24,6 @@ What moto's CloudFormation cannot do, and how these tests get around it:
 import ast
 import os
 import re
-import shlex
 import shutil
 import socket
 import stat
@@ -515,10 +514,11 @@ def test_dockerfile_layout_runs_the_worker(tmp_path):
     pythonpath = str(root / paths[0].lstrip("/"))
     python_dir = tmp_path / "bin"
     python_dir.mkdir()
-    # the image's `python`: a wrapper, not a symlink (a symlinked venv interpreter outside the
-    # venv's bin/ loses the venv's site-packages)
-    (python_dir / "python").write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
-    (python_dir / "python").chmod(stat.S_IRWXU)
+    # the image's `python`: a wrapper, not a symlink, since a venv's interpreter reached through
+    # a symlink elsewhere no longer finds its pyvenv.cfg (and so its packages)
+    wrapper = python_dir / "python"
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    wrapper.chmod(0o755)
     environment = {**os.environ, "PYTHONPATH": pythonpath, "PYTHON_VERSION": MINOR,
                    "PATH": f"{python_dir}{os.pathsep}{os.environ['PATH']}"}
     checks = [arg for op, arg in instructions if op == "RUN" and "/opt/batchfutures" in arg]
