@@ -24,6 +24,8 @@ import copy
 import hashlib
 import json
 import re
+import threading
+import weakref
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from . import batchapi
@@ -297,6 +299,11 @@ _REGISTERED_FIELDS = ("type", "parameters", "schedulingPriority", "containerProp
                       "consumableResourceProperties")
 
 
+# definition_with_secrets' answers per Batch client: content-addressed, so they never go stale
+_derived: "weakref.WeakKeyDictionary[Any, Dict[Tuple[str, str], str]]" = weakref.WeakKeyDictionary()
+_derived_lock = threading.Lock()
+
+
 def definition_with_secrets(batch: Any, definition: str,
                             secrets: Iterable[Tuple[str, str]]) -> str:
     """The ARN of ``definition`` (a name or ARN) with the container's ``secrets`` added.
@@ -308,10 +315,24 @@ def definition_with_secrets(batch: Any, definition: str,
     registered once: the same definition and secrets give the same ARN again. With no secrets it
     returns ``definition`` itself. The copy keeps the definition's execution role, which ECS uses
     to read the secrets (it needs secretsmanager:GetSecretValue or ssm:GetParameters on them).
+    The answer is kept per Batch client, so later calls with the same arguments send nothing
+    (a definition named without a revision is looked up once per client).
     """
     added = _secret_list(secrets)
     if not added:
         return definition
+    key = (definition, json.dumps(added))
+    with _derived_lock:
+        known = _derived.get(batch, {}).get(key)
+    if known is not None:
+        return known
+    arn = _register_with_secrets(batch, definition, added)
+    with _derived_lock:
+        _derived.setdefault(batch, {})[key] = arn
+    return arn
+
+
+def _register_with_secrets(batch: Any, definition: str, added: List[Dict[str, str]]) -> str:
     described = describe_job_definition(batch, definition)
     if described is None:
         raise ConfigurationError(f"job definition {definition} does not exist or has no ACTIVE revision")

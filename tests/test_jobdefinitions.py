@@ -168,11 +168,15 @@ class Recording:
     """The emulator's Batch API as it is, with the RegisterJobDefinition requests kept."""
 
     def __init__(self, batch):
-        self.batch, self.registered = batch, []
+        self.batch, self.registered, self.described = batch, [], 0
 
     def register_job_definition(self, **request):
         self.registered.append(request)
         return self.batch.register_job_definition(**request)
+
+    def describe_job_definitions(self, **request):
+        self.described += 1
+        return self.batch.describe_job_definitions(**request)
 
     def __getattr__(self, name):
         return getattr(self.batch, name)
@@ -218,6 +222,14 @@ def test_definition_with_secrets_registers_a_copy_once(batch):
     assert definition_with_secrets(batch, base["jobDefinitionArn"], [("TOKEN", PARAMETER),
                                                                      ("DB", SECRET)]) == arn
     assert len(batch.registered) == 1
+    described = batch.described  # and asked again of this client: answered without a request
+    assert definition_with_secrets(batch, "bf-worker", {"TOKEN": PARAMETER, "DB": SECRET}) == arn
+    assert batch.described == described
+    # another client (another process) finds the registered copy instead of registering it
+    assert definition_with_secrets(Recording(batch.batch), "bf-worker",
+                                   {"DB": SECRET, "TOKEN": PARAMETER}) == arn
+    assert [d["revision"] for d in batch.batch.describe_job_definitions(
+        jobDefinitionName=request["jobDefinitionName"])["jobDefinitions"]] == [1]
     other = definition_with_secrets(batch, "bf-worker", {"DB": SECRET})
     assert other != arn and len(batch.registered) == 2
     assert definition_with_secrets(batch, "bf-worker", {}) == "bf-worker"  # nothing to add
