@@ -269,6 +269,9 @@ def as_user(moto_url, stack, monkeypatch):
         monkeypatch.delenv("AWS_PROFILE", raising=False)
         for key, value in variables.items():
             monkeypatch.setenv(key, value)
+        # one payload signing key for the client and the workers this test starts (test keys
+        # only: the Secrets Manager path is evaluated in test_the_signing_key_is_readable...)
+        monkeypatch.setenv("BATCHFUTURES_SIGNING_KEY", "test-signing-key-" + "0" * 47)
         return variables
     return switch
 
@@ -341,7 +344,7 @@ def test_the_job_role_policy_refuses_what_a_worker_never_does(stack, enforced, a
     bucket = stack["outputs"]["IoBucket"]
     run_key = "batchfutures/runs/r1/jobs/k/results/0"
     assert error_code(worker.put_object, Bucket=bucket, Key=run_key, Body=b"x",
-                                                IfNoneMatch="*") == "ok"
+                      IfNoneMatch="*") == "ok"
     assert error_code(worker.get_object, Bucket=bucket, Key=run_key) == "ok"
     assert error_code(worker.get_object, Bucket=bucket, Key=run_key + "-missing") == "NoSuchKey"
     assert error_code(worker.list_objects_v2, Bucket=bucket, Prefix="batchfutures/runs/") == "ok"

@@ -443,7 +443,9 @@ def test_stack_outputs_pass_batchfutures_check(stack, moto_url, monkeypatch, cap
                        "AWS_DEFAULT_REGION": REGION, "AWS_ENDPOINT_URL": moto_url,
                        "BATCHFUTURES_JOB_QUEUE": stack["outputs"]["JobQueue"],
                        "BATCHFUTURES_JOB_DEFINITION": stack["outputs"]["JobDefinition"],
-                       "BATCHFUTURES_IO_BUCKET": stack["outputs"]["IoBucket"]}.items():
+                       "BATCHFUTURES_IO_BUCKET": stack["outputs"]["IoBucket"],
+                       # the signing key (moto's CloudFormation made no secret of its own)
+                       "BATCHFUTURES_SIGNING_KEY": "test-signing-key-" + "0" * 47}.items():
         monkeypatch.setenv(key, value)
     for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL_BATCH",
                 "AWS_ENDPOINT_URL_LOGS", "BATCHFUTURES_IO_PREFIX", "BATCHFUTURES_IMAGE"):
