@@ -33,6 +33,9 @@ _EXPORTS = {
     "HostTerminatedError": "errors",
     "InitializerFailedError": "errors",
     "DryRunResult": "errors",
+    "DependencyFailedError": "errors",
+    "IntegrityError": "errors",
+    "progress": "progress",
 }
 
 __all__ = [
@@ -56,6 +59,9 @@ __all__ = [
     "HostTerminatedError",
     "InitializerFailedError",
     "DryRunResult",
+    "DependencyFailedError",
+    "IntegrityError",
+    "progress",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -63,10 +69,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from .errors import (
         BatchError,
         ConfigurationError,
+        DependencyFailedError,
         DryRunResult,
         EnvironmentMismatchError,
         HostTerminatedError,
         InitializerFailedError,
+        IntegrityError,
         JobAbortedError,
         JobFailedError,
         JobMetadataExpired,
@@ -77,6 +85,7 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from .executor import BatchExecutor
     from .futures import BatchFuture
+    from .progress import progress
     from .settings import JobSettings, parse_memory
 
 

@@ -1,12 +1,13 @@
 """Coalescing: `submit` calls sent close together, with equal settings, become one array job.
 
-    submit(fn, *args) ──> Coalescer.add(settings, ...) ──> buffer[settings]: calls + their pickles
+    submit(fn, *args) ──> Coalescer.add(key, ...) ──> buffer[key]: calls + their pickles
+                          (key: the settings and the jobs the calls depend on)
                                                                │ closed by
                               50 ms with no new call, 0.5 s after its first call (due()),
                               10,000 calls (add returns True), result()/log() of one of its
                               futures (holding()), shutdown or interpreter exit (take_all())
                                                                v
-                                                  take(settings) -> Batch, or None
+                                                  take(key) -> Batch, or None
 
 A buffer holds its calls' pickles (one per function and batch) and is dropped when taken, so
 nothing keeps a callable or its arguments alive once its calls were sent; a later batch pickles
@@ -26,6 +27,8 @@ from .settings import JobSettings
 QUIET = 0.05  # a buffer is due once no call was added for this long...
 MAX_AGE = 0.5  # ...or once its oldest call waited this long
 Call = Tuple[Any, Callable, tuple, dict]  # (future, fn, args, kwargs)
+# calls share a batch when their settings and the jobs they depend on (dependsOn) are equal
+Key = Tuple[JobSettings, Tuple[str, ...]]
 
 
 @dataclass
@@ -42,49 +45,49 @@ class Batch:
 
 
 class Coalescer:
-    """The coalescing buffers of one session, keyed by job settings (thread-safe)."""
+    """The coalescing buffers of one session, keyed by settings and dependencies (thread-safe)."""
 
     def __init__(self, max_calls: int) -> None:
         self._max_calls = max_calls
         self._lock = threading.Lock()
-        self._batches: Dict[JobSettings, Batch] = {}
+        self._batches: Dict[Key, Batch] = {}
 
-    def known_pickle(self, settings: JobSettings, fn: Callable) -> Optional[bytes]:
-        """The pickle of ``fn`` made for the open batch of ``settings``, if any."""
+    def known_pickle(self, key: Key, fn: Callable) -> Optional[bytes]:
+        """The pickle of ``fn`` made for the open batch of ``key``, if any."""
         with self._lock:
-            batch = self._batches.get(settings)
+            batch = self._batches.get(key)
             known = batch.pickles.get(id(fn)) if batch is not None else None
         return known[1] if known is not None and known[0] is fn else None
 
-    def add(self, settings: JobSettings, call: Call, pickled: bytes) -> bool:
+    def add(self, key: Key, call: Call, pickled: bytes) -> bool:
         """Buffer a call; True when its batch is full and must be taken now."""
         now = time.monotonic()
         with self._lock:
-            batch = self._batches.get(settings)
+            batch = self._batches.get(key)
             if batch is None:
-                batch = self._batches[settings] = Batch(first_at=now)
+                batch = self._batches[key] = Batch(first_at=now)
             batch.pickles.setdefault(id(call[1]), (call[1], pickled))
             batch.calls.append(call)
             batch.last_at = now
             return len(batch.calls) >= self._max_calls
 
-    def take(self, settings: JobSettings) -> Optional[Batch]:
+    def take(self, key: Key) -> Optional[Batch]:
         with self._lock:
-            return self._batches.pop(settings, None)
+            return self._batches.pop(key, None)
 
-    def due(self) -> List[JobSettings]:
+    def due(self) -> List[Key]:
         now = time.monotonic()
         with self._lock:
-            return [s for s, batch in self._batches.items() if now >= batch.due_at()]
+            return [key for key, batch in self._batches.items() if now >= batch.due_at()]
 
-    def all(self) -> List[JobSettings]:
+    def all(self) -> List[Key]:
         with self._lock:
             return list(self._batches)
 
-    def holding(self, future: Any) -> Optional[JobSettings]:
-        """The settings whose open batch holds ``future`` (its caller is waiting for it)."""
+    def holding(self, future: Any) -> Optional[Key]:
+        """The key whose open batch holds ``future`` (its caller is waiting for it)."""
         with self._lock:
-            return next((s for s, batch in self._batches.items()
+            return next((key for key, batch in self._batches.items()
                          if any(call[0] is future for call in batch.calls)), None)
 
     def next_delay(self) -> float:

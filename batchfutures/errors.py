@@ -12,7 +12,9 @@
         ├── MemoryLimitExceeded(JobFailedError)
         ├── JobTimeoutError(JobFailedError)
         ├── JobAbortedError(JobFailedError)
-        └── HostTerminatedError(JobFailedError)
+        ├── HostTerminatedError(JobFailedError)
+        └── DependencyFailedError(JobFailedError)
+    IntegrityError(BatchError)
 
 `classify_failure` reads the last attempt of a FAILED job description (the dict DescribeJobs
 returns) and builds the exception a future raises. Batch's own strings decide the type, so the
@@ -34,11 +36,13 @@ __all__ = [
     "JobMetadataExpired",
     "InitializerFailedError",
     "DryRunResult",
+    "DependencyFailedError",
     "JobFailedError",
     "MemoryLimitExceeded",
     "JobTimeoutError",
     "JobAbortedError",
     "HostTerminatedError",
+    "IntegrityError",
     "classify_failure",
 ]
 
@@ -79,6 +83,11 @@ class JobMetadataExpired(BatchError):
     def __init__(self, message: str, job_id: Optional[str] = None) -> None:
         super().__init__(message)
         self.job_id = job_id
+
+
+class IntegrityError(BatchError):
+    """A stored function, inputs object or result failed its signature check (altered, unsigned,
+    or signed with another key); nothing was unpickled and nothing ran."""
 
 
 class JobFailedError(BatchError):
@@ -128,6 +137,10 @@ class JobAbortedError(JobFailedError):
 
 class HostTerminatedError(JobFailedError):
     """The host went away (Spot reclaim, instance terminated)."""
+
+
+class DependencyFailedError(JobFailedError):
+    """A future given as an argument failed; ``__cause__`` is that failure."""
 
 
 class DryRunResult(BatchError):

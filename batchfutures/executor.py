@@ -23,9 +23,11 @@ import time
 from typing import Any, Callable, Iterable, Iterator, List, Optional, Union
 
 from . import serialization
+from .dependencies import substitute
 from .environments import EnvironmentLike, resolve_environment
 from .futures import BatchFuture
-from .session import Session
+from .progress import for_map as progress_for_map
+from .session import Session, Upstream
 from .settings import JobSettings
 from .submission import MAX_ARRAY_SIZE, PendingJob, job_name_for
 
@@ -111,14 +113,18 @@ class BatchExecutor(concurrent.futures.Executor):
 
     # -- map ---------------------------------------------------------------------------------
     def map(self, fn: Callable[..., Any], *iterables: Iterable[Any], timeout: Optional[float] = None,
-            chunksize: int = 1) -> Iterator[Any]:
+            chunksize: int = 1, progress: Union[bool, str] = False) -> Iterator[Any]:
         """Like the built-in map, run as array jobs; results in input order.
 
         When the call on item k raised, items 0..k-1 are yielded and then item k's exception.
         ``timeout`` counts from this call and raises concurrent.futures.TimeoutError.
+        ``progress``: True shows Batch's counts for this map on stderr, "auto" only on a terminal.
         """
         end_time = None if timeout is None else time.monotonic() + timeout
         slices = self._slices(fn, iterables, chunksize, per_child=True)
+        shown = progress_for_map(progress, fn)  # None unless progress is asked for
+        if shown is not None:
+            slices = shown.follow(slices)
         # The first slices go now, as ProcessPoolExecutor.map submits at once: bad input raises
         # here, and a map nobody iterates still runs. Later slices follow as results are taken.
         submitted: collections.deque = collections.deque(
@@ -148,8 +154,10 @@ class BatchExecutor(concurrent.futures.Executor):
             finally:
                 for child in itertools.chain(current, *submitted):
                     child.cancel()
+                if shown is not None:
+                    shown.close()
 
-        return results()
+        return results() if shown is None else shown.watch(results())
 
     def map_futures(self, fn: Callable[..., Any], *iterables: Iterable[Any],
                     chunksize: int = 1) -> List[BatchFuture]:
@@ -191,10 +199,17 @@ class BatchExecutor(concurrent.futures.Executor):
                 # child by child: a slice's items are never all alive at once, only their pickles
                 blobs: List[bytes] = []
                 counts: List[int] = []
+                upstream = Upstream(session)  # futures among the items: Batch dependencies
                 while len(blobs) < MAX_ARRAY_SIZE:
                     chunk = list(itertools.islice(items, chunksize))
                     if not chunk:
                         break
+                    upstream.child = len(blobs)
+                    if single:
+                        chunk = [substitute(value, upstream.replace) for value in chunk]
+                    else:
+                        chunk = [tuple(substitute(v, upstream.replace) for v in values)
+                                 for values in chunk]
                     # a failure names the map's item: "item k" counts from the map's first item
                     blobs.append(serialization.pack_arguments(
                         chunk, single=single, first_item=position, by_value=session.by_value))
@@ -207,7 +222,10 @@ class BatchExecutor(concurrent.futures.Executor):
                 else:
                     futures = [[BatchFuture(session) for _ in range(count)] for count in counts]
                 session.submit_job(PendingJob(settings, [function_pickle], blobs, counts, futures,
-                                              chunksize, name, encoding, per_child))
+                                              chunksize, name, encoding, per_child,
+                                              upstream.depends_on(len(blobs))))
+                for child, group in enumerate(futures):
+                    upstream.cancel_with_upstream(group, child)
                 del blobs
                 yield [future for group in futures for future in group]
 
@@ -218,6 +236,14 @@ class BatchExecutor(concurrent.futures.Executor):
         """The future(s) of a job submitted earlier, possibly by another process."""
         futures = self._session.attach(job_id)
         return futures[0] if len(futures) == 1 else futures
+
+    def job(self, job_id: str) -> Any:
+        """The Batch job as a whole (a `jobview.JobInfo`): status, reason, child count and, per
+        child, status, exit code and reason, from DescribeJobs and ListJobs; ``.log()`` reads
+        its log. For arrays and plain jobs alike; ``"<array id>:<i>"`` names one child."""
+        from .jobview import describe_in
+
+        return describe_in(self._session.env, job_id)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         self._session.shutdown(wait=wait, cancel_futures=cancel_futures)

@@ -25,12 +25,15 @@ import uuid
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from . import batchapi, serialization
+from . import batchapi, serialization, signing
 from .coalescer import Coalescer
+from .dependencies import MAX_DEPENDENCIES, FutureRef, substitute_call
 from .errors import (
     ABORT_REASON_PREFIX,
     BatchError,
     ConfigurationError,
+    DependencyFailedError,
+    IntegrityError,
     JobAbortedError,
     JobMetadataExpired,
     RemoteError,
@@ -80,6 +83,115 @@ else:  # pragma: no cover - Python without threading._register_atexit
     atexit.register(_at_interpreter_exit)
 
 
+_cleaned_workdirs: set = set()
+_cleaned_lock = threading.Lock()
+
+
+def _clean_local_storage_once(env: Any) -> None:
+    """Local payloads stay bounded: once per process and workdir, in the background, finished
+    runs older than BATCHFUTURES_LOCAL_RETENTION_DAYS (default 7) are removed (cleanup.py).
+    On AWS the template's lifecycle rule expires them instead."""
+    from .environments import LocalEnvironment
+
+    if not isinstance(env, LocalEnvironment):
+        return
+    with _cleaned_lock:
+        if env.workdir in _cleaned_workdirs:
+            return
+        _cleaned_workdirs.add(env.workdir)
+    from .cleanup import remove_finished_runs
+
+    threading.Thread(target=remove_finished_runs, args=(env,), name="batchfutures-cleanup",
+                     daemon=True).start()
+
+
+class Upstream:
+    """The futures a call (or a map child) takes as arguments, turned into FutureRefs.
+
+    A future still in a coalescing buffer is sent first (it needs a job id); one already
+    succeeded needs no dependency (its result is in storage); one that failed or was cancelled
+    decides the dependent's fate at once.
+    """
+
+    def __init__(self, session: "Session") -> None:
+        self._session = session
+        self.unfinished: Dict[str, Any] = {}  # job id -> TrackedJob, for dependsOn
+        self.pairs: set = set()  # (job id, child) of every reference
+        self.futures_by_child: Dict[Optional[int], List[BatchFuture]] = {}  # None: a submit
+        self.failed: Optional[BatchFuture] = None
+        self.cancelled = False
+        self.child: Optional[int] = None  # map: the child whose items are being read
+        self.pairs_by_child: Dict[int, set] = {}  # map: child -> upstream children it reads
+
+    def replace(self, value: Any) -> Optional[FutureRef]:
+        if not isinstance(value, BatchFuture):
+            return None
+        if value._core is not self._session:
+            raise ConfigurationError("a future passed as an argument must come from the same "
+                                     "executor (or one of its with_settings views)")
+        if value._job is None and not value.done():
+            self._session.flush_for(value)  # buffered: send it now, it needs a job id
+        job = value._job
+        if value.cancelled():
+            self.cancelled = True
+        elif value.done() and value.exception() is not None:
+            self.failed = self.failed or value
+        if job is None:
+            if self.cancelled or self.failed is not None:
+                return FutureRef("", 0, 0, "")
+            raise ConfigurationError(
+                "a future passed as an argument was not submitted yet (held back by "
+                "max_workers); wait for its job_id before passing it on")
+        self.futures_by_child.setdefault(self.child, []).append(value)
+        self.pairs.add((job.job_id, value._child))
+        if self.child is not None:
+            self.pairs_by_child.setdefault(self.child, set()).add(value._child)
+        if not value.done():
+            self.unfinished[job.job_id] = job
+            if len(self.unfinished) > MAX_DEPENDENCIES:
+                raise ConfigurationError(
+                    f"a call may depend on at most {MAX_DEPENDENCIES} Batch jobs (Batch's limit); "
+                    f"gather the inputs in one map_futures call, or wait for some first")
+        return FutureRef(job.job_url, value._child, getattr(value, "_item", 0),
+                         job.child_id(value._child))
+
+    def settle_dependent(self, future: BatchFuture) -> None:
+        """The dependent's fate when an argument already failed or was cancelled."""
+        if self.cancelled:
+            future.cancel()
+            return
+        failed = self.failed
+        assert failed is not None
+        cause = failed.exception()
+        error = DependencyFailedError(
+            f"an argument of this call is the result of {failed.job_id}, which failed: {cause!r}",
+            job_id=failed.job_id, status_reason="a dependency failed")
+        error.__cause__ = cause
+        settle(future, False, error)
+
+    def cancel_with_upstream(self, dependents: List[BatchFuture], child: Optional[int] = None) -> None:
+        """Cancelling an upstream future cancels what depends on it (a submit, or map child)."""
+        def cancel(done: BatchFuture) -> None:
+            if done.cancelled():
+                for dependent in dependents:
+                    dependent.cancel()
+
+        for upstream in self.futures_by_child.get(child, ()):
+            if not upstream.done():
+                upstream.add_done_callback(cancel)
+
+    def depends_on(self, size: int) -> List[Dict[str, str]]:
+        """dependsOn for a job of ``size`` children whose child i referenced ``pairs``."""
+        if not self.unfinished:
+            return []
+        if len(self.unfinished) == 1 and size > 1:
+            (job_id, job), = self.unfinished.items()
+            if job.size == size and all(j == job_id for j, _ in self.pairs) and \
+                    self.pairs_by_child == {i: {i} for i in range(size)}:
+                return [{"jobId": job_id, "type": "N_TO_N"}]
+        return [{"jobId": job_id} for job_id in sorted(self.unfinished)]
+
+
 class Session:
     """What an executor and its views share: environment, storage, run, the three parts."""
 
@@ -114,6 +226,8 @@ class Session:
         self._cancelled_at_shutdown = False
         self.closed = False
         _live_sessions.add(self)
+        if not dry_run:
+            _clean_local_storage_once(env)
         subscribe = None if dry_run else getattr(env, "subscribe", None)
         if subscribe is not None:
             subscribe(self.poller.wake)
@@ -125,16 +239,23 @@ class Session:
     # -- submit and coalescing ---------------------------------------------------------------
     def submit(self, settings: JobSettings, fn: Callable, args: tuple, kwargs: dict) -> BatchFuture:
         self._check_open()
+        upstream = Upstream(self)
+        args, kwargs = substitute_call(args, kwargs, upstream.replace)
+        future = BatchFuture(self)
+        if upstream.cancelled or upstream.failed is not None:
+            upstream.settle_dependent(future)
+            return future
+        key = (settings, tuple(sorted(upstream.unfinished)))
         # SerializationError now, before anything is uploaded
-        pickled = self.coalescer.known_pickle(settings, fn) or \
+        pickled = self.coalescer.known_pickle(key, fn) or \
             serialization.dumps(fn, by_value=self.by_value)
         serialization.pack_items([(0, args, kwargs)], by_value=self.by_value)
-        future = BatchFuture(self)
         with self._lock:
             self._check_open()
-            full = self.coalescer.add(settings, (future, fn, args, kwargs), pickled)
+            full = self.coalescer.add(key, (future, fn, args, kwargs), pickled)
+        upstream.cancel_with_upstream([future])
         if full:
-            self.flush(settings)
+            self.flush(key)
         else:
             self.poller.start()
             self.poller.wake()
@@ -156,23 +277,24 @@ class Session:
     def flush_due(self) -> None:
         """On the poller thread: send the buffers whose window closed, and paced children."""
         self.submitter.submit_paced()
-        for settings in self.coalescer.due():
-            self.flush(settings)
+        for key in self.coalescer.due():
+            self.flush(key)
 
     def flush_all(self) -> None:
-        for settings in self.coalescer.all():
-            self.flush(settings)
+        for key in self.coalescer.all():
+            self.flush(key)
 
     def flush_for(self, future: BatchFuture) -> None:
         """Send the buffer holding ``future`` now: its caller is waiting for it."""
         if future._job is not None:
             return
-        settings = self.coalescer.holding(future)
-        if settings is not None:
-            self.flush(settings)
+        key = self.coalescer.holding(future)
+        if key is not None:
+            self.flush(key)
 
-    def flush(self, settings: JobSettings) -> None:
-        batch = self.coalescer.take(settings)
+    def flush(self, key: Tuple[JobSettings, Tuple[str, ...]]) -> None:
+        settings, depends_on = key
+        batch = self.coalescer.take(key)
         if batch is None:
             return
         calls = [call for call in batch.calls if not call[0].done()]  # skip cancelled, aborted
@@ -195,7 +317,8 @@ class Session:
         del calls, pickles  # the callables and arguments now live only in their pickles
         try:
             self.submitter.submit(PendingJob(settings, function_pickles, blobs, [1] * len(blobs),
-                                             futures, chunksize=1, name=name))
+                                             futures, chunksize=1, name=name,
+                                             depends_on=[{"jobId": j} for j in depends_on]))
         except BaseException as error:  # the futures carry the failure; nobody waits in vain
             fail_all(futures, error)
             if not isinstance(error, Exception):
@@ -203,10 +326,15 @@ class Session:
 
     # -- results, logs, cancel, abort --------------------------------------------------------
     def decode_result(self, data: bytes, count: int) -> List[Tuple[bool, Any]]:
+        """``data``: a result whose seal storage.read_result has checked."""
         try:
-            _, outcomes = serialization.unpack_result(data)
+            meta, outcomes = serialization.unpack_result(data)
         except ValueError as error:  # truncated or foreign: every item of the child fails
             return [(False, RemoteError(f"the result object could not be read: {error}"))] * count
+        refused = meta.get(signing.REFUSED)  # JSON, not a pickle: nothing of it is unpickled
+        if refused:
+            return [(False, IntegrityError(f"the worker refused its job: {refused}"))
+                    for _ in range(count)]
         decoded = [serialization.outcome_result(outcome) for outcome in outcomes]
         if len(decoded) < count:  # a truncated result never passes for a complete one
             decoded += [(False, BatchError("the worker recorded no outcome for this item"))] * (

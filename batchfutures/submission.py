@@ -26,7 +26,7 @@ import math
 import re
 import threading
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Dict, List, Optional
 
 from . import batchapi, serialization
@@ -69,8 +69,13 @@ def user_tag() -> str:
 
 def build_request(settings: JobSettings, *, name: str, job_queue: str, job_definition: str,
                   command: List[str], size: int, memory_mib: int, run_id: str,
-                  user: str) -> Dict[str, Any]:
-    """The SubmitJob request of one Batch job (``size`` children), from its settings alone."""
+                  user: str, depends_on: Optional[List[Dict[str, str]]] = None,
+                  signing_environment: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+    """The SubmitJob request of one Batch job (``size`` children), from its settings alone.
+
+    ``signing_environment``: where the worker finds the signing key (never the key itself, see
+    signing.py); it replaces any user variable of the same name.
+    """
     resources = [
         {"type": "VCPU", "value": _number(settings.vcpus)},
         {"type": "MEMORY", "value": str(memory_mib)},
@@ -80,6 +85,7 @@ def build_request(settings: JobSettings, *, name: str, job_queue: str, job_defin
     # the worker runs a child's items on this many processes (batchfutures.pool)
     given = dict(settings.environment)
     given.setdefault("BATCHFUTURES_VCPUS", _number(settings.vcpus))
+    given.update(signing_environment or {})
     environment = [{"name": k, "value": v} for k, v in sorted(given.items())]
     overrides: Dict[str, Any] = {
         "command": command,
@@ -103,6 +109,11 @@ def build_request(settings: JobSettings, *, name: str, job_queue: str, job_defin
     }
     if size > 1:
         request["arrayProperties"] = {"size": size}
+    if depends_on:
+        # N_TO_N pairs equal arrays child by child; anything else waits for the whole job
+        request["dependsOn"] = [
+            dict(entry) if size > 1 or entry.get("type") != "N_TO_N" else {"jobId": entry["jobId"]}
+            for entry in depends_on]
     if settings.timeout is not None:
         request["timeout"] = {"attemptDurationSeconds": max(1, int(math.ceil(settings.timeout)))}
     if settings.share_id is not None:
@@ -125,12 +136,23 @@ class PendingJob:
     name: str
     encoding: str = serialization.CALLS
     per_child: bool = False
+    depends_on: List[Dict[str, str]] = field(default_factory=list)  # SubmitJob's dependsOn
+
+    def _with(self, keep: List[int], depends_on: List[Dict[str, str]]) -> "PendingJob":
+        return PendingJob(self.settings, self.function_pickles, [self.blobs[i] for i in keep],
+                          [self.item_counts[i] for i in keep], [self.futures[i] for i in keep],
+                          self.chunksize, self.name, self.encoding, self.per_child, depends_on)
 
     def take(self, count: int) -> "PendingJob":
-        """The first ``count`` children as a job of their own; this one keeps the rest."""
-        part = PendingJob(self.settings, self.function_pickles, self.blobs[:count],
-                          self.item_counts[:count], self.futures[:count], self.chunksize,
-                          self.name, self.encoding, self.per_child)
+        """The first ``count`` children as a job of their own; this one keeps the rest.
+
+        A part is no longer the upstream array's twin: N_TO_N becomes a wait for the whole job.
+        """
+        if count >= len(self.blobs):
+            part = self._with(list(range(len(self.blobs))), self.depends_on)
+        else:
+            self.depends_on = [{"jobId": entry["jobId"]} for entry in self.depends_on]
+            part = self._with(list(range(count)), self.depends_on)
         del self.blobs[:count], self.item_counts[:count], self.futures[:count]
         return part
 
@@ -139,9 +161,7 @@ class PendingJob:
         keep = [i for i, group in enumerate(self.futures) if _wanted(group)]
         if len(keep) == len(self.futures):
             return self
-        return PendingJob(self.settings, self.function_pickles, [self.blobs[i] for i in keep],
-                          [self.item_counts[i] for i in keep], [self.futures[i] for i in keep],
-                          self.chunksize, self.name, self.encoding, self.per_child)
+        return self._with(keep, [{"jobId": entry["jobId"]} for entry in self.depends_on])
 
 
 def _wanted(group: List[Any]) -> bool:
@@ -184,9 +204,7 @@ class Submitter:
             self.submit_now(job)
             return
         # copies: taking children off a waiting job must not change the caller's lists
-        job = PendingJob(job.settings, job.function_pickles, list(job.blobs),
-                         list(job.item_counts), list(job.futures), job.chunksize, job.name,
-                         job.encoding, job.per_child)
+        job = job._with(list(range(len(job.blobs))), list(job.depends_on))
         with self._lock:
             self._waiting.append(job)
         self.submit_paced(raise_errors=True)
@@ -277,7 +295,9 @@ class Submitter:
         request = build_request(job.settings, name=job.name, job_queue=self._env.job_queue,
                                 job_definition=self._env.job_definition,
                                 command=self._env.worker_command(job_url), size=len(job.blobs),
-                                memory_mib=memory, run_id=self._run_id, user=user_tag())
+                                memory_mib=memory, run_id=self._run_id, user=user_tag(),
+                                depends_on=job.depends_on,
+                                signing_environment=_signing_environment(storage))
         try:
             response = batchapi.submit_job(self._env.batch, request)
         except Exception as error:
@@ -288,6 +308,9 @@ class Submitter:
             storage.write_job_pointer(job_id, job_url)
         except Exception:  # only attach-after-expiry needs it; the job itself is fine
             logger.warning("batchfutures: could not record the storage pointer of job %s", job_id)
+        for group in job.futures:  # where each future's outcome sits in its child's result
+            for position, future in enumerate(group):
+                future._item = position
         tracked = TrackedJob(job_id, job_url, job.futures, array=len(job.blobs) > 1,
                              memory_mib=memory,
                              item_counts=job.item_counts if job.per_child else None)
@@ -311,6 +334,11 @@ class Submitter:
             except (FileNotFoundError, PermissionError) as error:
                 raise storage_error(self._storage, error) from error
         return self._initializer_url
+
+
+def _signing_environment(storage: Any) -> Dict[str, str]:
+    signer = getattr(storage, "signer", None)
+    return signer.job_environment() if signer is not None else {}
 
 
 def _number(value: float) -> str:

@@ -222,3 +222,45 @@ def test_done_futures_leave_no_callable_or_result_behind(executor):
     gc.collect()
     assert first_ref() is None  # the iterator does not keep what it yielded
     assert [v.x for v in iterator] == [1, 2]
+
+
+# -- the job as a whole --------------------------------------------------------------------
+def _maybe_crash(x):
+    if x == 2:
+        os._exit(3)
+    return x
+
+
+def test_job_shows_the_array_and_each_child(local_env):
+    with BatchExecutor(local_env) as ex:
+        futures = ex.map_futures(_maybe_crash, range(4))
+        concurrent.futures.wait(futures, timeout=120)
+        info = ex.job(futures[0].job_id.split(":")[0])
+    assert info.is_array and info.size == 4 and info.status == "FAILED"
+    by_index = {child.index: child for child in info.children}
+    assert by_index[2].status == "FAILED" and by_index[2].exit_code == 3
+    assert {by_index[i].status for i in (0, 1, 3)} == {"SUCCEEDED"}
+
+
+def test_local_storage_is_cleaned_of_old_finished_runs(tmp_path, monkeypatch):
+    from batchfutures import LocalEnvironment, session
+
+    monkeypatch.setenv("BATCHFUTURES_LOCAL_RETENTION_DAYS", "0")  # every finished run is old
+    env = LocalEnvironment(tmp_path / "work", max_vcpus=2)
+    try:
+        with BatchExecutor(env) as ex:
+            assert ex.submit(_square, 3).result(timeout=120) == 9
+        runs = env.storage.list_runs()
+        assert len(runs) == 1
+        monkeypatch.setattr(session, "_cleaned_workdirs", set())
+        import time
+
+        time.sleep(1.1)  # older than the horizon, by the clock the cleanup reads
+        with BatchExecutor(env) as ex:
+            for _ in range(200):
+                if not any(run == runs[0][0] for run, _ in env.storage.list_runs()):
+                    break
+                time.sleep(0.05)
+        assert not any(run == runs[0][0] for run, _ in env.storage.list_runs())
+    finally:
+        env.emulator.close()

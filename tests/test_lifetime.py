@@ -95,13 +95,13 @@ def test_ctrl_c_stops_the_jobs_and_leaves_at_once(tmp_path):
 
         with BatchExecutor() as ex:
             futures = ex.map_futures(sleeper, range(2))
-            while not all(f.running() for f in futures):
-                time.sleep(0.05)
+            while not os.path.exists({str(pids)!r}) or \
+                    len(open({str(pids)!r}).read().split()) < 2:
+                time.sleep(0.05)  # both workers started and recorded their pids
             print("running", flush=True)
             results = [f.result() for f in futures]
     """)
     assert process.stdout.readline().strip() == "running"
-    time.sleep(0.5)  # let the worker processes record their pids
     process.send_signal(signal.SIGINT)
     out, err = process.communicate(timeout=60)  # one Ctrl-C: no hang, no second press
     assert process.returncode != 0
