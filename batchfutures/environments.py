@@ -124,14 +124,9 @@ class Environment:
         return memory
 
     def _describe_definition(self) -> Optional[Dict[str, Any]]:
-        name = self.job_definition
-        if name.startswith("arn:") or ":" in name:
-            response = batchapi.call(self.batch.describe_job_definitions, jobDefinitions=[name])
-        else:
-            response = batchapi.call(self.batch.describe_job_definitions, jobDefinitionName=name,
-                                     status="ACTIVE")
-        definitions = sorted(response.get("jobDefinitions") or [], key=lambda d: d.get("revision", 0))
-        return definitions[-1] if definitions else None
+        from .jobdefinitions import describe_job_definition  # without a revision: highest ACTIVE
+
+        return describe_job_definition(self.batch, self.job_definition)
 
 
 class LocalEnvironment(Environment):
@@ -291,10 +286,20 @@ class AWSBatchEnvironment(Environment):
         if settings.timeout is not None and settings.timeout < 60:
             raise ConfigurationError(
                 f"timeout={settings.timeout}: AWS Batch requires at least 60 seconds per attempt")
-        if str(self.definition_options.get("platform", "EC2")).upper() == "FARGATE":
-            from .jobdefinitions import check_fargate
+        from . import jobdefinitions
 
-            check_fargate(settings.vcpus, settings.memory_mib(), settings.gpus)
+        platform = str(self.definition_options.get("platform", "EC2")).upper() if self.image else None
+        if platform is None and settings.vcpus < 1:
+            try:  # under 1 vCPU is a Fargate size: only then is the definition read
+                platform = jobdefinitions.definition_platform(self._describe_definition())
+            except Exception:  # unreadable here: SubmitJob still checks
+                platform = None
+        if platform == "FARGATE":
+            jobdefinitions.check_fargate(settings.vcpus, settings.memory_mib(), settings.gpus)
+            if settings.nodes > 1:
+                raise ConfigurationError("nodes > 1: multi-node parallel jobs run on EC2, not Fargate")
+        elif platform == "EC2":
+            jobdefinitions.check_ec2_vcpus(settings.vcpus)
 
     def __repr__(self) -> str:
         return (f"AWSBatchEnvironment(job_queue={self.job_queue!r}, io_bucket={self.io_bucket!r}, "

@@ -1,27 +1,40 @@
-"""Job definitions registered from an image, named from a hash of their content and reused.
+"""Job definitions: found, registered from an image, or derived with secrets; checked sizes and tags.
 
     AWSBatchEnvironment(image=..., job_role_arn=..., mounts=[...]) ──> definition_properties()
         ──> name "batchfutures-<sha256 of the properties>"
         ──> DescribeJobDefinitions(name, ACTIVE): found -> its ARN; else RegisterJobDefinition
+    a given definition + secrets={NAME: ARN} ──> definition_with_secrets()
+        ──> describe it, copy it with containerProperties.secrets added, and register that copy
+            the same way ("batchfutures-<hash>"), so the secrets' ARNs live in the definition
+            and their values never appear in SubmitJob (whose containerOverrides take no secrets)
+    "name", "name:3", an ARN with or without ":3" ──> describe_job_definition()
+        ──> with a revision: that revision; without: the highest ACTIVE revision of the name
 
 Per-job settings (vCPUs, memory, GPUs, timeout, attempts, tags...) never go here: they travel in
 SubmitJob overrides, so one definition serves every executor with the same image and options.
 Options follow TorchX's AWS Batch scheduler: roles, platform, privileged, ulimits
 ("name:soft:hard"), mounts ("type=bind,src=..,dst=..[,readonly]", "type=volume,src=<efs id>,
-dst=..", "type=device,src=/dev/..[,dst=..][,perm=rwm]"), shared memory and log configuration.
+dst=..", "type=device,src=/dev/..[,dst=..][,perm=rwm]"), shared memory and log configuration;
+nodes=N > 1 makes it a multi-node parallel definition (one node group running the container).
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
-from typing import Any, Dict, List, Optional, Sequence
+import re
+import threading
+import weakref
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from . import batchapi
 from .errors import ConfigurationError
 
 PLATFORMS = ("EC2", "FARGATE")
-# Fargate's allowed memory (MiB) for each vCPU value.
+MANAGED_TAG = ("batchfutures:managed", "true")
+# Fargate's allowed memory (MiB) for each vCPU value: botocore's Batch model, ResourceRequirement
+# value ("value = 32: MEMORY = 61440, 122880, or 249856"; 16: 32768 to 122880 in 8192 steps).
 FARGATE_MEMORY = {
     0.25: [512, 1024, 2048],
     0.5: list(range(1024, 4097, 1024)),
@@ -30,7 +43,12 @@ FARGATE_MEMORY = {
     4: list(range(8192, 30721, 1024)),
     8: list(range(16384, 61441, 4096)),
     16: list(range(32768, 122881, 8192)),
+    32: [61440, 122880, 249856],
 }
+# Tags: a job's and its definition's are combined on the ECS task (propagateTags), and Batch fails
+# a job whose combined count passes 50; keys starting with "aws:" are reserved for AWS.
+MAX_TAGS = 50
+_TAG_TEXT = re.compile(r"^[\w\s+\-=.:/@]*$")
 
 
 def check_fargate(vcpus: float, memory: int, gpus: int) -> None:
@@ -45,6 +63,38 @@ def check_fargate(vcpus: float, memory: int, gpus: int) -> None:
         raise ConfigurationError(
             f"memory={memory} MiB does not go with vcpus={vcpus} on Fargate; "
             f"allowed: {', '.join(str(m) for m in allowed)} MiB")
+
+
+def check_ec2_vcpus(vcpus: float) -> None:
+    """Batch requires at least one vCPU for a job on EC2 resources (0.25 and 0.5 are Fargate's)."""
+    if vcpus < 1:
+        raise ConfigurationError(
+            f"vcpus={vcpus}: a job on EC2 resources needs at least 1 vCPU (0.25 and 0.5 are "
+            f"Fargate sizes; use a Fargate queue and job definition for them)")
+
+
+def check_tags(job_tags: Mapping[str, str], definition_tags: Optional[Mapping[str, str]] = None) -> None:
+    """Refuse tags Batch would refuse or fail the job for, before anything is uploaded.
+
+    ``job_tags`` are SubmitJob's (batchfutures' own and the user's); ``definition_tags`` the job
+    definition's, which propagateTags adds to the same ECS task (a job tag wins a shared key).
+    """
+    for key, value in job_tags.items():
+        if not isinstance(key, str) or not 1 <= len(key) <= 128:
+            raise ConfigurationError(f"tag key {key!r} must be 1 to 128 characters")
+        if key.lower().startswith("aws:"):
+            raise ConfigurationError(f"tag key {key!r}: the aws: prefix is reserved for AWS")
+        if not isinstance(value, str) or len(value) > 256:
+            raise ConfigurationError(f"tag {key!r}: the value must be a string of at most 256 characters")
+        if not _TAG_TEXT.match(key) or not _TAG_TEXT.match(value):
+            raise ConfigurationError(
+                f"tag {key!r}: keys and values may hold letters, digits, spaces and + - = . _ : / @")
+    combined = set(job_tags) | {k for k in (definition_tags or {}) if not k.lower().startswith("aws:")}
+    if len(combined) > MAX_TAGS:
+        raise ConfigurationError(
+            f"{len(combined)} tags: the job's {len(job_tags)} and its job definition's "
+            f"{len(definition_tags or {})} (combined on the task, one per key) are more than the "
+            f"{MAX_TAGS} Batch allows; Batch would fail the job")
 
 
 def parse_ulimits(ulimits: Sequence[str]) -> List[Dict[str, Any]]:
@@ -100,8 +150,15 @@ def definition_properties(image: str, *, job_role_arn: Optional[str] = None,
                           privileged: bool = False, ulimits: Sequence[str] = (),
                           mounts: Sequence[str] = (), shm_size: Optional[int] = None,
                           log_configuration: Optional[Dict[str, Any]] = None,
-                          vcpus: float = 1, memory: int = 2048) -> Dict[str, Any]:
-    """The RegisterJobDefinition request for an image and options (without its name)."""
+                          vcpus: float = 1, memory: int = 2048, nodes: int = 1,
+                          secrets: Iterable[Tuple[str, str]] = ()) -> Dict[str, Any]:
+    """The RegisterJobDefinition request for an image and options (without its name).
+
+    ``nodes > 1``: a multi-node parallel definition (``type: multinode``) whose one node group
+    (``0:``, every node) runs the container, node 0 the main node. ``secrets``: (variable name,
+    Secrets Manager or SSM parameter ARN) pairs, the container's ``secrets``; ECS resolves them
+    with the execution role, so one is required.
+    """
     platform = (platform or "EC2").upper()
     if platform not in PLATFORMS:
         raise ConfigurationError(f"platform={platform!r} must be EC2 or FARGATE")
@@ -141,13 +198,34 @@ def definition_properties(image: str, *, job_role_arn: Optional[str] = None,
         container["linuxParameters"] = linux
     if log_configuration:
         container["logConfiguration"] = log_configuration
-    return {
+    secret_list = _secret_list(secrets)
+    if secret_list:
+        if not execution_role_arn:
+            raise ConfigurationError(
+                "secrets= needs execution_role_arn: ECS reads the secrets with the execution role")
+        container["secrets"] = secret_list
+    properties: Dict[str, Any] = {
         "type": "container",
         "containerProperties": container,
         "platformCapabilities": [platform],
         "propagateTags": True,
-        "tags": {"batchfutures:managed": "true"},
+        "tags": dict([MANAGED_TAG]),
     }
+    if nodes > 1:
+        if platform == "FARGATE":
+            raise ConfigurationError("multi-node parallel jobs (nodes > 1) run on EC2 only, not Fargate")
+        del properties["containerProperties"]
+        properties["type"] = "multinode"
+        properties["nodeProperties"] = {
+            "numNodes": int(nodes), "mainNode": 0,
+            "nodeRangeProperties": [{"targetNodes": "0:", "container": container}],
+        }
+    return properties
+
+
+def _secret_list(secrets: Iterable[Tuple[str, str]]) -> List[Dict[str, str]]:
+    pairs = dict(secrets.items() if isinstance(secrets, Mapping) else secrets)
+    return [{"name": name, "valueFrom": pairs[name]} for name in sorted(pairs)]
 
 
 def definition_name(properties: Dict[str, Any]) -> str:
@@ -157,11 +235,132 @@ def definition_name(properties: Dict[str, Any]) -> str:
 
 def ensure_job_definition(batch: Any, image: Optional[str], **options: Any) -> str:
     """The ARN of an ACTIVE definition for this content, registered only if none exists."""
-    properties = definition_properties(image or "", **options)
+    return _ensure(batch, definition_properties(image or "", **options))
+
+
+def _ensure(batch: Any, properties: Dict[str, Any]) -> str:
     name = definition_name(properties)
-    found = batchapi.call(batch.describe_job_definitions, jobDefinitionName=name, status="ACTIVE")
-    definitions = sorted(found.get("jobDefinitions") or [], key=lambda d: d.get("revision", 0))
-    if definitions:
-        return definitions[-1]["jobDefinitionArn"]
+    found = _latest_active(batch, name)
+    if found is not None:
+        return found["jobDefinitionArn"]
     response = batchapi.call(batch.register_job_definition, jobDefinitionName=name, **properties)
     return response["jobDefinitionArn"]
+
+
+def split_reference(reference: str) -> Tuple[str, Optional[int]]:
+    """(name, revision or None) of "name", "name:3", or an ARN with or without ":3"."""
+    text = reference.strip()
+    if text.startswith("arn:"):
+        _, sep, text = text.partition(":job-definition/")
+        if not sep or not text:
+            raise ConfigurationError(f"{reference!r} is not a job definition ARN "
+                                     f"(arn:aws:batch:REGION:ACCOUNT:job-definition/NAME[:REVISION])")
+    name, sep, revision = text.partition(":")
+    if not name or (sep and not revision.isdigit()):
+        raise ConfigurationError(f"{reference!r} is not a job definition name[:revision] or ARN")
+    return name, int(revision) if sep else None
+
+
+def describe_job_definition(batch: Any, reference: str) -> Optional[Dict[str, Any]]:
+    """The job definition a name or ARN means, as Batch does for SubmitJob; None if there is none.
+
+    With a revision, that revision (whatever its status). Without one, the highest ACTIVE
+    revision of that name: DescribeJobDefinitions' jobDefinitions= takes only name:revision or a
+    full ARN with its revision, so a bare name or ARN is looked up by name.
+    """
+    name, revision = split_reference(reference)
+    if revision is None:
+        return _latest_active(batch, name)
+    target = reference if reference.startswith("arn:") else f"{name}:{revision}"
+    response = batchapi.call(batch.describe_job_definitions, jobDefinitions=[target])
+    found = [d for d in response.get("jobDefinitions") or [] if d.get("revision") == revision]
+    return found[0] if found else None
+
+
+def _latest_active(batch: Any, name: str) -> Optional[Dict[str, Any]]:
+    best: Optional[Dict[str, Any]] = None
+    request: Dict[str, Any] = {"jobDefinitionName": name, "status": "ACTIVE"}
+    while True:  # a name can have more revisions than one page holds
+        response = batchapi.call(batch.describe_job_definitions, **request)
+        for definition in response.get("jobDefinitions") or []:
+            if definition.get("status", "ACTIVE") == "ACTIVE" and (
+                    best is None or definition.get("revision", 0) > best.get("revision", 0)):
+                best = definition
+        token = response.get("nextToken")
+        if not token:
+            return best
+        request["nextToken"] = token
+
+
+# What RegisterJobDefinition takes of a described definition (the rest is Batch's bookkeeping).
+_REGISTERED_FIELDS = ("type", "parameters", "schedulingPriority", "containerProperties",
+                      "nodeProperties", "retryStrategy", "propagateTags", "timeout", "tags",
+                      "platformCapabilities", "eksProperties", "ecsProperties",
+                      "consumableResourceProperties")
+
+
+# definition_with_secrets' answers per Batch client: content-addressed, so they never go stale
+_derived: "weakref.WeakKeyDictionary[Any, Dict[Tuple[str, str], str]]" = weakref.WeakKeyDictionary()
+_derived_lock = threading.Lock()
+
+
+def definition_with_secrets(batch: Any, definition: str,
+                            secrets: Iterable[Tuple[str, str]]) -> str:
+    """The ARN of ``definition`` (a name or ARN) with the container's ``secrets`` added.
+
+    SubmitJob's containerOverrides cannot carry secrets, so they must be in the job definition:
+    this registers a copy of it whose containers (every node group's, for a multi-node
+    definition) also get ``secrets`` (name -> Secrets Manager or SSM parameter ARN; a name the
+    definition already maps is replaced), named ``batchfutures-<hash of the content>`` and
+    registered once: the same definition and secrets give the same ARN again. With no secrets it
+    returns ``definition`` itself. The copy keeps the definition's execution role, which ECS uses
+    to read the secrets (it needs secretsmanager:GetSecretValue or ssm:GetParameters on them).
+    The answer is kept per Batch client, so later calls with the same arguments send nothing
+    (a definition named without a revision is looked up once per client).
+    """
+    added = _secret_list(secrets)
+    if not added:
+        return definition
+    key = (definition, json.dumps(added))
+    with _derived_lock:
+        known = _derived.get(batch, {}).get(key)
+    if known is not None:
+        return known
+    arn = _register_with_secrets(batch, definition, added)
+    with _derived_lock:
+        _derived.setdefault(batch, {})[key] = arn
+    return arn
+
+
+def _register_with_secrets(batch: Any, definition: str, added: List[Dict[str, str]]) -> str:
+    described = describe_job_definition(batch, definition)
+    if described is None:
+        raise ConfigurationError(f"job definition {definition} does not exist or has no ACTIVE revision")
+    properties = {key: copy.deepcopy(described[key]) for key in _REGISTERED_FIELDS
+                  if described.get(key) not in (None, {}, [])}
+    containers = [properties["containerProperties"]] if "containerProperties" in properties else [
+        group["container"] for group in (properties.get("nodeProperties") or {}).get(
+            "nodeRangeProperties", []) if group.get("container")]
+    if not containers:
+        raise ConfigurationError(
+            f"job definition {definition} has no container properties to add secrets to")
+    names = {secret["name"] for secret in added}
+    for container in containers:
+        if not container.get("executionRoleArn"):
+            raise ConfigurationError(
+                f"secrets= needs an execution role on job definition {definition}: ECS reads the "
+                f"secrets with it (the batchfutures template's definitions have one)")
+        kept = [s for s in container.get("secrets") or [] if s.get("name") not in names]
+        container["secrets"] = sorted(kept + added, key=lambda s: s["name"])
+    # tags starting with aws: (CloudFormation's, for one) are AWS's to set, not ours
+    tags = {k: v for k, v in (properties.get("tags") or {}).items() if not k.lower().startswith("aws:")}
+    properties["tags"] = dict(tags, **dict([MANAGED_TAG]))
+    return _ensure(batch, properties)
+
+
+def definition_platform(definition: Optional[Dict[str, Any]]) -> Optional[str]:
+    """"EC2" or "FARGATE" for a described definition (Batch's default is EC2); None if unknown."""
+    if definition is None:
+        return None
+    capabilities = definition.get("platformCapabilities") or ["EC2"]
+    return str(capabilities[0]).upper()

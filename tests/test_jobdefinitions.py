@@ -1,20 +1,29 @@
-"""Job definitions registered from an image: TorchX-style options, checked against the model."""
+"""Job definitions: registered from an image (TorchX-style options, multi-node, secrets), derived
+with secrets, found without a revision; Fargate sizes and tag limits. Requests are checked against
+botocore's Batch model; registration and lookup run on the emulator's Batch API."""
 
 import botocore.session
 import pytest
+import s3server
 from botocore.validate import ParamValidator
+from s3server import emulator_endpoint
 
 from batchfutures import ConfigurationError
 from batchfutures.jobdefinitions import (
     check_fargate,
+    check_tags,
     definition_name,
     definition_properties,
+    definition_with_secrets,
+    describe_job_definition,
     parse_mounts,
     parse_ulimits,
+    split_reference,
 )
 from batchfutures.session import log_group_of
 
 MODEL = botocore.session.get_session().get_service_model("batch")
+moto_server, aws_env = s3server.moto_server, s3server.aws_env  # fake credentials (fixtures)
 
 
 def valid(properties):
@@ -97,3 +106,247 @@ def test_logs_are_read_from_the_group_the_job_definition_names():
                                                  "options": {"awslogs-group": "/aws/batch/stack"}}}}
     assert log_group_of(custom, "/aws/batch/job") == "/aws/batch/stack"
     assert log_group_of({"container": {}}, "/aws/batch/job") == "/aws/batch/job"
+
+
+# -- Fargate's 16- and 32-vCPU sizes (botocore's Batch model, ResourceRequirement value) -------
+@pytest.mark.parametrize("vcpus, memory", [
+    (16, 32768), (16, 40960), (16, 122880), (32, 61440), (32, 122880), (32, 249856), (8, 61440)])
+def test_fargate_large_sizes_are_accepted(vcpus, memory):
+    check_fargate(vcpus, memory, 0)
+
+
+@pytest.mark.parametrize("vcpus, memory", [
+    (16, 30720), (16, 131072), (16, 36864), (32, 65536), (32, 245760), (32, 32768), (64, 249856)])
+def test_fargate_sizes_batch_does_not_offer_are_refused(vcpus, memory):
+    with pytest.raises(ConfigurationError):
+        check_fargate(vcpus, memory, 0)
+
+
+# -- multi-node parallel definitions from image= ---------------------------------------------
+def test_nodes_make_a_multinode_definition_with_one_node_group():
+    properties = definition_properties("img:1", nodes=3, job_role_arn="arn:aws:iam::1:role/job")
+    valid(properties)
+    assert properties["type"] == "multinode" and "containerProperties" not in properties
+    nodes = properties["nodeProperties"]
+    assert (nodes["numNodes"], nodes["mainNode"]) == (3, 0)
+    (group,) = nodes["nodeRangeProperties"]
+    assert group["targetNodes"] == "0:"  # every node runs the same container
+    assert group["container"]["command"] == ["python", "-m", "batchfutures.worker"]
+    assert group["container"]["jobRoleArn"].endswith("role/job")
+    assert properties["platformCapabilities"] == ["EC2"]
+    single = definition_properties("img:1", job_role_arn="arn:aws:iam::1:role/job")
+    assert single["type"] == "container" and "nodeProperties" not in single
+    assert definition_properties("img:1", nodes=1) == definition_properties("img:1")
+    assert definition_name(properties) != definition_name(single)
+    with pytest.raises(ConfigurationError, match="EC2"):
+        definition_properties("img:1", nodes=2, platform="FARGATE", execution_role_arn="arn:x")
+
+
+# -- secrets ------------------------------------------------------------------------------------
+SECRET = "arn:aws:secretsmanager:us-east-1:123456789012:secret:bf/jobs/db-AbCdEf"
+PARAMETER = "arn:aws:ssm:us-east-1:123456789012:parameter/bf/jobs/token"
+EXECUTION_ROLE = "arn:aws:iam::123456789012:role/bf-execution"
+
+
+def test_image_definitions_carry_the_secrets_as_arns():
+    properties = definition_properties("img:1", execution_role_arn=EXECUTION_ROLE,
+                                       secrets={"TOKEN": PARAMETER, "DB": SECRET})
+    valid(properties)
+    assert properties["containerProperties"]["secrets"] == [
+        {"name": "DB", "valueFrom": SECRET}, {"name": "TOKEN", "valueFrom": PARAMETER}]
+    assert definition_name(properties) != definition_name(
+        definition_properties("img:1", execution_role_arn=EXECUTION_ROLE))
+    multinode = definition_properties("img:1", execution_role_arn=EXECUTION_ROLE, nodes=2,
+                                      secrets=[("DB", SECRET)])
+    assert multinode["nodeProperties"]["nodeRangeProperties"][0]["container"]["secrets"] == [
+        {"name": "DB", "valueFrom": SECRET}]
+    with pytest.raises(ConfigurationError, match="execution_role_arn"):
+        definition_properties("img:1", secrets={"DB": SECRET})
+
+
+class Recording:
+    """The emulator's Batch API as it is, with the RegisterJobDefinition requests kept."""
+
+    def __init__(self, batch):
+        self.batch, self.registered, self.described = batch, [], 0
+
+    def register_job_definition(self, **request):
+        self.registered.append(request)
+        return self.batch.register_job_definition(**request)
+
+    def describe_job_definitions(self, **request):
+        self.described += 1
+        return self.batch.describe_job_definitions(**request)
+
+    def __getattr__(self, name):
+        return getattr(self.batch, name)
+
+
+@pytest.fixture
+def batch(tmp_path):
+    from batchfutures.emulator import BatchEmulator
+
+    emulator = BatchEmulator(tmp_path / "emulator", max_vcpus=1)
+    yield Recording(emulator)
+    emulator.close()
+
+
+def register(batch, name, **container):
+    container = {"image": "img:1", "command": ["python", "-m", "batchfutures.worker"],
+                 "resourceRequirements": [{"type": "VCPU", "value": "1"},
+                                          {"type": "MEMORY", "value": "2048"}], **container}
+    return batch.batch.register_job_definition(
+        jobDefinitionName=name, type="container", containerProperties=container,
+        propagateTags=True, tags={"aws:cloudformation:stack-name": "bf", "batchfutures:stack": "bf"})
+
+
+def test_definition_with_secrets_registers_a_copy_once(batch):
+    base = register(batch, "bf-worker", executionRoleArn=EXECUTION_ROLE,
+                    jobRoleArn="arn:aws:iam::123456789012:role/bf-job",
+                    secrets=[{"name": "DB", "valueFrom": "arn:old"}])
+    arn = definition_with_secrets(batch, "bf-worker", {"DB": SECRET, "TOKEN": PARAMETER})
+    (request,) = batch.registered
+    valid({k: v for k, v in request.items() if k != "jobDefinitionName"})
+    assert request["jobDefinitionName"].startswith("batchfutures-")
+    container = request["containerProperties"]
+    assert container["secrets"] == [{"name": "DB", "valueFrom": SECRET},  # DB replaced
+                                    {"name": "TOKEN", "valueFrom": PARAMETER}]
+    assert container["executionRoleArn"] == EXECUTION_ROLE and container["image"] == "img:1"
+    assert container["jobRoleArn"].endswith("role/bf-job") and request["propagateTags"] is True
+    assert request["tags"] == {"batchfutures:stack": "bf", "batchfutures:managed": "true"}
+    (registered,) = batch.describe_job_definitions(jobDefinitions=[arn])["jobDefinitions"]
+    assert registered["containerProperties"]["secrets"] == container["secrets"]
+    # the base definition is left as it was
+    assert describe_job_definition(batch, "bf-worker")["jobDefinitionArn"] == base["jobDefinitionArn"]
+    # the same definition and secrets: the same ARN, nothing registered again
+    assert definition_with_secrets(batch, base["jobDefinitionArn"], [("TOKEN", PARAMETER),
+                                                                     ("DB", SECRET)]) == arn
+    assert len(batch.registered) == 1
+    described = batch.described  # and asked again of this client: answered without a request
+    assert definition_with_secrets(batch, "bf-worker", {"TOKEN": PARAMETER, "DB": SECRET}) == arn
+    assert batch.described == described
+    # another client (another process) finds the registered copy instead of registering it
+    assert definition_with_secrets(Recording(batch.batch), "bf-worker",
+                                   {"DB": SECRET, "TOKEN": PARAMETER}) == arn
+    assert [d["revision"] for d in batch.batch.describe_job_definitions(
+        jobDefinitionName=request["jobDefinitionName"])["jobDefinitions"]] == [1]
+    other = definition_with_secrets(batch, "bf-worker", {"DB": SECRET})
+    assert other != arn and len(batch.registered) == 2
+    assert definition_with_secrets(batch, "bf-worker", {}) == "bf-worker"  # nothing to add
+
+
+def test_definition_with_secrets_needs_an_execution_role_and_a_definition(batch):
+    register(batch, "no-role")
+    with pytest.raises(ConfigurationError, match="execution role"):
+        definition_with_secrets(batch, "no-role", {"DB": SECRET})
+    with pytest.raises(ConfigurationError, match="does not exist"):
+        definition_with_secrets(batch, "missing", {"DB": SECRET})
+    assert batch.registered == []
+
+
+# -- a definition named without a revision ------------------------------------------------------
+def test_a_definition_without_a_revision_is_its_highest_active_one(batch):
+    arns = [register(batch, "w")["jobDefinitionArn"] for _ in range(3)]
+    batch.deregister_job_definition(jobDefinition=arns[2])
+    base_arn = arns[0].rsplit(":", 1)[0]
+    assert base_arn.endswith(":job-definition/w")
+    assert describe_job_definition(batch, "w")["revision"] == 2
+    assert describe_job_definition(batch, base_arn)["revision"] == 2  # ARN without revision
+    assert describe_job_definition(batch, "w:1")["revision"] == 1
+    assert describe_job_definition(batch, arns[0])["revision"] == 1
+    assert describe_job_definition(batch, "w:3")["status"] == "INACTIVE"  # asked for by revision
+    assert describe_job_definition(batch, "missing") is None
+    assert describe_job_definition(batch, "w:9") is None
+
+
+def test_the_highest_revision_is_found_past_the_first_page(batch):
+    for _ in range(103):  # DescribeJobDefinitions returns 100 per page
+        register(batch, "many")
+    assert describe_job_definition(batch, "many")["revision"] == 103
+
+
+@pytest.mark.parametrize("reference, expected", [
+    ("w", ("w", None)), ("w:3", ("w", 3)),
+    ("arn:aws:batch:us-east-1:123456789012:job-definition/w", ("w", None)),
+    ("arn:aws:batch:us-east-1:123456789012:job-definition/w:12", ("w", 12))])
+def test_references_are_split_into_name_and_revision(reference, expected):
+    assert split_reference(reference) == expected
+
+
+@pytest.mark.parametrize("bad", ["", "w:", "w:latest", "arn:aws:batch:us-east-1:1:job-queue/q"])
+def test_bad_references(bad):
+    with pytest.raises(ConfigurationError):
+        split_reference(bad)
+
+
+# -- tags ---------------------------------------------------------------------------------------
+def tags(count, prefix="k"):
+    return {f"{prefix}{i}": "v" for i in range(count)}
+
+
+@pytest.mark.parametrize("job, definition", [
+    (tags(50), {}), (tags(30), tags(20, "d")), (tags(30), {**tags(5), **tags(20, "d")}),
+    (tags(45), {"aws:cloudformation:stack-name": "s", **tags(5, "d")}), ({"a": ""}, None)])
+def test_tags_within_the_limits(job, definition):
+    check_tags(job, definition)
+
+
+@pytest.mark.parametrize("job, definition, message", [
+    (tags(51), {}, "more than the 50"),
+    (tags(30), tags(21, "d"), "more than the 50"),
+    ({"aws:owner": "me"}, {}, "reserved"), ({"AWS:Owner": "me"}, {}, "reserved"),
+    ({"k" * 129: "v"}, {}, "128"), ({"k": "v" * 257}, {}, "256"), ({"k": "a;b"}, {}, "letters"),
+])
+def test_tags_batch_would_refuse_or_fail(job, definition, message):
+    with pytest.raises(ConfigurationError, match=message):
+        check_tags(job, definition)
+
+
+# -- AWSBatchEnvironment refuses what the definition's platform cannot run, when it is made ----
+@pytest.fixture
+def endpoint(tmp_path, aws_env):
+    """The emulator behind its HTTP endpoint, boto3 pointed at it (fake credentials)."""
+    with emulator_endpoint(tmp_path / "endpoint", max_vcpus=1) as emulator:
+        yield emulator
+
+
+def aws_environment(**options):
+    from batchfutures import AWSBatchEnvironment
+
+    return AWSBatchEnvironment(job_queue="q", io_bucket="b", region_name="us-east-1", **options)
+
+
+def test_ec2_jobs_under_one_vcpu_are_refused_when_the_executor_is_made(endpoint):
+    from batchfutures import BatchExecutor
+
+    endpoint.register_job_definition(
+        jobDefinitionName="on-ec2", type="container", platformCapabilities=["EC2"],
+        containerProperties={"image": "img:1", "resourceRequirements": [
+            {"type": "VCPU", "value": "1"}, {"type": "MEMORY", "value": "2048"}]})
+    endpoint.register_job_definition(
+        jobDefinitionName="on-fargate", type="container", platformCapabilities=["FARGATE"],
+        containerProperties={"image": "img:1", "executionRoleArn": EXECUTION_ROLE,
+                             "resourceRequirements": [{"type": "VCPU", "value": "0.5"},
+                                                      {"type": "MEMORY", "value": "1024"}]})
+    known = {d["jobDefinitionArn"] for d in endpoint.describe_job_definitions()["jobDefinitions"]}
+    for options in ({"image": "img:1"}, {"job_definition": "on-ec2"},
+                    {"job_definition": "arn:aws:batch:us-east-1:123456789012:job-definition/on-ec2"}):
+        with pytest.raises(ConfigurationError, match="at least 1 vCPU"):
+            BatchExecutor(aws_environment(**options), vcpus=0.5)
+        with BatchExecutor(aws_environment(**options), vcpus=1) as executor:  # one vCPU is fine
+            with pytest.raises(ConfigurationError, match="at least 1 vCPU"):
+                executor.with_settings(vcpus=0.25)
+    # nothing was registered on the way
+    after = {d["jobDefinitionArn"] for d in endpoint.describe_job_definitions()["jobDefinitions"]}
+    assert after == known
+    assert endpoint.list_jobs(jobQueue="batchfutures")["jobSummaryList"] == []
+    # on Fargate a half vCPU is a size (with a memory Fargate offers for it)
+    with BatchExecutor(aws_environment(job_definition="on-fargate"), vcpus=0.5, memory=1024):
+        pass
+    with pytest.raises(ConfigurationError, match="Fargate"):
+        BatchExecutor(aws_environment(job_definition="on-fargate"), vcpus=0.5, memory=8192)
+    fargate_image = {"image": "img:1", "platform": "FARGATE", "execution_role_arn": EXECUTION_ROLE}
+    with BatchExecutor(aws_environment(**fargate_image), vcpus=0.25, memory=512):
+        pass
+    with pytest.raises(ConfigurationError, match="EC2"):
+        BatchExecutor(aws_environment(**fargate_image), vcpus=1, memory=2048, nodes=2)

@@ -12,6 +12,9 @@ What moto's CloudFormation cannot do, and how these tests get around it:
   stack is created with BatchServiceRoleArn set to a role made in moto first, as the
   service-linked role AWSServiceRoleForBatch would be.
 - AWS::S3::BucketPolicy: not implemented; moto skips it (checked statically instead).
+- AWS::SecretsManager::Secret: not implemented either. The stack is created with the template's
+  SigningSecretArn parameter naming a secret made in moto first (the bring-your-own-secret path);
+  the secret the template makes by default is checked statically.
 - CommaDelimitedList defaults: moto does not split a parameter's default, so those parameters
   are passed explicitly with their template defaults.
 - AWS::S3::Bucket: moto applies only encryption and tags, so the lifecycle rule and the public
@@ -133,25 +136,50 @@ def test_cfn_lint_passes(template):
     assert any("spotty" in str(m).lower() for m in lint(broken, regions=["us-east-1"]))
 
 
-def test_outputs_are_exactly_the_three_values(template):
-    assert set(template["Outputs"]) == {"JobQueue", "JobDefinition", "IoBucket"}
+def test_outputs_are_the_values_the_client_needs(template):
+    # the three BATCHFUTURES_* variables, and the signing secret's ARN (signing_secret=)
+    assert set(template["Outputs"]) == {"JobQueue", "JobDefinition", "IoBucket", "SigningSecret"}
     descriptions = " ".join(o["Description"] for o in template["Outputs"].values())
-    for variable in ("BATCHFUTURES_JOB_QUEUE", "BATCHFUTURES_JOB_DEFINITION", "BATCHFUTURES_IO_BUCKET"):
+    for variable in ("BATCHFUTURES_JOB_QUEUE", "BATCHFUTURES_JOB_DEFINITION", "BATCHFUTURES_IO_BUCKET",
+                     "signing_secret="):
         assert variable in descriptions
+    assert template["Outputs"]["SigningSecret"]["Value"] == {
+        "Fn::If": ["CreateSigningSecret", {"Ref": "SigningSecret"}, {"Ref": "SigningSecretArn"}]}
 
 
-def test_bucket_expires_payloads_and_blocks_public_access(template):
+def test_the_template_creates_a_random_signing_secret(template):
+    secret = template["Resources"]["SigningSecret"]
+    assert secret["Type"] == "AWS::SecretsManager::Secret"
+    assert secret["Condition"] == "CreateSigningSecret"  # unless SigningSecretArn names one
+    generated = secret["Properties"]["GenerateSecretString"]
+    assert generated["PasswordLength"] >= 32 and "SecretStringTemplate" not in generated
+    assert "SecretString" not in secret["Properties"]  # no value in the template itself
+    assert template["Parameters"]["SigningSecretArn"]["Default"] == ""
+
+
+def test_bucket_expires_runs_blocks_public_access_and_denies_plain_http(template):
+    from batchfutures.storage import Storage
+
     bucket = template["Resources"]["IoBucket"]["Properties"]
     assert all(bucket["PublicAccessBlockConfiguration"][key] is True for key in (
         "BlockPublicAcls", "BlockPublicPolicy", "IgnorePublicAcls", "RestrictPublicBuckets"))
-    (rule,) = bucket["LifecycleConfiguration"]["Rules"]
-    assert rule["Status"] == "Enabled"
-    assert rule["Prefix"] == {"Fn::Sub": "${IoPrefix}/"}
-    assert rule["ExpirationInDays"] == {"Ref": "PayloadRetentionDays"}
+    rules = {r["Id"]: r for r in bucket["LifecycleConfiguration"]["Rules"]}
+    assert all(r["Status"] == "Enabled" for r in rules.values())
+    expiring = {r["Prefix"]["Fn::Sub"]: r["ExpirationInDays"] for r in rules.values()
+                if "ExpirationInDays" in r}
+    assert expiring == {"${IoPrefix}/runs/": {"Ref": "PayloadRetentionDays"},
+                        "${IoPrefix}/jobs/": {"Ref": "PayloadRetentionDays"}}
+    # the prefixes are storage.py's layout: R/runs/<run>/... and R/jobs/<batch job id>
+    storage = Storage("s3://bucket/batchfutures")
+    assert storage.run_url("r1").startswith("s3://bucket/batchfutures/runs/")
+    assert storage.url("jobs", "id").startswith("s3://bucket/batchfutures/jobs/")
     assert template["Parameters"]["PayloadRetentionDays"]["Default"] == 30
     assert template["Parameters"]["IoPrefix"]["Default"] == "batchfutures"  # the client's default
     policy = template["Resources"]["IoBucketPolicy"]["Properties"]["PolicyDocument"]
-    assert policy["Statement"][0]["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+    (deny,) = policy["Statement"]
+    assert (deny["Effect"], deny["Principal"], deny["Action"]) == ("Deny", "*", "s3:*")
+    assert deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+    assert deny["Resource"] == [{"Fn::GetAtt": ["IoBucket", "Arn"]}, {"Fn::Sub": "${IoBucket.Arn}/*"}]
 
 
 def test_compute_environments_queues_and_gpu_instances(template):
@@ -185,7 +213,7 @@ def test_job_definitions_run_the_worker(template):
     platforms = {r["Properties"]["PlatformCapabilities"][0]: r["Properties"]
                  for r in definitions.values()}
     assert set(platforms) == {"EC2", "FARGATE"}
-    for platform_name, properties in platforms.items():
+    for properties in platforms.values():
         container = properties["ContainerProperties"]
         assert container["Command"] == ["python", "-m", "batchfutures.worker"]
         assert {r["Type"]: r["Value"] for r in container["ResourceRequirements"]} == {
@@ -194,7 +222,8 @@ def test_job_definitions_run_the_worker(template):
         assert container["LogConfiguration"]["Options"]["awslogs-group"] == {"Ref": "LogGroup"}
         default_image = container["Image"]["Fn::If"][1]["Fn::Sub"]
         assert default_image.endswith(f"/{DEFAULT_REPOSITORY}:py${{PythonVersion}}")
-        assert ("ExecutionRoleArn" in container) == (platform_name == "FARGATE")
+        # Fargate pulls the image with it; on both, ECS resolves the containers' secrets with it
+        assert container["ExecutionRoleArn"] == {"Fn::GetAtt": ["ExecutionRole", "Arn"]}
     assert template["Resources"]["LogGroup"]["Properties"]["RetentionInDays"] == {
         "Ref": "LogRetentionDays"}
 
@@ -210,20 +239,23 @@ def test_iam_is_least_privilege(template):
                 "ecr:GetAuthorizationToken", "batch:DescribeJobs", "batch:ListJobs",
                 "batch:DescribeJobQueues", "batch:DescribeJobDefinitions",
                 "batch:DescribeComputeEnvironments"}, (name, actions)
-    job_statements = [s for n, s in statements if n == "JobRole"]
-    assert len(job_statements) == 2
-    objects, listing = job_statements
-    assert objects["Resource"] == {"Fn::Sub": "${IoBucket.Arn}/${IoPrefix}/*"}
-    assert listing["Action"] == "s3:ListBucket"
-    assert listing["Condition"]["StringLike"]["s3:prefix"] == [
-        {"Ref": "IoPrefix"}, {"Fn::Sub": "${IoPrefix}/*"}]
+    job_statements = {s["Sid"]: s for n, s in statements if n == "JobRole"}
+    assert set(job_statements) == {"RunObjects", "MissingKeysAre404", "ReadSigningKey"}
+    objects = job_statements["RunObjects"]
+    assert objects["Resource"] == {"Fn::Sub": "${IoBucket.Arn}/${IoPrefix}/runs/*"}
+    assert set(objects["Action"]) == {"s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"}
+    listing = job_statements["MissingKeysAre404"]
+    assert listing["Action"] == "s3:ListBucket" and "Condition" not in listing  # see test_iam
+    assert job_statements["ReadSigningKey"]["Resource"] == {"Fn::If": [
+        "CreateSigningSecret", {"Ref": "SigningSecret"}, {"Ref": "SigningSecretArn"}]}
     instance_role = template["Resources"]["InstanceRole"]["Properties"]
     assert instance_role["ManagedPolicyArns"] == [{"Fn::Sub": (
         "arn:${AWS::Partition}:iam::aws:policy/service-role/AmazonEC2ContainerServiceforEC2Role")}]
     execution = [s for n, s in statements if n == "ExecutionRole"]
     assert {a for s in execution for a in as_list(s["Action"])} == {
         "ecr:GetAuthorizationToken", "ecr:BatchCheckLayerAvailability", "ecr:GetDownloadUrlForLayer",
-        "ecr:BatchGetImage", "logs:CreateLogStream", "logs:PutLogEvents"}
+        "ecr:BatchGetImage", "logs:CreateLogStream", "logs:PutLogEvents",
+        "secretsmanager:GetSecretValue", "ssm:GetParameters"}
 
 
 # -- the stack in moto's CloudFormation -------------------------------------------------------
@@ -255,6 +287,11 @@ def aws(moto_url):
 
 @pytest.fixture(scope="module")
 def network(aws):
+    return make_network(aws)
+
+
+def make_network(aws):
+    """A VPC's two subnets and security group, and the role moto needs as Batch's service role."""
     ec2 = aws("ec2")
     vpc = ec2.create_vpc(CidrBlock="10.20.0.0/16")["Vpc"]["VpcId"]
     subnets = [ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.20.{i}.0/24",
@@ -262,18 +299,25 @@ def network(aws):
                for i, zone in ((1, "a"), (2, "b"))]
     group = ec2.create_security_group(GroupName="batchfutures-test", Description="outbound only",
                                       VpcId=vpc)["GroupId"]
-    role = aws("iam").create_role(
-        RoleName="AWSServiceRoleForBatch", Path="/aws-service-role/batch.amazonaws.com/",
-        AssumeRolePolicyDocument=('{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", '
-                                  '"Principal": {"Service": "batch.amazonaws.com"}, '
-                                  '"Action": "sts:AssumeRole"}]}'))["Role"]["Arn"]
+    iam = aws("iam")
+    try:  # moto's state is the process's: another module may have made it already
+        role = iam.get_role(RoleName="AWSServiceRoleForBatch")["Role"]["Arn"]
+    except iam.exceptions.NoSuchEntityException:
+        role = iam.create_role(
+            RoleName="AWSServiceRoleForBatch", Path="/aws-service-role/batch.amazonaws.com/",
+            AssumeRolePolicyDocument=('{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", '
+                                      '"Principal": {"Service": "batch.amazonaws.com"}, '
+                                      '"Action": "sts:AssumeRole"}]}'))["Role"]["Arn"]
     return {"subnets": subnets, "security_group": group, "service_role": role}
 
 
 def create_stack(aws, network, name, template, **parameters):
+    secret = aws("secretsmanager").create_secret(  # moto's CloudFormation cannot make one
+        Name=f"{name}/signing-key", SecretString="k" * 64)["ARN"]
     values = {"SubnetIds": ",".join(network["subnets"]),
               "SecurityGroupIds": network["security_group"],
-              "BatchServiceRoleArn": network["service_role"]}  # moto needs a ServiceRole
+              "BatchServiceRoleArn": network["service_role"],  # moto needs a ServiceRole
+              "SigningSecretArn": secret}
     for key, parameter in template["Parameters"].items():  # moto does not split list defaults
         if parameter["Type"] == "CommaDelimitedList" and key not in parameters:
             values[key] = parameter["Default"]
@@ -303,9 +347,10 @@ def stack(aws, network, template):
 
 def test_stack_creates_in_moto_with_the_three_outputs(aws, stack, template):
     outputs, physical = stack["outputs"], stack["physical"]
-    assert set(outputs) == {"JobQueue", "JobDefinition", "IoBucket"}
-    # every resource but the one type moto's CloudFormation does not implement
-    assert set(template["Resources"]) - set(physical) <= {"IoBucketPolicy"}
+    assert set(outputs) == {"JobQueue", "JobDefinition", "IoBucket", "SigningSecret"}
+    # every resource but the types moto's CloudFormation does not implement
+    assert set(template["Resources"]) - set(physical) <= {"IoBucketPolicy", "SigningSecret"}
+    assert outputs["SigningSecret"].startswith(f"arn:aws:secretsmanager:{REGION}:{MOTO_ACCOUNT}:secret:")
 
     batch = aws("batch")
     (queue,) = batch.describe_job_queues(jobQueues=[outputs["JobQueue"]])["jobQueues"]
@@ -357,12 +402,11 @@ def test_job_role_reaches_only_the_payload_prefix(aws, stack):
     (name,) = iam.list_role_policies(RoleName=role)["PolicyNames"]
     document = policy_document(iam.get_role_policy(RoleName=role, PolicyName=name))
     bucket = stack["outputs"]["IoBucket"]
-    objects, listing = document["Statement"]
-    assert objects["Resource"] == f"arn:aws:s3:::{bucket}/batchfutures/*"
-    assert set(objects["Action"]) == {"s3:GetObject", "s3:PutObject", "s3:DeleteObject",
-                                      "s3:AbortMultipartUpload"}
+    objects, listing, secret = document["Statement"]
+    assert objects["Resource"] == f"arn:aws:s3:::{bucket}/batchfutures/runs/*"
+    assert set(objects["Action"]) == {"s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"}
     assert listing["Resource"] == f"arn:aws:s3:::{bucket}"
-    assert listing["Condition"] == {"StringLike": {"s3:prefix": ["batchfutures", "batchfutures/*"]}}
+    assert secret["Resource"] == stack["outputs"]["SigningSecret"]
     assert iam.list_attached_role_policies(RoleName=role)["AttachedPolicies"] == []
     client = iam.get_policy(PolicyArn=f"arn:aws:iam::{MOTO_ACCOUNT}:policy/bf-test-client")
     assert client["Policy"]["PolicyName"] == "bf-test-client"
@@ -388,7 +432,7 @@ def test_fargate_outputs(aws, network, template):
     (name,) = iam.list_role_policies(RoleName=physical["JobRole"])["PolicyNames"]
     objects = policy_document(iam.get_role_policy(RoleName=physical["JobRole"], PolicyName=name))[
         "Statement"][0]
-    assert objects["Resource"] == f"arn:aws:s3:::{outputs['IoBucket']}/team/runs/*"
+    assert objects["Resource"] == f"arn:aws:s3:::{outputs['IoBucket']}/team/runs/runs/*"
 
 
 def test_stack_outputs_pass_batchfutures_check(stack, moto_url, monkeypatch, capsys):
@@ -399,7 +443,9 @@ def test_stack_outputs_pass_batchfutures_check(stack, moto_url, monkeypatch, cap
                        "AWS_DEFAULT_REGION": REGION, "AWS_ENDPOINT_URL": moto_url,
                        "BATCHFUTURES_JOB_QUEUE": stack["outputs"]["JobQueue"],
                        "BATCHFUTURES_JOB_DEFINITION": stack["outputs"]["JobDefinition"],
-                       "BATCHFUTURES_IO_BUCKET": stack["outputs"]["IoBucket"]}.items():
+                       "BATCHFUTURES_IO_BUCKET": stack["outputs"]["IoBucket"],
+                       # the signing key (moto's CloudFormation made no secret of its own)
+                       "BATCHFUTURES_SIGNING_KEY": "test-signing-key-" + "0" * 47}.items():
         monkeypatch.setenv(key, value)
     for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL_BATCH",
                 "AWS_ENDPOINT_URL_LOGS", "BATCHFUTURES_IO_PREFIX", "BATCHFUTURES_IMAGE"):
