@@ -32,7 +32,7 @@ def test_a_mapping_means_aws():
 
 
 def test_the_process_environment_means_aws(monkeypatch):
-    monkeypatch.setenv("BATCHFUTURES_JOB_QUEUE", "arn:aws:batch:us-east-1:1:job-queue/q")
+    monkeypatch.setenv("BATCHFUTURES_JOB_QUEUE", "arn:aws:batch:us-east-1:123456789012:job-queue/q")
     monkeypatch.setenv("BATCHFUTURES_JOB_DEFINITION", "def")
     monkeypatch.setenv("BATCHFUTURES_IO_BUCKET", "bkt")
     monkeypatch.setenv("BATCHFUTURES_IO_PREFIX", "runs-here")
