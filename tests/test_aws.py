@@ -243,7 +243,9 @@ def refreshing_session(first_key, next_keys, *, lifetime):
 def signing_key(request):
     """The access key a SigV4-signed request was signed with."""
     authorization = request.header("Authorization") or ""
-    return authorization.split("Credential=", 1)[1].split("/", 1)[0] if "Credential=" in authorization else None
+    if "Credential=" not in authorization:
+        return None
+    return authorization.split("Credential=", 1)[1].split("/", 1)[0]
 
 
 def s3_round_trip(storage):
