@@ -14,6 +14,8 @@
                                          forward token between polls (never re-reads the stream)
                                          and stops once ``until()`` is true and what was written
                                          before has been read
+    follow_job(batch, logs, job_id, ...) follow, stream after stream (one per attempt), until the
+                                         job has ended (`batchfutures logs --follow`)
 
 Every GetLogEvents goes through `batchapi.call` (one retry budget per call).
 """
@@ -28,7 +30,8 @@ from . import batchapi
 
 logger = logging.getLogger("batchfutures")
 
-__all__ = ["log_stream", "log_group_of", "tail", "read_all", "follow", "job_log_tail", "job_log"]
+__all__ = ["log_stream", "log_group_of", "tail", "read_all", "follow", "follow_job",
+           "job_log_tail", "job_log"]
 
 MAX_PAGES = 10_000  # a safety net: GetLogEvents pages of up to 10,000 events each
 NOT_FOUND = "ResourceNotFoundException"
@@ -145,6 +148,40 @@ def follow(logs_client: Any, group: str, stream: str, *, poll: float = 1.0,
 
 
 # -- a job's log -----------------------------------------------------------------------------
+FINISHED = ("SUCCEEDED", "FAILED")
+
+
+def follow_job(batch_client: Any, logs_client: Any, job_id: str, default_group: str, *,
+               poll: float = 1.0, sleep: Callable[[float], None] = time.sleep) -> Iterator[str]:
+    """Lines of a job's log as they are written, attempt after attempt, until the job ends.
+
+    Waits for the first attempt's stream, follows it (`follow`), and goes on to the next
+    attempt's stream when Batch retries the job. Ends when the job has SUCCEEDED or FAILED and
+    its last stream is read, or when Batch no longer knows the job. One DescribeJobs per poll.
+    """
+    followed: set = set()
+    while True:
+        found = batchapi.describe_jobs(batch_client, [job_id])
+        if not found:
+            return
+        description = found[0]
+        stream = log_stream(description)
+        if stream and stream not in followed:
+            followed.add(stream)
+
+            def moved_on(stream: str = stream) -> bool:
+                latest = batchapi.describe_jobs(batch_client, [job_id])
+                return not latest or latest[0].get("status") in FINISHED \
+                    or log_stream(latest[0]) != stream
+
+            yield from follow(logs_client, log_group_of(description, default_group), stream,
+                              poll=poll, until=moved_on, sleep=sleep)
+            continue
+        if description.get("status") in FINISHED:
+            return
+        sleep(poll)
+
+
 def job_log_tail(logs_client: Any, description: Dict[str, Any], default_group: str, *,
                  lines: int = 20) -> Optional[str]:
     """The last lines of a job's log for an error message; None when there is none."""

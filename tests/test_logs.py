@@ -12,7 +12,15 @@ import pytest
 from botocore.exceptions import ClientError
 
 from batchfutures.emulator.logs import LogsService
-from batchfutures.logs import follow, job_log_tail, log_group_of, log_stream, read_all, tail
+from batchfutures.logs import (
+    follow,
+    follow_job,
+    job_log_tail,
+    log_group_of,
+    log_stream,
+    read_all,
+    tail,
+)
 
 
 class CloudWatchStream:
@@ -138,4 +146,16 @@ def test_follow_a_running_job_on_the_emulator(executor, local_env):
     assert stream, "the job never started"
     lines = list(follow(local_env.logs, local_env.log_group, stream, poll=0.1, until=future.done))
     assert lines == [f"tick {i}" for i in range(40)]
+    assert future.result(timeout=10) is None
+
+
+@pytest.mark.slow
+def test_follow_job_waits_for_the_stream_and_ends_with_the_job(executor, local_env):
+    future = executor.submit(chatty, 30)
+    deadline = time.monotonic() + 60
+    while future.job_id is None and time.monotonic() < deadline:
+        time.sleep(0.02)  # submitted once the coalescing window closes
+    lines = list(follow_job(local_env.batch, local_env.logs, future.job_id, local_env.log_group,
+                            poll=0.1))
+    assert lines == [f"tick {i}" for i in range(30)]
     assert future.result(timeout=10) is None
