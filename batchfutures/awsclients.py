@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, Optional
 logger = logging.getLogger("batchfutures")
 
 __all__ = ["AWSClients", "CLIENT_CONFIG", "EXPIRED_TOKEN_CODES", "ExpiredTokenRetry",
-           "owner_hook"]
+           "owner_hook", "worker_storage_options", "OWNER_VARIABLE", "KMS_VARIABLE"]
 
 CLIENT_CONFIG: Dict[str, Any] = {
     "retries": {"mode": "standard", "total_max_attempts": 1},  # batchapi / storage retry
@@ -165,6 +165,26 @@ def owner_hook(owner: Callable[[], Optional[str]]) -> Callable[..., Any]:
             params.setdefault("ExpectedSourceBucketOwner", account)  # copies stay in our bucket
 
     return add_expected_owner
+
+
+# What a worker needs to keep the client's S3 guards: set in the job's environment by the client
+# (AWSBatchEnvironment.worker_environment), read by the worker (worker_storage_options).
+OWNER_VARIABLE = "BATCHFUTURES_EXPECTED_BUCKET_OWNER"
+KMS_VARIABLE = "BATCHFUTURES_KMS_KEY_ID"
+
+
+def worker_storage_options(environ: Dict[str, str]) -> Dict[str, Any]:
+    """s3fs options for a worker: ExpectedBucketOwner and SSE-KMS from its environment.
+
+    s3fs adds ``s3_additional_kwargs`` to each call whose model has the member (GetObject,
+    PutObject, HeadObject, ListObjectsV2, DeleteObjects, multipart uploads).
+    """
+    extra: Dict[str, Any] = {}
+    if environ.get(OWNER_VARIABLE):
+        extra["ExpectedBucketOwner"] = environ[OWNER_VARIABLE]
+    if environ.get(KMS_VARIABLE):
+        extra.update(ServerSideEncryption="aws:kms", SSEKMSKeyId=environ[KMS_VARIABLE])
+    return {"s3_additional_kwargs": extra} if extra else {}
 
 
 class AWSClients:

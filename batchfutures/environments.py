@@ -7,9 +7,17 @@ An environment hands the executor four things, and the executor's code path is t
     storage  a `Storage` over one root URL (file:// locally, s3://bucket/prefix on AWS)
     job_queue, job_definition, worker_command(job_url), log_group
 
-`LocalEnvironment` wires the embedded emulator and local storage; `AWSBatchEnvironment` wires
-boto3 clients and s3fs. `resolve_environment` turns what a user passes (None, a mapping, an
-environment) into one of them.
+`LocalEnvironment` wires the embedded emulator and local storage. `AWSBatchEnvironment` wires
+one boto3 Session (awsclients.AWSClients):
+
+    boto3.Session ──> client("batch"), client("logs"), client("sts"), client(...)  (one lock)
+         └─ credentials ──> s3fs (storage_options): the same refreshable credentials, botocore
+                            retries off, ExpectedBucketOwner on every request, SSE-KMS on writes
+
+What the user typed is checked when the environment is made (bucket name, queue and definition
+names or ARNs, account ids), in the user's words (`BATCHFUTURES_IO_BUCKET` for a variable), and
+botocore failures at this boundary become `ConfigurationError`s that say what to do.
+`resolve_environment` turns what a user passes (None, a mapping, an environment) into one of them.
 """
 
 from __future__ import annotations
@@ -21,7 +29,13 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 from . import batchapi
-from .awsclients import CLIENT_CONFIG, EXPIRED_TOKEN_CODES, AWSClients
+from .awsclients import (
+    CLIENT_CONFIG,
+    EXPIRED_TOKEN_CODES,
+    KMS_VARIABLE,
+    OWNER_VARIABLE,
+    AWSClients,
+)
 from .errors import BatchError, ConfigurationError
 from .settings import JobSettings
 from .storage import Storage
@@ -312,6 +326,14 @@ class AWSBatchEnvironment(Environment):
             options["s3_additional_kwargs"] = {"ServerSideEncryption": "aws:kms",
                                                "SSEKMSKeyId": self.kms_key_id}
         return options
+
+    def worker_environment(self) -> Dict[str, str]:
+        """Variables a job needs to keep the S3 guards (for its containerOverrides.environment);
+        the worker turns them into s3fs options with `awsclients.worker_storage_options`."""
+        variables = {OWNER_VARIABLE: self.expected_bucket_owner}
+        if self.kms_key_id:
+            variables[KMS_VARIABLE] = self.kms_key_id
+        return variables
 
     @property
     def job_definition(self) -> str:

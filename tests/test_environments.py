@@ -183,3 +183,14 @@ def test_explained_aws_errors():
     assert "expired" in explain_aws_error(client_error("ExpiredToken"))
     assert explain_aws_error(client_error("AccessDeniedException")) == "not allowed by IAM: the message"
     assert "AWS would refuse" in explain_aws_error(ParamValidationError(report="bad Bucket"))
+
+
+def test_workers_get_the_s3_guards_through_their_environment():
+    from batchfutures.awsclients import worker_storage_options
+
+    env = aws_environment(kms_key_id="alias/k", expected_bucket_owner="123456789012")
+    variables = env.worker_environment()
+    assert worker_storage_options(variables) == {"s3_additional_kwargs": {
+        "ExpectedBucketOwner": "123456789012", "ServerSideEncryption": "aws:kms",
+        "SSEKMSKeyId": "alias/k"}}
+    assert worker_storage_options({}) == {}
