@@ -74,6 +74,8 @@ class RetryBudget:
 
 
 DEFAULT_BUDGET = RetryBudget()
+# SubmitJob: a failed submission fails its futures, so it tries longer (its waits stay short).
+SUBMIT_BUDGET = RetryBudget(attempts=10, seconds=60.0)
 # For the poller: a failed poll is tried again at the next tick, so it gives up early and
 # goes on serving the other jobs.
 POLL_BUDGET = RetryBudget(attempts=3, seconds=10.0)
@@ -200,7 +202,7 @@ def _look_up(client: Any, request: Dict[str, Any], budget: RetryBudget) -> Optio
     return None
 
 
-def submit_job(client: Any, request: Dict[str, Any], *, budget: RetryBudget = DEFAULT_BUDGET,
+def submit_job(client: Any, request: Dict[str, Any], *, budget: RetryBudget = SUBMIT_BUDGET,
                token: Optional[str] = None) -> Dict[str, Any]:
     """SubmitJob exactly once: the response of the one job this request created.
 
@@ -220,7 +222,7 @@ def submit_job(client: Any, request: Dict[str, Any], *, budget: RetryBudget = DE
             if verdict is SubmitVerdict.GIVE_UP:
                 raise
             if verdict is SubmitVerdict.LOOK_UP:
-                found = _look_up(client, marked, budget)
+                found = _look_up(client, marked, DEFAULT_BUDGET)
                 if found is not None:
                     logger.info("batchfutures: SubmitJob answered %s but had created job %s",
                                 error_code(error) or type(error).__name__, found["jobId"])

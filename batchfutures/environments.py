@@ -107,7 +107,8 @@ class Environment:
         try:
             response = batchapi.call(self.batch.describe_job_queues, jobQueues=[self.job_queue])
         except Exception as error:
-            raise ConfigurationError(f"cannot read job queue {self.job_queue!r}: {error}") from error
+            raise ConfigurationError(f"cannot read job queue {self.job_queue!r}: "
+                                     f"{explain_aws_error(error)}") from error
         queues = response.get("jobQueues") or []
         if not queues:
             raise ConfigurationError(f"job queue {self.job_queue!r} does not exist")
