@@ -382,3 +382,19 @@ def test_retries_do_not_stack(aws, bucket):
     finally:
         aws.inject_faults(0)
     assert len(sent) == 3  # tenacity's three, botocore's own retries off (not 3 x 8)
+
+
+def test_expired_token_on_batch_refreshes_too(aws, bucket, monkeypatch):
+    from loopback_proxy import Answer, Forward, LoopbackProxy
+
+    expired = b'{"message": "The security token included in the request is expired"}'
+    rule = lambda request: Answer(403, expired, {"x-amzn-ErrorType": "ExpiredTokenException"}) \
+        if signing_key(request) == "AKIDREVOKED" else Forward()  # noqa: E731
+    with LoopbackProxy(os.environ["AWS_ENDPOINT_URL_BATCH"], rule) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_BATCH", proxy.url)
+        session = refreshing_session("AKIDREVOKED", (f"AKIDNEW{i}" for i in range(100)),
+                                     lifetime=7200)
+        env = environment(bucket, session=session)
+        env.check_queue()  # no error: refreshed and sent once more
+    keys = [signing_key(r) for r in proxy.requests]
+    assert keys == ["AKIDREVOKED", "AKIDNEW0"], keys
