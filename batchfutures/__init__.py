@@ -31,6 +31,11 @@ _EXPORTS = {
     "JobTimeoutError": "errors",
     "JobAbortedError": "errors",
     "HostTerminatedError": "errors",
+    "InitializerFailedError": "errors",
+    "DryRunResult": "errors",
+    "DependencyFailedError": "errors",
+    "IntegrityError": "errors",
+    "progress": "progress",
 }
 
 __all__ = [
@@ -52,6 +57,11 @@ __all__ = [
     "JobTimeoutError",
     "JobAbortedError",
     "HostTerminatedError",
+    "InitializerFailedError",
+    "DryRunResult",
+    "DependencyFailedError",
+    "IntegrityError",
+    "progress",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -59,8 +69,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from .errors import (
         BatchError,
         ConfigurationError,
+        DependencyFailedError,
+        DryRunResult,
         EnvironmentMismatchError,
         HostTerminatedError,
+        InitializerFailedError,
+        IntegrityError,
         JobAbortedError,
         JobFailedError,
         JobMetadataExpired,
@@ -71,6 +85,7 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from .executor import BatchExecutor
     from .futures import BatchFuture
+    from .progress import progress
     from .settings import JobSettings, parse_memory
 
 

@@ -31,7 +31,7 @@ import enum
 import logging
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from botocore.exceptions import (
@@ -148,8 +148,15 @@ def _retrying(budget: RetryBudget, safe_to_retry: Callable[[BaseException], bool
 
 def call(method: Callable[..., Dict[str, Any]], *, budget: RetryBudget = DEFAULT_BUDGET,
          safe_to_retry: Callable[[BaseException], bool] = is_retryable,
+         attempts: Optional[int] = None, max_delay: Optional[float] = None,
          **kwargs: Any) -> Dict[str, Any]:
-    """Call a Batch, Logs, STS or Secrets Manager client method within one retry budget."""
+    """Call a Batch, Logs, STS or Secrets Manager client method within one retry budget.
+
+    ``attempts`` and ``max_delay`` (seconds) narrow the budget for one call.
+    """
+    if attempts is not None or max_delay is not None:
+        budget = replace(budget, attempts=attempts if attempts is not None else budget.attempts,
+                         seconds=max_delay if max_delay is not None else budget.seconds)
     return _retrying(budget, safe_to_retry)(method, **kwargs)
 
 

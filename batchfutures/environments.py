@@ -28,7 +28,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
-from . import batchapi
+from . import batchapi, signing
 from .awsclients import (
     CLIENT_CONFIG,
     EXPIRED_TOKEN_CODES,
@@ -195,7 +195,8 @@ class LocalEnvironment(Environment):
     @property
     def storage(self) -> Storage:
         if self._storage is None:
-            self._storage = Storage((self.workdir / "storage").as_uri())
+            self._storage = Storage((self.workdir / "storage").as_uri(),
+                                    signer=signing.local_signer(self.workdir))
         return self._storage
 
     @property
@@ -310,7 +311,8 @@ class AWSBatchEnvironment(Environment):
             root = f"s3://{self.io_bucket}" + (f"/{self.io_prefix}" if self.io_prefix else "")
             with self._lock:
                 if self._storage is None:
-                    self._storage = Storage(root, storage_options=self.storage_options())
+                    self._storage = Storage(root, storage_options=self.storage_options(),
+                                            signer=signing.aws_signer(self))
         return self._storage
 
     def storage_options(self) -> Dict[str, Any]:

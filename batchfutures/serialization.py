@@ -43,12 +43,18 @@ remote traceback text, as ``concurrent.futures.process`` does.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import pickle
 import platform
+import site
 import struct
+import sys
+import sysconfig
+import threading
 import traceback
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
 
 import cloudpickle
 
@@ -63,6 +69,7 @@ __all__ = [
 PROTOCOL = pickle.HIGHEST_PROTOCOL
 RESULT_MAGIC = b"BFRESLT1"
 OK, ERROR, UNPICKLABLE, MISMATCH = "ok", "error", "unpicklable", "mismatch"
+INITIALIZER, DEPENDENCY = "initializer", "dependency"
 CALLS, ARGS, ARG = "calls", "args", "arg"  # child blob encodings (the header's "encoding")
 REPR_LIMIT = 2000
 _U64 = struct.Struct("<Q")
@@ -77,6 +84,109 @@ class RemoteTraceback(Exception):
 
     def __str__(self) -> str:
         return self.tb
+
+
+# -- which modules travel by value ----------------------------------------------------------
+# A function is pickled by reference (module + name) when its module is importable here. The
+# worker image has the standard library and site-packages, not the user's own modules (a script
+# beside the notebook, a package on PYTHONPATH, an uninstalled checkout): those go by value,
+# unless the user opts out (BatchExecutor(..., ship_local_modules=False)).
+_ALWAYS_BY_REFERENCE = frozenset({"batchfutures", "cloudpickle", "__main__"})
+_local_lock = threading.Lock()
+_local_cache: Tuple[int, FrozenSet[str]] = (-1, frozenset())
+
+
+def _installed_roots() -> Tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    roots = {paths.get(key) for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    try:
+        roots.update(site.getsitepackages())
+    except AttributeError:  # some virtualenv builds lack it
+        pass
+    user_site = getattr(site, "getusersitepackages", lambda: None)()
+    roots.add(user_site)
+    return tuple(os.path.realpath(root) + os.sep for root in roots if root)
+
+
+def local_modules() -> FrozenSet[str]:
+    """Top-level names of the loaded modules that live outside the stdlib and site-packages."""
+    global _local_cache
+    modules = sys.modules
+    with _local_lock:
+        count, names = _local_cache
+        if count == len(modules):
+            return names
+        roots = _installed_roots()
+        found = set()
+        for name, module in list(modules.items()):
+            top = name.partition(".")[0]
+            if top in _ALWAYS_BY_REFERENCE or top in found or module is None:
+                continue
+            origin = getattr(module, "__file__", None)
+            if not isinstance(origin, str):
+                continue  # built-in, frozen or namespace package: the worker has or needs none
+            if not os.path.realpath(origin).startswith(roots):
+                found.add(top)
+        _local_cache = (len(modules), frozenset(found))
+        return _local_cache[1]
+
+
+_registered_by_us: Dict[str, int] = {}  # module name -> blocks using it (threads pickle at once)
+
+
+@contextlib.contextmanager
+def local_modules_by_value(enabled: bool = True) -> Iterator[None]:
+    """Pickle the user's own modules by value for the duration of the block.
+
+    cloudpickle's registry is process-wide: a module the user registered stays theirs; the ones
+    registered here are counted so that one thread's block never unregisters another's.
+    """
+    if not enabled:
+        yield
+        return
+    mine: List[str] = []
+    with _local_lock:
+        users_own = cloudpickle.list_registry_pickle_by_value() - set(_registered_by_us)
+    names = local_modules() - users_own
+    with _local_lock:
+        for name in names:
+            module = sys.modules.get(name)
+            if module is None:
+                continue
+            if name not in _registered_by_us:
+                try:
+                    cloudpickle.register_pickle_by_value(module)
+                except ValueError:  # not a registrable module (e.g. replaced in sys.modules)
+                    continue
+                _registered_by_us[name] = 0
+            _registered_by_us[name] += 1
+            mine.append(name)
+    try:
+        yield
+    finally:
+        with _local_lock:
+            for name in mine:
+                _registered_by_us[name] -= 1
+                if not _registered_by_us[name]:
+                    del _registered_by_us[name]
+                    module = sys.modules.get(name)
+                    if module is not None:
+                        try:
+                            cloudpickle.unregister_pickle_by_value(module)
+                        except ValueError:
+                            pass
+
+
+def missing_module_message(what: str, error: BaseException) -> Optional[str]:
+    """For a payload that failed to load because a module is missing here: say what to do."""
+    if not isinstance(error, ImportError):
+        return None
+    name = getattr(error, "name", None) or str(error)
+    return (f"the worker could not load {what}: module {name!r} is not installed in the "
+            f"worker's image ({type(error).__name__}: {error}). Either install it in the image "
+            f"(`batchfutures image` builds one from this client's packages), or let batchfutures "
+            f"ship it by value: keep BatchExecutor(..., ship_local_modules=True) and make sure "
+            f"the module is not installed in site-packages on the client either.")
 
 
 # -- pickling on the client ---------------------------------------------------------------------
@@ -96,9 +206,10 @@ def _describe(obj: Any) -> str:
     return f"a {type(obj).__module__}.{kind}" if type(obj).__module__ != "builtins" else f"a {kind}"
 
 
-def _try_dumps(obj: Any) -> Tuple[Optional[bytes], Optional[BaseException]]:
+def _try_dumps(obj: Any, by_value: bool = True) -> Tuple[Optional[bytes], Optional[BaseException]]:
     try:
-        return cloudpickle.dumps(obj, protocol=PROTOCOL), None
+        with local_modules_by_value(by_value):
+            return cloudpickle.dumps(obj, protocol=PROTOCOL), None
     except MemoryError:
         raise
     except Exception as error:  # PicklingError, TypeError, AttributeError, RecursionError...
@@ -109,9 +220,12 @@ def _reason(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-def dumps(obj: Any, *, what: Optional[str] = None) -> bytes:
-    """cloudpickle ``obj``; any failure raises SerializationError naming what failed."""
-    data, error = _try_dumps(obj)
+def dumps(obj: Any, *, what: Optional[str] = None, by_value: bool = True) -> bytes:
+    """cloudpickle ``obj``; any failure raises SerializationError naming what failed.
+
+    ``by_value``: the client's own modules (see local_modules) are pickled by value.
+    """
+    data, error = _try_dumps(obj, by_value)
     if data is None:
         assert error is not None
         raise _serialization_error(f"cannot pickle {what or _describe(obj)}: {_reason(error)}") \
@@ -123,7 +237,8 @@ def loads(data: bytes) -> Any:
     return cloudpickle.loads(data)
 
 
-def pack_items(items: Sequence[Tuple[int, tuple, dict]], *, first_item: Optional[int] = None) -> bytes:
+def pack_items(items: Sequence[Tuple[int, tuple, dict]], *, first_item: Optional[int] = None,
+               by_value: bool = True) -> bytes:
     """A child's blob in the "calls" encoding: (function index, args, kwargs) per item.
 
     The whole chunk is one pickle (fast). When it fails, the culprit is looked for argument by
@@ -131,19 +246,20 @@ def pack_items(items: Sequence[Tuple[int, tuple, dict]], *, first_item: Optional
     message (the map position of the chunk's first item).
     """
     items = list(items)
-    data, error = _try_dumps(items)
+    data, error = _try_dumps(items, by_value)
     if data is not None:
         return data
     assert error is not None
     raise _culprit([(args, kwargs) for _, args, kwargs in items], error, first_item)
 
 
-def pack_arguments(chunk: List[Any], *, single: bool, first_item: int) -> bytes:
+def pack_arguments(chunk: List[Any], *, single: bool, first_item: int,
+                   by_value: bool = True) -> bytes:
     """A map child's blob: the "arg" encoding (``single``: one argument per item) or "args".
 
     A failure names the argument and the map's item number, as pack_items does.
     """
-    data, error = _try_dumps(chunk)
+    data, error = _try_dumps(chunk, by_value)
     if data is not None:
         return data
     assert error is not None
@@ -282,19 +398,22 @@ def _envelope(*fields: Any) -> bytes:
 
 
 def encode_ok(value: Any) -> bytes:
-    """The outcome of an item that returned ``value``; an unpicklable value is recorded as such.
+    """The outcome of an item that returned ``value``.
 
-    MemoryError propagates: the worker treats it as running out of memory.
+    A value that cannot be pickled makes the pickling error itself the item's exception, as
+    ProcessPoolExecutor does. MemoryError propagates: the worker treats it as running out of
+    memory.
     """
     try:
         payload = cloudpickle.dumps(value, protocol=PROTOCOL)
     except MemoryError:
         raise
-    except BaseException as error:
-        return encode_unpicklable(
-            f"the function returned {_type_name(value)}, which could not be pickled: "
-            f"{_reason(error)}", traceback.format_exc(), type_name=_type_name(value),
-            repr_text=_safe_repr(value))
+    except Exception as error:
+        note = f"batchfutures: the function returned {_type_name(value)}, which could not be pickled"
+        if hasattr(error, "add_note"):  # Python 3.11+: the note travels with the exception
+            error.add_note(note)
+            return encode_error(error, traceback.format_exc())
+        return encode_error(error, traceback.format_exc() + note + "\n")
     return _envelope(OK, payload)
 
 
@@ -327,6 +446,17 @@ def encode_unpicklable(message: str, tb_text: str, *, type_name: str = "",
 
 def encode_mismatch(message: str) -> bytes:
     return _envelope(MISMATCH, message)
+
+
+def encode_dependency_failure(upstream_job_id: str, upstream_outcome: bytes) -> bytes:
+    """The outcome of an item whose argument, another call's result, did not succeed."""
+    return _envelope(DEPENDENCY, upstream_job_id, upstream_outcome)
+
+
+def encode_initializer_failure(initializer: Any, error: BaseException, tb_text: str) -> bytes:
+    """The outcome of each item of a child whose initializer raised ``error``."""
+    inner = encode_error(error, tb_text)
+    return _envelope(INITIALIZER, _describe(initializer), inner)
 
 
 # -- the result object --------------------------------------------------------------------------
@@ -401,6 +531,26 @@ def outcome_result(encoded: bytes) -> Tuple[bool, Any]:
                 f"({_reason(failure)})", tb_text)
         error.__cause__ = RemoteTraceback(f'\n"""\n{tb_text}"""')
         return False, error
+    if kind == DEPENDENCY:
+        from .errors import DependencyFailedError
+
+        _, upstream_job_id, inner = fields
+        _, cause = outcome_result(inner)
+        failure = DependencyFailedError(
+            f"an argument of this call is the result of {upstream_job_id}, which failed: {cause!r}",
+            job_id=upstream_job_id, status_reason="a dependency failed")
+        failure.__cause__ = cause
+        return False, failure
+    if kind == INITIALIZER:
+        from .errors import InitializerFailedError
+
+        _, described, inner = fields
+        _, cause = outcome_result(inner)
+        failure = InitializerFailedError(
+            f"{described}, the executor's initializer, raised {cause!r} in this call's worker "
+            f"process, so its items did not run")
+        failure.__cause__ = cause
+        return False, failure
     if kind == MISMATCH:
         from .errors import EnvironmentMismatchError
 

@@ -105,6 +105,10 @@ def test_one_budget_per_call_not_one_per_layer():
         call(throttled.describe_jobs, budget=RetryBudget(attempts=3, first_wait=0, max_wait=0),
              jobs=["a"])
     assert len(throttled.calls) == 3
+    with pytest.raises(ClientError):  # a narrower budget for one call
+        call(throttled.describe_jobs, budget=RetryBudget(first_wait=0, max_wait=0), attempts=2,
+             jobs=["a"])
+    assert len(throttled.calls) == 5
 
 
 def test_a_refused_submission_is_not_sent_again():

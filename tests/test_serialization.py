@@ -220,11 +220,11 @@ def test_exception_class_missing_on_the_client_keeps_its_name_and_traceback(tmp_
     assert "from far away" in exc.traceback
 
 
-def test_unpicklable_value_becomes_remote_error():
+def test_unpicklable_value_raises_its_pickling_error():
     encoded = serialization.encode_ok(i for i in range(3))
     ok, exc = serialization.outcome_result(encoded)
-    assert not ok and type(exc) is RemoteError and "generator" in str(exc)
-    assert exc.traceback
+    assert not ok and type(exc) is TypeError and "generator" in str(exc)
+    assert "could not be pickled" in str(exc.__cause__)
 
 
 def test_mismatch_outcome():

@@ -470,7 +470,11 @@ def test_dockerfile_layout_runs_the_worker(tmp_path):
     pythonpath = str(root / paths[0].lstrip("/"))
     python_dir = tmp_path / "bin"
     python_dir.mkdir()
-    (python_dir / "python").symlink_to(sys.executable)  # the image's `python`
+    # the image's `python`: a wrapper, not a symlink, since a venv's interpreter reached through
+    # a symlink elsewhere no longer finds its pyvenv.cfg (and so its packages)
+    wrapper = python_dir / "python"
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    wrapper.chmod(0o755)
     environment = {**os.environ, "PYTHONPATH": pythonpath, "PYTHON_VERSION": MINOR,
                    "PATH": f"{python_dir}{os.pathsep}{os.environ['PATH']}"}
     checks = [arg for op, arg in instructions if op == "RUN" and "/opt/batchfutures" in arg]

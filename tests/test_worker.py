@@ -26,7 +26,8 @@ Call = Tuple[Callable[..., Any], tuple, dict]
 
 
 def make_job(storage: Storage, children: Sequence[Sequence[Call]], *,
-             stamp: Optional[Dict[str, str]] = None, function_urls: Optional[List[str]] = None) -> str:
+             stamp: Optional[Dict[str, str]] = None, function_urls: Optional[List[str]] = None,
+             by_value: bool = True) -> str:
     """Upload functions and inputs the way the executor does; returns the job URL."""
     run_id = "run-" + uuid.uuid4().hex[:8]
     job_key = uuid.uuid4().hex
@@ -39,8 +40,9 @@ def make_job(storage: Storage, children: Sequence[Sequence[Call]], *,
                 functions.append(fn)
             index = next(i for i, known in enumerate(functions) if known is fn)
             items.append((index, args, kwargs))
-        blobs.append(serialization.pack_items(items))
-    urls = function_urls or [storage.put_function(run_id, serialization.dumps(fn)) for fn in functions]
+        blobs.append(serialization.pack_items(items, by_value=by_value))
+    urls = function_urls or [storage.put_function(run_id, serialization.dumps(fn, by_value=by_value))
+                             for fn in functions]
     header: Dict[str, Any] = {"functions": urls, "items": sum(len(c) for c in children),
                               "chunksize": max(len(c) for c in children), "run_id": run_id,
                               "job_key": job_key}
@@ -108,7 +110,7 @@ def test_array_child_runs_its_items_values_errors_and_prints(storage):
     assert storage.list_results(job) == {0, 1}
 
 
-def test_unpicklable_exception_and_value_come_back_as_remote_errors(storage):
+def test_unpicklable_exception_and_value_come_back_typed(storage):
     def raise_with_lock():
         raise ValueError("holds a lock", threading.Lock())
 
@@ -126,7 +128,9 @@ def test_unpicklable_exception_and_value_come_back_as_remote_errors(storage):
     (ok0, lock_error), (ok1, generator_error), (ok2, exit_error) = outcomes[:3]
     assert not ok0 and type(lock_error) is RemoteError and "ValueError" in str(lock_error)
     assert "raise_with_lock" in lock_error.traceback
-    assert not ok1 and type(generator_error) is RemoteError and "generator" in str(generator_error)
+    # a value that cannot be pickled: the pickling error itself, as ProcessPoolExecutor raises
+    assert not ok1 and type(generator_error) is TypeError and "generator" in str(generator_error)
+    assert "returned generator, which could not be pickled" in str(generator_error.__cause__)
     assert not ok2 and type(exit_error) is SystemExit and exit_error.code == 5  # an outcome
     assert outcomes[3] == (True, "still runs")
 
@@ -215,27 +219,26 @@ def test_stamp_mismatch_fails_every_item_naming_both_versions(storage):
 
 
 def test_function_that_cannot_be_loaded(local, tmp_path, monkeypatch):
-    # pickled by reference to a module the worker cannot import
+    # pickled by reference (shipping by value turned off) to a module the worker cannot import
     (tmp_path / "client_only.py").write_text("def triple(x):\n    return 3 * x\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     import client_only
 
     job = make_job(local, [[(client_only.triple, (1,), {}), (client_only.triple, (2,), {}),
-                            (abs, (-3,), {})]])
+                            (abs, (-3,), {})]], by_value=False)
     done = run_worker(job)
     assert done.returncode == 0, done.stderr
     outcomes = results(local, job)[1]
-    for ok, error in outcomes[:2]:
-        assert not ok and type(error) is RemoteError
-        assert "could not load the function" in str(error) and "client_only" in error.traceback
+    for ok, error in outcomes[:2]:  # a missing module is an environment mismatch, named
+        assert not ok and type(error) is EnvironmentMismatchError
+        assert "could not load the function" in str(error) and "'client_only'" in str(error)
+        assert "install it in the image" in str(error) and "by value" in str(error)
     assert outcomes[2] == (True, 3)
 
-    # the same failure while some version differs is reported as a mismatch
-    stamp = dict(serialization.payload_stamp(), batchfutures="0.0.1")
-    job = make_job(local, [[(client_only.triple, (1,), {})]], stamp=stamp)
+    # shipped by value (the default), the same function runs
+    job = make_job(local, [[(client_only.triple, (2,), {})]])
     assert run_worker(job).returncode == 0
-    ((ok, error),) = results(local, job)[1]
-    assert not ok and type(error) is EnvironmentMismatchError and "batchfutures 0.0.1" in str(error)
+    assert results(local, job)[1] == [(True, 6)]
 
 
 def test_missing_function_object(local):
