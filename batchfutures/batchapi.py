@@ -1,22 +1,46 @@
-"""Batch API calls with retries, the same for the emulator and AWS.
+"""Batch (and Logs) API calls with one retry budget each, the same for the emulator and AWS.
 
-Both raise `botocore.exceptions.ClientError`, so one tenacity policy covers them: throttling
-(`TooManyRequestsException`, HTTP 429) and server errors (5xx) are retried with exponential
-backoff and jitter; client errors are not. SubmitJob is retried only when the request surely was
-not processed (throttled, or the connection never opened), so a retry never submits twice.
+    caller ── call(client.method, **params) ──> tenacity: attempts and total seconds bounded,
+                                                full jitter; botocore's own retries are off
+                                                (environments.client_config), so budgets
+                                                never multiply
+    caller ── submit_job(client, request) ────> exactly-once SubmitJob:
+
+        request + unique jobName suffix + tag batchfutures:submission=<uuid>
+           │
+           v
+        SubmitJob, sent once ──ok──> {"jobId": ...}
+           │ failed
+           v
+        submit_verdict(error):
+           RESUBMIT   certainly not processed (throttled 429, the connection never opened)
+                      ─> wait (jitter) and send again
+           LOOK_UP    may have been processed (5xx, read timeout, connection closed mid-call)
+                      ─> ListJobs(jobQueue, JOB_NAME = the unique name), DescribeJobs to match
+                         the tag; found ─> its id; not found after a few looks ─> send again
+           GIVE_UP    a client error (4xx): raise
+
+Both the emulator and botocore raise `botocore.exceptions.ClientError`, so one policy covers
+them: `is_retryable` says a call is worth another try, `is_safe_to_resubmit` that a SubmitJob
+surely did not create a job (only then is it sent again without a look-up first).
 """
 
 from __future__ import annotations
 
+import enum
 import logging
-from typing import Any, Callable, Dict, Iterator, List
+import time
+import uuid
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from botocore.exceptions import (
     ClientError,
-    ConnectionClosedError,
+    ConnectTimeoutError,
     EndpointConnectionError,
-    ReadTimeoutError,
+    HTTPClientError,
 )
+from botocore.exceptions import ConnectionError as BotocoreConnectionError
 from tenacity import (
     Retrying,
     retry_if_exception,
@@ -25,12 +49,36 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from .errors import BatchError
+
 logger = logging.getLogger("batchfutures")
 
 THROTTLING_CODES = frozenset({
     "TooManyRequestsException", "ThrottlingException", "Throttling", "RequestLimitExceeded",
     "ThrottledException", "SlowDown",
 })
+SERVER_STATUSES = frozenset({500, 502, 503, 504})
+SUBMISSION_TAG = "batchfutures:submission"  # one unique value per submission (exactly-once)
+JOB_NAME_LIMIT = 128
+_NAME_SUFFIX = 9  # "-" and 8 hex digits of the submission token
+
+
+@dataclass(frozen=True)
+class RetryBudget:
+    """How long one API call may keep trying: attempts and seconds, whichever ends first."""
+
+    attempts: int = 6
+    seconds: float = 30.0
+    first_wait: float = 0.2  # full jitter: each wait is uniform in [0, min(max_wait, first * 2^n)]
+    max_wait: float = 5.0
+
+
+DEFAULT_BUDGET = RetryBudget()
+# SubmitJob: a failed submission fails its futures, so it tries longer (its waits stay short).
+SUBMIT_BUDGET = RetryBudget(attempts=10, seconds=60.0)
+# For the poller: a failed poll is tried again at the next tick, so it gives up early and
+# goes on serving the other jobs.
+POLL_BUDGET = RetryBudget(attempts=3, seconds=10.0)
 
 
 def error_code(error: BaseException) -> str:
@@ -45,65 +93,180 @@ def http_status(error: BaseException) -> int:
     return 0
 
 
+def is_throttling(error: BaseException) -> bool:
+    return isinstance(error, ClientError) and (
+        error_code(error) in THROTTLING_CODES or http_status(error) == 429)
+
+
 def is_retryable(error: BaseException) -> bool:
-    """Throttling, a server error, or a broken connection: worth another try."""
-    if isinstance(error, (EndpointConnectionError, ConnectionClosedError, ReadTimeoutError)):
-        return True
+    """Throttling, a server error, or a broken connection: worth another try (reads, cancels)."""
+    if isinstance(error, (BotocoreConnectionError, HTTPClientError)):
+        return True  # connect / read timeouts, closed connections, endpoint unreachable
     if isinstance(error, ClientError):
-        return error_code(error) in THROTTLING_CODES or http_status(error) in (429, 500, 502, 503, 504) \
+        return is_throttling(error) or http_status(error) in SERVER_STATUSES \
             or error_code(error) == "ServerException"
     return False
 
 
 def is_safe_to_resubmit(error: BaseException) -> bool:
     """The request was certainly not processed, so sending it again cannot duplicate a job."""
-    if isinstance(error, EndpointConnectionError):
-        return True
-    return isinstance(error, ClientError) and (
-        error_code(error) in THROTTLING_CODES or http_status(error) == 429
-    )
+    if isinstance(error, (EndpointConnectionError, ConnectTimeoutError)):
+        return True  # the connection never opened: nothing was sent
+    return is_throttling(error)  # Batch throttles before it processes anything
 
 
-def _log_retry(state) -> None:
+class SubmitVerdict(enum.Enum):
+    """What to do after a SubmitJob failed."""
+
+    RESUBMIT = "resubmit"  # certainly not created: send it again
+    LOOK_UP = "look up"  # perhaps created: look for it before anything else
+    GIVE_UP = "give up"  # refused (4xx) or not an API failure: raise
+
+
+def submit_verdict(error: BaseException) -> SubmitVerdict:
+    if is_safe_to_resubmit(error):
+        return SubmitVerdict.RESUBMIT
+    if is_retryable(error):
+        return SubmitVerdict.LOOK_UP
+    return SubmitVerdict.GIVE_UP
+
+
+def _log_retry(state: Any) -> None:
     logger.debug("retrying %s after %s (attempt %d)", getattr(state.fn, "__name__", "call"),
                  state.outcome.exception(), state.attempt_number)
 
 
-def call(method: Callable[..., Dict[str, Any]], *, attempts: int = 8, max_delay: float = 120.0,
-         safe_to_retry: Callable[[BaseException], bool] = is_retryable,
-         **kwargs: Any) -> Dict[str, Any]:
-    """Call a Batch (or Logs) client method with backoff on throttling and server errors."""
-    retrying = Retrying(
+def _retrying(budget: RetryBudget, safe_to_retry: Callable[[BaseException], bool]) -> Retrying:
+    return Retrying(
         retry=retry_if_exception(safe_to_retry),
-        wait=wait_random_exponential(multiplier=0.1, max=10),
-        stop=stop_after_attempt(attempts) | stop_after_delay(max_delay),
+        wait=wait_random_exponential(multiplier=budget.first_wait, max=budget.max_wait),
+        stop=stop_after_attempt(budget.attempts) | stop_after_delay(budget.seconds),
         before_sleep=_log_retry,
         reraise=True,
     )
-    return retrying(method, **kwargs)
 
 
-def submit_job(client: Any, request: Dict[str, Any]) -> Dict[str, Any]:
-    return call(client.submit_job, safe_to_retry=is_safe_to_resubmit, **request)
+def call(method: Callable[..., Dict[str, Any]], *, budget: RetryBudget = DEFAULT_BUDGET,
+         safe_to_retry: Callable[[BaseException], bool] = is_retryable,
+         attempts: Optional[int] = None, max_delay: Optional[float] = None,
+         **kwargs: Any) -> Dict[str, Any]:
+    """Call a Batch, Logs, STS or Secrets Manager client method within one retry budget.
+
+    ``attempts`` and ``max_delay`` (seconds) narrow the budget for one call.
+    """
+    if attempts is not None or max_delay is not None:
+        budget = replace(budget, attempts=attempts if attempts is not None else budget.attempts,
+                         seconds=max_delay if max_delay is not None else budget.seconds)
+    return _retrying(budget, safe_to_retry)(method, **kwargs)
 
 
-def describe_jobs(client: Any, job_ids: List[str]) -> List[Dict[str, Any]]:
+# -- exactly-once SubmitJob -------------------------------------------------------------------
+LOOKUP_WAITS = (0.0, 1.0, 2.0, 4.0)  # ListJobs may lag SubmitJob by a moment
+
+
+def with_submission_token(request: Dict[str, Any], token: str) -> Dict[str, Any]:
+    """The request with its unique marks: a jobName suffix (for ListJobs) and a tag (to confirm)."""
+    name = str(request.get("jobName") or "bf-call")
+    marked = dict(request)
+    marked["jobName"] = f"{name[:JOB_NAME_LIMIT - _NAME_SUFFIX]}-{token[:8]}"
+    marked["tags"] = {**(request.get("tags") or {}), SUBMISSION_TAG: token}
+    return marked
+
+
+def find_submission(client: Any, request: Dict[str, Any],
+                    budget: RetryBudget = DEFAULT_BUDGET) -> Optional[Dict[str, Any]]:
+    """The job ``request`` (marked by `with_submission_token`) created, or None."""
+    token = (request.get("tags") or {}).get(SUBMISSION_TAG)
+    listing = {"jobQueue": request["jobQueue"],
+               "filters": [{"name": "JOB_NAME", "values": [request["jobName"]]}]}
+    candidates: List[str] = []
+    while True:
+        page = call(client.list_jobs, budget=budget, **listing)
+        candidates += [s["jobId"] for s in page.get("jobSummaryList", [])
+                       if s.get("jobName") == request["jobName"]]
+        if not page.get("nextToken"):
+            break
+        listing["nextToken"] = page["nextToken"]
+    for description in describe_jobs(client, candidates, budget=budget):
+        if (description.get("tags") or {}).get(SUBMISSION_TAG) == token:
+            return {key: description.get(key) for key in ("jobId", "jobName", "jobArn")}
+    return None
+
+
+def _look_up(client: Any, request: Dict[str, Any], budget: RetryBudget) -> Optional[Dict[str, Any]]:
+    for wait in LOOKUP_WAITS:
+        time.sleep(wait)
+        try:
+            found = find_submission(client, request, budget)
+        except Exception as error:  # without the answer a resubmit could duplicate the job
+            raise BatchError(
+                f"SubmitJob of {request['jobName']!r} may have created a job, and looking for it "
+                f"failed ({error}); look for the tag {SUBMISSION_TAG}="
+                f"{request['tags'][SUBMISSION_TAG]} in queue {request['jobQueue']} before "
+                f"submitting again") from error
+        if found is not None:
+            return found
+    return None
+
+
+def submit_job(client: Any, request: Dict[str, Any], *, budget: RetryBudget = SUBMIT_BUDGET,
+               token: Optional[str] = None) -> Dict[str, Any]:
+    """SubmitJob exactly once: the response of the one job this request created.
+
+    The request's jobName gets a unique suffix and its tags a `SUBMISSION_TAG`; a failure that
+    may have created the job is followed by a look-up before anything is sent again.
+    """
+    marked = with_submission_token(request, token or uuid.uuid4().hex)
+    deadline = time.monotonic() + budget.seconds
+    wait = wait_random_exponential(multiplier=budget.first_wait, max=budget.max_wait)
+    for attempt in range(1, budget.attempts + 1):
+        try:
+            return client.submit_job(**marked)
+        except Exception as error:
+            verdict = submit_verdict(error)
+            last_chance = attempt == budget.attempts or time.monotonic() >= deadline
+            logger.debug("SubmitJob of %s failed (%s): %s", marked["jobName"], error, verdict.value)
+            if verdict is SubmitVerdict.GIVE_UP:
+                raise
+            if verdict is SubmitVerdict.LOOK_UP:
+                found = _look_up(client, marked, DEFAULT_BUDGET)
+                if found is not None:
+                    logger.info("batchfutures: SubmitJob answered %s but had created job %s",
+                                error_code(error) or type(error).__name__, found["jobId"])
+                    return found
+            if last_chance:
+                raise
+            time.sleep(wait(_RetryState(attempt)))
+    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+
+class _RetryState:
+    """The one attribute tenacity's wait strategies read."""
+
+    def __init__(self, attempt_number: int) -> None:
+        self.attempt_number = attempt_number
+
+
+# -- reads --------------------------------------------------------------------------------------
+def describe_jobs(client: Any, job_ids: List[str], *,
+                  budget: RetryBudget = DEFAULT_BUDGET) -> List[Dict[str, Any]]:
     """DescribeJobs in batches of 100 (Batch's limit); ids Batch no longer knows are left out."""
     found: List[Dict[str, Any]] = []
     for start in range(0, len(job_ids), 100):
-        response = call(client.describe_jobs, jobs=job_ids[start:start + 100])
+        response = call(client.describe_jobs, budget=budget, jobs=job_ids[start:start + 100])
         found.extend(response.get("jobs", []))
     return found
 
 
-def list_children(client: Any, array_job_id: str, status: str) -> Iterator[Dict[str, Any]]:
+def list_children(client: Any, array_job_id: str, status: str, *,
+                  budget: RetryBudget = DEFAULT_BUDGET) -> Iterator[Dict[str, Any]]:
     """Every child of an array job in one status, following nextToken."""
     token = None
     while True:
         request: Dict[str, Any] = {"arrayJobId": array_job_id, "jobStatus": status, "maxResults": 1000}
         if token:
             request["nextToken"] = token
-        response = call(client.list_jobs, **request)
+        response = call(client.list_jobs, budget=budget, **request)
         yield from response.get("jobSummaryList", [])
         token = response.get("nextToken")
         if not token:
@@ -111,23 +274,9 @@ def list_children(client: Any, array_job_id: str, status: str) -> Iterator[Dict[
 
 
 def read_log(logs_client: Any, group: str, stream: str, *, limit_events: int = 0) -> List[str]:
-    """Lines of a log stream from its start, following nextForwardToken until it repeats.
+    """Kept for callers of the old place: see `batchfutures.logs`."""
+    from . import logs
 
-    With ``limit_events`` only the last that many lines are read (one request).
-    """
     if limit_events:
-        response = call(logs_client.get_log_events, logGroupName=group, logStreamName=stream,
-                        startFromHead=False, limit=limit_events)
-        return [event.get("message", "") for event in response.get("events", [])]
-    lines: List[str] = []
-    token = None
-    while True:
-        request: Dict[str, Any] = {"logGroupName": group, "logStreamName": stream, "startFromHead": True}
-        if token:
-            request["nextToken"] = token
-        response = call(logs_client.get_log_events, **request)
-        lines.extend(event.get("message", "") for event in response.get("events", []))
-        next_token = response.get("nextForwardToken")
-        if not next_token or next_token == token:
-            return lines
-        token = next_token
+        return logs.tail(logs_client, group, stream, lines=limit_events)
+    return logs.read_all(logs_client, group, stream)

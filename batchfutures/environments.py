@@ -7,20 +7,36 @@ An environment hands the executor four things, and the executor's code path is t
     storage  a `Storage` over one root URL (file:// locally, s3://bucket/prefix on AWS)
     job_queue, job_definition, worker_command(job_url), log_group
 
-`LocalEnvironment` wires the embedded emulator and local storage; `AWSBatchEnvironment` wires
-boto3 clients and s3fs. `resolve_environment` turns what a user passes (None, a mapping, an
-environment) into one of them.
+`LocalEnvironment` wires the embedded emulator and local storage. `AWSBatchEnvironment` wires
+one boto3 Session (awsclients.AWSClients):
+
+    boto3.Session ──> client("batch"), client("logs"), client("sts"), client(...)  (one lock)
+         └─ credentials ──> s3fs (storage_options): the same refreshable credentials, botocore
+                            retries off, ExpectedBucketOwner on every request, SSE-KMS on writes
+
+What the user typed is checked when the environment is made (bucket name, queue and definition
+names or ARNs, account ids), in the user's words (`BATCHFUTURES_IO_BUCKET` for a variable), and
+botocore failures at this boundary become `ConfigurationError`s that say what to do.
+`resolve_environment` turns what a user passes (None, a mapping, an environment) into one of them.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import threading
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 from . import batchapi, signing
-from .errors import ConfigurationError
+from .awsclients import (
+    CLIENT_CONFIG,
+    EXPIRED_TOKEN_CODES,
+    KMS_VARIABLE,
+    OWNER_VARIABLE,
+    AWSClients,
+)
+from .errors import BatchError, ConfigurationError
 from .settings import JobSettings
 from .storage import Storage
 
@@ -91,7 +107,8 @@ class Environment:
         try:
             response = batchapi.call(self.batch.describe_job_queues, jobQueues=[self.job_queue])
         except Exception as error:
-            raise ConfigurationError(f"cannot read job queue {self.job_queue!r}: {error}") from error
+            raise ConfigurationError(f"cannot read job queue {self.job_queue!r}: "
+                                     f"{explain_aws_error(error)}") from error
         queues = response.get("jobQueues") or []
         if not queues:
             raise ConfigurationError(f"job queue {self.job_queue!r} does not exist")
@@ -189,85 +206,132 @@ class LocalEnvironment(Environment):
 
 
 class AWSBatchEnvironment(Environment):
-    """Real AWS Batch through boto3, payloads in S3 through s3fs."""
+    """Real AWS Batch through boto3, payloads in S3 through s3fs, all from one boto3 Session.
+
+    ``signing_secret``: the Secrets Manager ARN of the payload signing key (see the signing
+    module). ``kms_key_id``: SSE-KMS with this key on every object written. ``expected_bucket_owner``:
+    the account that must own ``io_bucket`` (every S3 request carries it); by default the
+    caller's own account, looked up once with STS GetCallerIdentity on the first S3 request.
+    """
 
     def __init__(self, job_queue: str, io_bucket: str, job_definition: Optional[str] = None, *,
                  io_prefix: str = "batchfutures", image: Optional[str] = None,
                  region_name: Optional[str] = None, profile_name: Optional[str] = None,
-                 session: Any = None, **definition_options: Any) -> None:
+                 session: Any = None, signing_secret: Optional[str] = None,
+                 kms_key_id: Optional[str] = None, expected_bucket_owner: Optional[str] = None,
+                 **definition_options: Any) -> None:
         super().__init__()
-        if not job_queue or not isinstance(job_queue, str):
-            raise ConfigurationError("job_queue must name a Batch job queue (name or ARN)")
-        if not io_bucket or not isinstance(io_bucket, str):
-            raise ConfigurationError("io_bucket must name an S3 bucket")
-        if not job_definition and not image:
-            raise ConfigurationError("give job_definition (name or ARN) or an image to register one from")
         unknown = set(definition_options) - set(DEFINITION_OPTIONS)
         if unknown:
             raise ConfigurationError(
                 f"unknown AWSBatchEnvironment option(s) {sorted(unknown)}; job definition options "
                 f"are {', '.join(DEFINITION_OPTIONS)}")
-        bucket = io_bucket[5:] if io_bucket.startswith("s3://") else io_bucket
-        self.job_queue = job_queue
-        self.io_bucket = bucket.strip("/")
+        self.job_queue = check_job_queue(job_queue)
+        self.io_bucket = check_bucket_name(io_bucket)
+        if not job_definition and not image:
+            raise ConfigurationError("give job_definition (name or ARN) or an image to register one from")
+        if job_definition:
+            check_job_definition(job_definition)
         self.io_prefix = (io_prefix or "").strip("/")
         self.image = image
         self.definition_options = definition_options
+        self.signing_secret = _optional_text(signing_secret, "signing_secret")
+        self.kms_key_id = _optional_text(kms_key_id, "kms_key_id")
+        if expected_bucket_owner is not None and not ACCOUNT_ID.fullmatch(str(expected_bucket_owner)):
+            raise ConfigurationError(
+                f"expected_bucket_owner={expected_bucket_owner!r} must be a 12-digit AWS account id")
+        self._expected_bucket_owner = expected_bucket_owner
+        self._owner_lock = threading.Lock()
         self._given_definition = job_definition
         self._registered_definition: Optional[str] = None
         import boto3  # boto3 is heavy to import; only the AWS path needs it
+        import botocore.exceptions
 
-        self.session = session or boto3.session.Session(profile_name=profile_name,
-                                                        region_name=region_name)
+        try:
+            self.session = session or boto3.session.Session(profile_name=profile_name,
+                                                            region_name=region_name)
+        except botocore.exceptions.ProfileNotFound as error:
+            raise ConfigurationError(
+                f"AWS profile {profile_name!r} is not configured: run `aws configure --profile "
+                f"{profile_name}` or pass another profile_name") from error
         self.profile_name = profile_name
         self.region_name = region_name or self.session.region_name
-        self._batch: Any = None
-        self._logs: Any = None
+        self._clients = AWSClients(self.session, self.region_name)
         self._storage: Optional[Storage] = None
 
-    def _client(self, service: str) -> Any:
-        from botocore.config import Config
+    # -- clients -----------------------------------------------------------------------------
+    def client(self, service: str) -> Any:
+        """The boto3 client of ``service`` ("batch", "logs", "secretsmanager", "sts", ...).
 
-        config = Config(retries={"mode": "standard", "max_attempts": 8})
-        return self.session.client(service, region_name=self.region_name, config=config)
+        Made once per environment from its one boto3 Session, under a lock. Its botocore retries
+        are off: call it through ``batchapi.call(client.method, **params)``, which holds the one
+        retry budget per call.
+        """
+        try:
+            return self._clients.client(service)
+        except Exception as error:
+            raise ConfigurationError(f"cannot make the AWS {service} client: "
+                                     f"{explain_aws_error(error)}") from error
 
     @property
     def batch(self) -> Any:
-        if self._batch is None:
-            self._batch = self._client("batch")
-        return self._batch
+        return self.client("batch")
 
     @property
     def logs(self) -> Any:
-        if self._logs is None:
-            self._logs = self._client("logs")
-        return self._logs
+        return self.client("logs")
 
+    @property
+    def expected_bucket_owner(self) -> str:
+        """The account that must own the bucket: as given, else the caller's (STS, once)."""
+        if self._expected_bucket_owner is None:
+            with self._owner_lock:
+                if self._expected_bucket_owner is None:
+                    try:
+                        identity = batchapi.call(self.client("sts").get_caller_identity)
+                    except ConfigurationError:
+                        raise
+                    except Exception as error:
+                        raise ConfigurationError(
+                            f"cannot learn which AWS account these credentials belong to (STS "
+                            f"GetCallerIdentity: {explain_aws_error(error)}); pass "
+                            f"expected_bucket_owner=<account id of {self.io_bucket}>") from error
+                    self._expected_bucket_owner = str(identity["Account"])
+        return self._expected_bucket_owner
+
+    # -- storage -----------------------------------------------------------------------------
     @property
     def storage(self) -> Storage:
         if self._storage is None:
             root = f"s3://{self.io_bucket}" + (f"/{self.io_prefix}" if self.io_prefix else "")
-            self._storage = Storage(root, storage_options=self._s3_options(),
-                                    signer=signing.aws_signer(self))
+            with self._lock:
+                if self._storage is None:
+                    self._storage = Storage(root, storage_options=self.storage_options(),
+                                            signer=signing.aws_signer(self))
         return self._storage
 
-    def _s3_options(self) -> Dict[str, Any]:
-        options: Dict[str, Any] = {}
-        client_kwargs: Dict[str, Any] = {}
+    def storage_options(self) -> Dict[str, Any]:
+        """s3fs options: this session's credentials, one retry layer, owner check, SSE-KMS."""
+        options: Dict[str, Any] = {
+            "session": self._clients.aio_session(expected_owner=lambda: self.expected_bucket_owner),
+            "config_kwargs": {"retries": dict(CLIENT_CONFIG["retries"])},
+            "retries": 1,  # s3fs's own retry loop: off, storage retries transient errors once over
+        }
         if self.region_name:
-            client_kwargs["region_name"] = self.region_name
-        if self.profile_name:
-            options["profile"] = self.profile_name
-        elif self.session is not None:
-            credentials = self.session.get_credentials()
-            if credentials is not None:
-                frozen = credentials.get_frozen_credentials()
-                options.update(key=frozen.access_key, secret=frozen.secret_key)
-                if frozen.token:
-                    options["token"] = frozen.token
-        if client_kwargs:
-            options["client_kwargs"] = client_kwargs
+            options["client_kwargs"] = {"region_name": self.region_name}
+        if self.kms_key_id:
+            # s3fs passes these to each call whose model has them (PutObject, multipart, copy)
+            options["s3_additional_kwargs"] = {"ServerSideEncryption": "aws:kms",
+                                               "SSEKMSKeyId": self.kms_key_id}
         return options
+
+    def worker_environment(self) -> Dict[str, str]:
+        """Variables a job needs to keep the S3 guards (for its containerOverrides.environment);
+        the worker turns them into s3fs options with `awsclients.worker_storage_options`."""
+        variables = {OWNER_VARIABLE: self.expected_bucket_owner}
+        if self.kms_key_id:
+            variables[KMS_VARIABLE] = self.kms_key_id
+        return variables
 
     @property
     def job_definition(self) -> str:
@@ -278,8 +342,15 @@ class AWSBatchEnvironment(Environment):
 
             with self._lock:
                 if self._registered_definition is None:
-                    self._registered_definition = ensure_job_definition(
-                        self.batch, self.image, **self.definition_options)
+                    try:
+                        self._registered_definition = ensure_job_definition(
+                            self.batch, self.image, **self.definition_options)
+                    except (BatchError, ValueError):
+                        raise
+                    except Exception as error:
+                        raise ConfigurationError(
+                            f"cannot register a job definition for image {self.image!r}: "
+                            f"{explain_aws_error(error)}") from error
         return self._registered_definition
 
     def validate_settings(self, settings: JobSettings) -> None:
@@ -306,6 +377,92 @@ class AWSBatchEnvironment(Environment):
                 f"job_definition={self._given_definition or self.image!r})")
 
 
+# -- checks of what the user typed ---------------------------------------------------------------
+# https://docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html (general purpose)
+BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+_IP_ADDRESS = re.compile(r"\d{1,3}(\.\d{1,3}){3}")
+_NAME = r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}"  # job queue and job definition names
+JOB_QUEUE_ARN = re.compile(rf"arn:aws[a-z-]*:batch:[a-z0-9-]+:\d{{12}}:job-queue/{_NAME}")
+JOB_DEFINITION_ARN = re.compile(rf"arn:aws[a-z-]*:batch:[a-z0-9-]+:\d{{12}}:job-definition/{_NAME}(:\d+)?")
+JOB_DEFINITION_NAME = re.compile(rf"{_NAME}(:\d+)?")
+ACCOUNT_ID = re.compile(r"\d{12}")
+
+
+def check_bucket_name(value: Any, label: str = "io_bucket") -> str:
+    """The bucket name of ``value`` (``s3://`` allowed), or ConfigurationError saying why not."""
+    if not value or not isinstance(value, str):
+        raise ConfigurationError(f"{label} must name an S3 bucket")
+    name = value[5:] if value.startswith("s3://") else value
+    name = name.strip("/")
+    if "/" in name:
+        raise ConfigurationError(
+            f"{label}={value!r} holds a path: give the bucket alone and the folder as io_prefix "
+            f"(BATCHFUTURES_IO_PREFIX)")
+    if not BUCKET_NAME.fullmatch(name) or ".." in name or _IP_ADDRESS.fullmatch(name) \
+            or name.startswith(("xn--", "sthree-")) or name.endswith(("-s3alias", "--ol-s3")):
+        raise ConfigurationError(
+            f"{label}={value!r} is not a valid S3 bucket name: 3 to 63 lowercase letters, digits, "
+            f"'.' and '-', starting and ending with a letter or digit")
+    return name
+
+
+def check_job_queue(value: Any, label: str = "job_queue") -> str:
+    if not value or not isinstance(value, str):
+        raise ConfigurationError(f"{label} must name a Batch job queue (name or ARN)")
+    if value.startswith("arn:"):
+        if not JOB_QUEUE_ARN.fullmatch(value):
+            raise ConfigurationError(
+                f"{label}={value!r} is not a job queue ARN "
+                f"(arn:aws:batch:<region>:<account>:job-queue/<name>)")
+    elif not re.fullmatch(_NAME, value):
+        raise ConfigurationError(
+            f"{label}={value!r} is not a job queue name: up to 128 letters, digits, '-' and '_'")
+    return value
+
+
+def check_job_definition(value: Any, label: str = "job_definition") -> str:
+    if not isinstance(value, str):
+        raise ConfigurationError(f"{label} must name a Batch job definition (name or ARN)")
+    pattern, shape = (JOB_DEFINITION_ARN, "arn:aws:batch:<region>:<account>:job-definition/"
+                      "<name>[:<revision>]") if value.startswith("arn:") else (
+                          JOB_DEFINITION_NAME, "<name>[:<revision>]")
+    if not pattern.fullmatch(value):
+        raise ConfigurationError(f"{label}={value!r} is not a job definition ({shape})")
+    return value
+
+
+def _optional_text(value: Any, label: str) -> Optional[str]:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigurationError(f"{label} must be a non-empty string")
+    return value
+
+
+def explain_aws_error(error: BaseException) -> str:
+    """One line about a botocore failure, saying what to do where it is clear."""
+    from botocore import exceptions as aws
+
+    if isinstance(error, aws.NoCredentialsError):
+        return ("no AWS credentials found: set AWS_PROFILE (or profile_name=), environment "
+                "variables, or run where a role is attached")
+    if isinstance(error, aws.NoRegionError):
+        return "no AWS region: pass region_name= or set AWS_DEFAULT_REGION"
+    if isinstance(error, aws.ParamValidationError):
+        return f"a parameter AWS would refuse: {error}"
+    if isinstance(error, (aws.TokenRetrievalError, aws.SSOTokenLoadError, aws.UnauthorizedSSOTokenError)):
+        return f"the SSO session has ended: run `aws sso login` ({error})"
+    if isinstance(error, aws.ClientError):
+        code = batchapi.error_code(error)
+        message = error.response.get("Error", {}).get("Message") or str(error)
+        if code in EXPIRED_TOKEN_CODES:
+            return f"the AWS credentials have expired and could not be refreshed ({message})"
+        if code in ("AccessDenied", "AccessDeniedException", "UnauthorizedOperation"):
+            return f"not allowed by IAM: {message}"
+        return f"{code}: {message}"
+    return str(error) or type(error).__name__
+
+
 EnvironmentLike = Union[Environment, Mapping[str, Any], None]
 
 
@@ -317,7 +474,8 @@ def resolve_environment(env: EnvironmentLike) -> Environment:
         values = {key: os.environ[var] for key, var in ENV_VARS.items() if os.environ.get(var)}
         if not values:
             return LocalEnvironment()
-        return _aws_from_mapping(values, source="the BATCHFUTURES_* environment variables")
+        return _aws_from_mapping(values, source="the BATCHFUTURES_* environment variables",
+                                 names=ENV_VARS)
     if isinstance(env, Mapping):
         return _aws_from_mapping(dict(env), source="the mapping")
     raise ConfigurationError(
@@ -325,10 +483,22 @@ def resolve_environment(env: EnvironmentLike) -> Environment:
         f"or None), not {type(env).__name__}")
 
 
-def _aws_from_mapping(values: Dict[str, Any], *, source: str) -> Environment:
-    missing = [key for key in ("job_queue", "io_bucket") if not values.get(key)]
+def _aws_from_mapping(values: Dict[str, Any], *, source: str,
+                     names: Optional[Mapping[str, str]] = None) -> Environment:
+    """An AWSBatchEnvironment from keys (or variables: ``names`` maps a key to its variable)."""
+    label = (lambda key: names.get(key, key)) if names else (lambda key: key)
+    missing = [label(key) for key in ("job_queue", "io_bucket") if not values.get(key)]
+    if not values.get("job_definition") and not values.get("image"):
+        missing.append(f"{label('job_definition')} (or {label('image')})")
     if missing:
-        raise ConfigurationError(f"{source} lacks {', '.join(missing)} for AWS Batch")
+        raise ConfigurationError(f"{source} lack{'s' if names is None else ''} "
+                                 f"{', '.join(missing)}: AWS Batch needs a job queue, an I/O "
+                                 f"bucket and a job definition or image")
+    if names:  # refused in the words the user typed them
+        check_job_queue(values["job_queue"], label("job_queue"))
+        check_bucket_name(values["io_bucket"], label("io_bucket"))
+        if values.get("job_definition"):
+            check_job_definition(values["job_definition"], label("job_definition"))
     try:
         return AWSBatchEnvironment(**values)
     except TypeError as error:

@@ -26,7 +26,7 @@ import uuid
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from . import batchapi, serialization
+from . import batchapi, logs, serialization
 from .coalescer import Coalescer
 from .dependencies import MAX_DEPENDENCIES, FutureRef, substitute_call
 from .errors import (
@@ -38,6 +38,7 @@ from .errors import (
 )
 from .futures import BatchFuture
 from .jobs import TrackedJob, settle
+from .logs import log_group_of  # noqa: F401  (its old place: jobview imports it from here)
 from .poller import LOG_TAIL_LINES, Poller
 from .settings import JobSettings
 from .submission import (
@@ -325,28 +326,16 @@ class Session:
                 raise
 
     # -- results, logs, cancel, abort --------------------------------------------------------
+    # the log reader is batchfutures.logs; these keep the poller's and the futures' calls
     def log_stream(self, description: Dict[str, Any]) -> Optional[str]:
-        attempts = description.get("attempts") or []
-        for attempt in reversed(attempts):
-            stream = (attempt.get("container") or {}).get("logStreamName")
-            if stream:
-                return stream
-        return (description.get("container") or {}).get("logStreamName")
+        return logs.log_stream(description)
 
     def log_group(self, description: Dict[str, Any]) -> str:
-        return log_group_of(description, self.env.log_group)
+        return logs.log_group_of(description, self.env.log_group)
 
     def log_tail(self, description: Dict[str, Any]) -> Optional[str]:
-        stream = self.log_stream(description)
-        if not stream:
-            return None
-        try:
-            lines = batchapi.read_log(self.env.logs, self.log_group(description), stream,
-                                      limit_events=LOG_TAIL_LINES)
-        except Exception as error:  # a missing log must not hide the job's failure
-            logger.debug("no log tail for %s: %s", description.get("jobId"), error)
-            return None
-        return "\n".join(lines) or None
+        return logs.job_log_tail(self.env.logs, description, self.env.log_group,
+                                 lines=LOG_TAIL_LINES)
 
     def read_log(self, future: BatchFuture) -> str:
         job_id = future.job_id
@@ -356,11 +345,7 @@ class Session:
         if not found:
             raise JobMetadataExpired(f"Batch no longer knows job {job_id}; its log is gone with it",
                                      job_id=job_id)
-        description = found[0]
-        stream = self.log_stream(description)
-        if not stream:
-            return f"(no log yet: job {job_id} is {description.get('status')})"
-        return "\n".join(batchapi.read_log(self.env.logs, self.log_group(description), stream))
+        return logs.job_log(self.env.logs, found[0], self.env.log_group)
 
     def on_cancelled(self, future: BatchFuture) -> None:
         """A future was cancelled: the poller thread cancels its remote child (in bulk)."""
@@ -482,15 +467,3 @@ class Session:
             "batchfutures: the interpreter exits while %d Batch job(s) still run; they go on in "
             "Batch. Collect their results later with BatchExecutor(env).attach(job_id): %s",
             len(jobs), ", ".join(jobs))
-
-
-def log_group_of(description: Dict[str, Any], default: str) -> str:
-    """A job's log group: the awslogs-group its definition sets, else Batch's default group."""
-    config = (description.get("container") or {}).get("logConfiguration") or {}
-    if config.get("logDriver", "awslogs") == "awslogs":
-        group = (config.get("options") or {}).get("awslogs-group")
-        if group:
-            return group
-    return default
-
-

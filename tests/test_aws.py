@@ -209,3 +209,193 @@ def test_check_reports_each_broken_part(aws, bucket):
     verdicts = {line.split(":")[0].split(None, 1)[1]: line.split()[0] for line in lines}
     assert verdicts == {"credentials": "ok", "job queue": "FAIL", "bucket": "FAIL",
                         "job definition": "FAIL"}, lines
+
+
+# -- one session's clients, credentials, retries and S3 guards (issues 11.4-11.6, 13.2) --------
+def refreshing_session(first_key, next_keys, *, lifetime):
+    """A boto3 Session whose credentials are botocore RefreshableCredentials: ``first_key``
+    first, then each refresh hands out the next of ``next_keys``, valid ``lifetime`` seconds."""
+    import datetime
+    import itertools
+
+    from botocore.credentials import CredentialProvider, RefreshableCredentials
+
+    keys = itertools.chain([first_key], next_keys)
+
+    def metadata():
+        key = next(keys)
+        expiry = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=lifetime)
+        return {"access_key": key, "secret_key": "secret-" + key, "token": "token-" + key,
+                "expiry_time": expiry.isoformat()}
+
+    credentials = RefreshableCredentials.create_from_metadata(metadata(), metadata, "expiring")
+
+    class Expiring(CredentialProvider):
+        METHOD = CANONICAL_NAME = "expiring"
+
+        def load(self):
+            return credentials
+
+    core = botocore.session.get_session()
+    core.get_component("credential_provider").insert_before("env", Expiring())
+    return boto3.session.Session(botocore_session=core, region_name=REGION)
+
+
+def signing_key(request):
+    """The access key a SigV4-signed request was signed with."""
+    authorization = request.header("Authorization") or ""
+    if "Credential=" not in authorization:
+        return None
+    return authorization.split("Credential=", 1)[1].split("/", 1)[0]
+
+
+def s3_round_trip(storage):
+    url = storage.url("probe", uuid.uuid4().hex)
+    storage.put_bytes(url, b"one")
+    assert storage.get_bytes(url) == b"one"
+    assert storage.exists(url)
+    job_url = storage.job_url("run-1", "key-1")
+    storage.write_inputs(job_url, {"children": 1}, [b"blob"])
+    assert storage.list_results(job_url) == set()
+    storage.delete(url)
+    storage.delete_job(job_url)
+
+
+@pytest.fixture
+def s3_proxy(s3_endpoint, monkeypatch):
+    """A loopback proxy in front of moto's S3 for the client process; yields it (rule settable)."""
+    from loopback_proxy import LoopbackProxy
+
+    with LoopbackProxy(s3_endpoint) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.url)
+        yield proxy
+
+
+def test_s3_signs_with_the_sessions_refreshed_credentials(bucket, s3_proxy):
+    session = refreshing_session("AKIDFIRST", (f"AKIDREFRESHED{i:04d}" for i in range(1000)),
+                                 lifetime=60)  # inside botocore's refresh window: every use refreshes
+    env = environment(bucket, session=session)
+    assert not {"key", "secret", "token"} & set(env.storage_options())  # no keys copied
+    s3_round_trip(env.storage)
+    keys = [signing_key(r) for r in s3_proxy.requests]
+    assert keys and all(key.startswith("AKIDREFRESHED") for key in keys), keys
+    assert len(set(keys)) > 1  # later calls used newer credentials
+    batch_key = env.batch._request_signer._credentials.get_frozen_credentials().access_key
+    assert batch_key.startswith("AKIDREFRESHED")  # Batch signs from the very same object
+
+
+def test_expired_token_refreshes_and_is_not_a_permission_error(bucket, s3_proxy):
+    from loopback_proxy import Answer, Forward
+
+    expired = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>ExpiredToken</Code>'
+               b'<Message>The provided token has expired.</Message></Error>')
+    s3_proxy.rule = lambda request: Answer(400, expired, {"Content-Type": "application/xml"}) \
+        if signing_key(request) == "AKIDREVOKED" else Forward()
+    session = refreshing_session("AKIDREVOKED", (f"AKIDNEW{i}" for i in range(100)), lifetime=7200)
+    env = environment(bucket, session=session)
+    s3_round_trip(env.storage)  # no PermissionError
+    keys = [signing_key(r) for r in s3_proxy.requests]
+    assert keys[0] == "AKIDREVOKED" and set(keys[1:]) == {"AKIDNEW0"}, keys
+    assert env._clients.expired_token_retry.refreshes == 1
+
+
+def test_every_s3_request_names_the_expected_owner(bucket, s3_proxy):
+    env = environment(bucket)
+    s3_round_trip(env.storage)
+    owners = {(r.method, r.header("x-amz-expected-bucket-owner")) for r in s3_proxy.requests}
+    methods = {method for method, _ in owners}
+    assert methods >= {"PUT", "GET", "HEAD", "POST"}, owners  # writes, reads, listings, deletes
+    assert {owner for _, owner in owners} == {"123456789012"}, owners  # moto's account, from STS
+
+
+def test_a_bucket_of_another_account_is_refused(aws, bucket, s3_proxy):
+    from loopback_proxy import Answer, Forward
+
+    denied = b'<?xml version="1.0"?><Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>'
+    # As S3 does: a request whose ExpectedBucketOwner is not the bucket's owner is refused.
+    s3_proxy.rule = lambda request: Forward() if request.header(
+        "x-amz-expected-bucket-owner") in (None, "123456789012") else Answer(
+            403, denied, {"Content-Type": "application/xml"})
+    executor = BatchExecutor(environment(bucket, expected_bucket_owner="111122223333"))
+    with pytest.raises(ConfigurationError, match="bucket"):
+        executor.map(square, [1, 2])
+    executor.shutdown()
+    assert s3_proxy.requests and all(r.header("x-amz-expected-bucket-owner") == "111122223333"
+                                     for r in s3_proxy.requests)
+
+
+def test_every_object_written_is_encrypted_with_the_kms_key(bucket, s3_proxy):
+    key = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+    env = environment(bucket, kms_key_id=key)
+    s3_round_trip(env.storage)
+    writes = [r for r in s3_proxy.requests if r.method == "PUT"]
+    assert writes
+    for request in writes:
+        assert request.header("x-amz-server-side-encryption") == "aws:kms"
+        assert request.header("x-amz-server-side-encryption-aws-kms-key-id") == key
+
+
+def test_clients_are_made_once_under_concurrency(bucket):
+    import collections
+    import threading
+
+    made = collections.Counter()
+    original = boto3.session.Session.client
+
+    def counting(self, service, *args, **kwargs):
+        made[service] += 1
+        return original(self, service, *args, **kwargs)
+
+    env = environment(bucket)
+    services = ["batch", "logs", "sts", "secretsmanager"] * 4
+    barrier = threading.Barrier(len(services))
+    got = collections.defaultdict(set)
+
+    def ask(service):
+        barrier.wait()
+        got[service].add(id(env.client(service)))
+
+    boto3.session.Session.client = counting
+    try:
+        threads = [threading.Thread(target=ask, args=(s,)) for s in services]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+    finally:
+        boto3.session.Session.client = original
+    assert made == {s: 1 for s in set(services)}
+    assert all(len(ids) == 1 for ids in got.values())
+    assert env.batch is env.client("batch") and env.logs is env.client("logs")
+
+
+def test_retries_do_not_stack(aws, bucket):
+    from batchfutures.batchapi import RetryBudget, describe_jobs
+
+    env = environment(bucket)
+    sent = []
+    env.batch.meta.events.register("before-send.batch.DescribeJobs", lambda **kw: sent.append(1))
+    aws.inject_faults(1.0, operations=["DescribeJobs"])
+    try:
+        with pytest.raises(botocore.exceptions.ClientError):
+            describe_jobs(env.batch, ["nope"], budget=RetryBudget(attempts=3, first_wait=0.01,
+                                                                  max_wait=0.01))
+    finally:
+        aws.inject_faults(0)
+    assert len(sent) == 3  # tenacity's three, botocore's own retries off (not 3 x 8)
+
+
+def test_expired_token_on_batch_refreshes_too(aws, bucket, monkeypatch):
+    from loopback_proxy import Answer, Forward, LoopbackProxy
+
+    expired = b'{"message": "The security token included in the request is expired"}'
+    rule = lambda request: Answer(403, expired, {"x-amzn-ErrorType": "ExpiredTokenException"}) \
+        if signing_key(request) == "AKIDREVOKED" else Forward()  # noqa: E731
+    with LoopbackProxy(os.environ["AWS_ENDPOINT_URL_BATCH"], rule) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_BATCH", proxy.url)
+        session = refreshing_session("AKIDREVOKED", (f"AKIDNEW{i}" for i in range(100)),
+                                     lifetime=7200)
+        env = environment(bucket, session=session)
+        env.check_queue()  # no error: refreshed and sent once more
+    keys = [signing_key(r) for r in proxy.requests]
+    assert keys == ["AKIDREVOKED", "AKIDNEW0"], keys

@@ -32,7 +32,7 @@ def test_a_mapping_means_aws():
 
 
 def test_the_process_environment_means_aws(monkeypatch):
-    monkeypatch.setenv("BATCHFUTURES_JOB_QUEUE", "arn:aws:batch:us-east-1:1:job-queue/q")
+    monkeypatch.setenv("BATCHFUTURES_JOB_QUEUE", "arn:aws:batch:us-east-1:123456789012:job-queue/q")
     monkeypatch.setenv("BATCHFUTURES_JOB_DEFINITION", "def")
     monkeypatch.setenv("BATCHFUTURES_IO_BUCKET", "bkt")
     monkeypatch.setenv("BATCHFUTURES_IO_PREFIX", "runs-here")
@@ -77,3 +77,120 @@ def test_a_script_with_main_module_functions_and_lambdas(tmp_path):
                          text=True, timeout=120, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["[0, 3, 6, 9, 12]", "4"]
+
+
+# -- what the user typed, checked when the environment is made (issue 10.6) ---------------------
+QUEUE_ARN = "arn:aws:batch:us-east-1:123456789012:job-queue/my-queue"
+
+
+def aws_environment(**overrides):
+    values = dict(job_queue="q", io_bucket="my-bucket", job_definition="d:1",
+                  region_name="us-east-1")
+    values.update(overrides)
+    return AWSBatchEnvironment(**values)
+
+
+def test_a_missing_variable_is_named_as_the_user_sets_it(monkeypatch):
+    monkeypatch.setenv("BATCHFUTURES_JOB_QUEUE", "q")
+    with pytest.raises(ConfigurationError) as caught:
+        resolve_environment(None)
+    message = str(caught.value)
+    assert "BATCHFUTURES_IO_BUCKET" in message and "BATCHFUTURES_JOB_DEFINITION" in message
+    assert "io_bucket" not in message
+
+
+@pytest.mark.parametrize("bucket", ["Bad_Bucket!", "ab", "a" * 64, "-bucket", "bucket-",
+                                    "my..bucket", "192.168.1.1", "xn--bucket", "bucket/prefix"])
+def test_an_invalid_bucket_name_is_refused_when_the_environment_is_made(bucket, monkeypatch):
+    with pytest.raises(ConfigurationError, match="io_bucket"):
+        aws_environment(io_bucket=bucket)
+    monkeypatch.setenv("BATCHFUTURES_JOB_QUEUE", "q")
+    monkeypatch.setenv("BATCHFUTURES_JOB_DEFINITION", "d")
+    monkeypatch.setenv("BATCHFUTURES_IO_BUCKET", bucket)
+    with pytest.raises(ConfigurationError, match="BATCHFUTURES_IO_BUCKET"):
+        BatchExecutor(None)
+
+
+@pytest.mark.parametrize("queue", [
+    "arn:aws:batch:us-east-1:123:job-queue/q",  # account of 3 digits
+    "arn:aws:batch:us-east-1:123456789012:jobqueue/q",
+    "arn:aws:batch:us-east-1:123456789012:job-queue/",
+    "arn:aws:s3:::bucket",
+    "my queue",
+])
+def test_a_malformed_job_queue_is_refused(queue):
+    with pytest.raises(ConfigurationError, match="job_queue"):
+        aws_environment(job_queue=queue)
+
+
+@pytest.mark.parametrize("definition", ["d", "d:3", "arn:aws:batch:us-east-1:123456789012:job-definition/d",
+                                        "arn:aws:batch:us-east-1:123456789012:job-definition/d:7"])
+def test_valid_names_and_arns_are_accepted(definition):
+    env = aws_environment(job_queue=QUEUE_ARN, io_bucket="s3://my.bucket-1/",
+                          job_definition=definition)
+    assert (env.job_queue, env.io_bucket, env.job_definition) == (QUEUE_ARN, "my.bucket-1", definition)
+
+
+def test_a_malformed_job_definition_is_refused():
+    with pytest.raises(ConfigurationError, match="job_definition"):
+        aws_environment(job_definition="arn:aws:batch:us-east-1:123456789012:job-queue/d")
+
+
+def test_security_options_are_kept_and_checked():
+    env = aws_environment(signing_secret="arn:aws:secretsmanager:us-east-1:123456789012:secret:k",
+                          kms_key_id="alias/batchfutures", expected_bucket_owner="123456789012")
+    assert env.signing_secret.endswith(":secret:k") and env.expected_bucket_owner == "123456789012"
+    assert env.storage_options()["s3_additional_kwargs"] == {
+        "ServerSideEncryption": "aws:kms", "SSEKMSKeyId": "alias/batchfutures"}
+    assert "s3_additional_kwargs" not in aws_environment().storage_options()
+    with pytest.raises(ConfigurationError, match="expected_bucket_owner"):
+        aws_environment(expected_bucket_owner="me")
+    with pytest.raises(ConfigurationError, match="kms_key_id"):
+        aws_environment(kms_key_id="")
+
+
+@pytest.fixture
+def no_aws_setup(monkeypatch, tmp_path):
+    """No region, no credentials, no config files, no instance metadata: nothing to find."""
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+def test_botocore_failures_reach_the_user_as_configuration_errors(no_aws_setup):
+    with pytest.raises(ConfigurationError, match="profile_name"):
+        AWSBatchEnvironment("q", "my-bucket", "d", profile_name="nope")
+    with pytest.raises(ConfigurationError, match="region"):
+        AWSBatchEnvironment("q", "my-bucket", "d").client("batch")
+    env = aws_environment()
+    with pytest.raises(ConfigurationError, match="credentials") as caught:
+        _ = env.expected_bucket_owner  # looked up on first use
+    assert "expected_bucket_owner=" in str(caught.value)
+
+
+def test_explained_aws_errors():
+    from botocore.exceptions import ClientError, NoCredentialsError, ParamValidationError
+
+    from batchfutures.environments import explain_aws_error
+
+    def client_error(code):
+        return ClientError({"Error": {"Code": code, "Message": "the message"}}, "Op")
+
+    assert "credentials" in explain_aws_error(NoCredentialsError())
+    assert "expired" in explain_aws_error(client_error("ExpiredToken"))
+    assert explain_aws_error(client_error("AccessDeniedException")) == "not allowed by IAM: the message"
+    assert "AWS would refuse" in explain_aws_error(ParamValidationError(report="bad Bucket"))
+
+
+def test_workers_get_the_s3_guards_through_their_environment():
+    from batchfutures.awsclients import worker_storage_options
+
+    env = aws_environment(kms_key_id="alias/k", expected_bucket_owner="123456789012")
+    variables = env.worker_environment()
+    assert worker_storage_options(variables) == {"s3_additional_kwargs": {
+        "ExpectedBucketOwner": "123456789012", "ServerSideEncryption": "aws:kms",
+        "SSEKMSKeyId": "alias/k"}}
+    assert worker_storage_options({}) == {}

@@ -56,7 +56,7 @@ def test_default_memory_follows_the_contract():
 
 
 def test_aws_refuses_a_timeout_under_a_minute():
-    env = AWSBatchEnvironment(job_queue="q", io_bucket="b", job_definition="d",
+    env = AWSBatchEnvironment(job_queue="q", io_bucket="bucket", job_definition="d",
                               region_name="us-east-1")
     with pytest.raises(ConfigurationError, match="60"):
         BatchExecutor(env, timeout=30)
@@ -72,7 +72,7 @@ def test_local_accepts_short_timeouts(tmp_path):
 
 
 def test_fargate_combinations_are_checked_before_submit():
-    env = AWSBatchEnvironment(job_queue="q", io_bucket="b", image="repo/worker:3.11",
+    env = AWSBatchEnvironment(job_queue="q", io_bucket="bucket", image="repo/worker:3.11",
                               execution_role_arn="arn:aws:iam::1:role/x", platform="FARGATE",
                               region_name="us-east-1")
     BatchExecutor(env, vcpus=1, memory="2GiB")
