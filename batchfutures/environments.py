@@ -130,6 +130,7 @@ class Environment:
             definition = self._describe_definition()
         except Exception:  # the default memory then ignores the definition; SubmitJob still checks
             definition = None
+        self._definition_tags = dict((definition or {}).get("tags") or {})
         if definition:
             props = definition.get("containerProperties") or {}
             for requirement in props.get("resourceRequirements") or []:
@@ -139,6 +140,12 @@ class Environment:
         with self._lock:
             self._definition_memory, self._definition_read = memory, True
         return memory
+
+    def definition_tags(self) -> Dict[str, str]:
+        """The job definition's tags (read with its memory, once): they count toward Batch's
+        limit of 50 on the job's task."""
+        self.definition_memory()
+        return dict(getattr(self, "_definition_tags", {}) or {})
 
     def _describe_definition(self) -> Optional[Dict[str, Any]]:
         from .jobdefinitions import describe_job_definition  # without a revision: highest ACTIVE

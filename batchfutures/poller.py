@@ -297,7 +297,8 @@ class Poller:
         for start in range(0, len(active), 100):
             ids = [job.job_id for job in active[start:start + 100]]
             try:
-                found.update((d["jobId"], d) for d in batchapi.describe_jobs(batch, ids))
+                found.update((d["jobId"], d) for d in batchapi.describe_jobs(batch, ids,
+                                                                     budget=batchapi.POLL_BUDGET))
             except Exception as error:  # these jobs wait for the next poll; the others go on
                 logger.warning("batchfutures poller: DescribeJobs failed (%s); trying again", error)
                 continue
@@ -340,10 +341,12 @@ class Poller:
 
     def _read(self, job: TrackedJob, needs: Needs, reads: Reads, batch: Any) -> None:
         for status in needs.listings:
-            reads.listings[status] = list(batchapi.list_children(batch, job.job_id, status.value))
+            reads.listings[status] = list(batchapi.list_children(
+                batch, job.job_id, status.value, budget=batchapi.POLL_BUDGET))
         if needs.children:
             ids = [job.child_id(i) for i in needs.children]
-            by_id = {d.get("jobId"): d for d in batchapi.describe_jobs(batch, ids)}
+            by_id = {d.get("jobId"): d
+                     for d in batchapi.describe_jobs(batch, ids, budget=batchapi.POLL_BUDGET)}
             for index, child_id in zip(needs.children, ids):
                 reads.children[index] = by_id.get(child_id) or {}  # {}: type it from its listing
         for index in needs.results:

@@ -172,7 +172,9 @@ class Signer:
         secretsmanager client, on first use."""
         def load() -> bytes:
             try:
-                response = client().get_secret_value(SecretId=secret_arn)
+                from . import batchapi  # retried there: the clients have botocore's retries off
+
+                response = batchapi.call(client().get_secret_value, SecretId=secret_arn)
             except Exception as error:  # the error names the secret and the code, not its value
                 code = getattr(error, "response", {}).get("Error", {}).get("Code")
                 raise ConfigurationError(

@@ -32,6 +32,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional
 from . import batchapi, serialization
 from ._version import __version__
 from .errors import ABORT_REASON_PREFIX, BatchError, ConfigurationError
+from .jobdefinitions import check_tags, definition_with_secrets
 from .jobs import TrackedJob, settle
 from .settings import JobSettings
 
@@ -74,7 +75,7 @@ def build_request(settings: JobSettings, *, name: str, job_queue: str, job_defin
     """The SubmitJob request of one Batch job (``size`` children), from its settings alone.
 
     ``signing_environment``: where the worker finds the signing key (never the key itself, see
-    signing.py); it replaces any user variable of the same name.
+    signing.py) and the S3 guards; it replaces any user variable of the same name.
     """
     resources = [
         {"type": "VCPU", "value": _number(settings.vcpus)},
@@ -267,14 +268,24 @@ class Submitter:
         """Upload one Batch job's payload, submit it, and hand it to the poller."""
         self._check_queue_once()
         storage = self._storage
+        job_key = uuid.uuid4().hex
+        job_url = storage.job_url(self._run_id, job_key)
+        items = sum(job.item_counts)
+        memory = job.settings.memory_mib(self._env.definition_memory())
+        request = build_request(job.settings, name=job.name, job_queue=self._env.job_queue,
+                                job_definition=self._definition_for(job.settings),
+                                command=self._env.worker_command(job_url), size=len(job.blobs),
+                                memory_mib=memory, run_id=self._run_id, user=user_tag(),
+                                depends_on=job.depends_on,
+                                signing_environment=self._job_environment())
+        # before anything is uploaded: tags Batch would refuse, or fail the job for
+        definition_tags = getattr(self._env, "definition_tags", dict)()
+        check_tags({**request["tags"], batchapi.SUBMISSION_TAG: "x"}, definition_tags)
         try:
             function_urls = [storage.put_function(self._run_id, data)  # content-addressed
                              for data in job.function_pickles]
         except (FileNotFoundError, PermissionError) as error:
             raise storage_error(storage, error) from error
-        job_key = uuid.uuid4().hex
-        job_url = storage.job_url(self._run_id, job_key)
-        items = sum(job.item_counts)
         header: Dict[str, Any] = {
             "functions": function_urls,
             "children": len(job.blobs),
@@ -291,13 +302,6 @@ class Submitter:
             storage.write_inputs(job_url, header, job.blobs)
         except (FileNotFoundError, PermissionError) as error:
             raise storage_error(storage, error) from error
-        memory = job.settings.memory_mib(self._env.definition_memory())
-        request = build_request(job.settings, name=job.name, job_queue=self._env.job_queue,
-                                job_definition=self._env.job_definition,
-                                command=self._env.worker_command(job_url), size=len(job.blobs),
-                                memory_mib=memory, run_id=self._run_id, user=user_tag(),
-                                depends_on=job.depends_on,
-                                signing_environment=_signing_environment(storage))
         try:
             response = batchapi.submit_job(self._env.batch, request)
         except Exception as error:
@@ -322,6 +326,23 @@ class Submitter:
         self._track(tracked)
         return tracked
 
+    def _definition_for(self, settings: JobSettings) -> str:
+        """The job definition, with ``secrets=`` added (SubmitJob cannot carry secrets)."""
+        definition = self._env.job_definition
+        if settings.secrets:
+            definition = definition_with_secrets(self._env.batch, definition, settings.secrets)
+        return definition
+
+    def _job_environment(self) -> Dict[str, str]:
+        """What the worker must know and the settings cannot change: where the signing key is
+        (never the key), and on AWS the bucket owner and KMS key its S3 requests must carry."""
+        signer = getattr(self._storage, "signer", None)
+        variables = dict(signer.job_environment()) if signer is not None else {}
+        worker_environment = getattr(self._env, "worker_environment", None)
+        if worker_environment is not None:
+            variables.update(worker_environment())
+        return variables
+
     def _check_queue_once(self) -> None:
         if self._queue_checked:
             return
@@ -337,9 +358,6 @@ class Submitter:
         return self._initializer_url
 
 
-def _signing_environment(storage: Any) -> Dict[str, str]:
-    signer = getattr(storage, "signer", None)
-    return signer.job_environment() if signer is not None else {}
 
 
 def _number(value: float) -> str:

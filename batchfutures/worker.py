@@ -203,9 +203,11 @@ def _run_initializer(storage: "Storage", header: Dict[str, Any], url: str,
 def run_child(job_url: str, index: int, attempt: Optional[str] = None) -> int:
     """Run one child of a Batch job and record its result; the container's exit status."""
     from . import serialization, signing
+    from .awsclients import worker_storage_options  # the S3 guards the client set for the job
     from .storage import Storage
 
-    storage = Storage.from_url(job_url, signer=signing.job_signer())
+    storage = Storage.from_url(job_url, signer=signing.job_signer(),
+                               storage_options=worker_storage_options(dict(os.environ)) or None)
     if storage.has_result(job_url, index):
         logger.info("child %d: a result is already written (an earlier attempt finished); "
                     "keeping it, not running again", index)

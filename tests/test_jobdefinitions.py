@@ -313,7 +313,7 @@ def endpoint(tmp_path, aws_env):
 def aws_environment(**options):
     from batchfutures import AWSBatchEnvironment
 
-    return AWSBatchEnvironment(job_queue="q", io_bucket="b", region_name="us-east-1", **options)
+    return AWSBatchEnvironment(job_queue="q", io_bucket="bucket", region_name="us-east-1", **options)
 
 
 def test_ec2_jobs_under_one_vcpu_are_refused_when_the_executor_is_made(endpoint):
