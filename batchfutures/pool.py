@@ -33,6 +33,7 @@ Linux only (Batch containers run Linux); elsewhere the items run sequentially.
 
 from __future__ import annotations
 
+import atexit
 import gc
 import logging
 import math
@@ -300,12 +301,14 @@ def _start(count: int, items: Sequence[Item], header: Dict[str, Any], index: int
             if pid == 0:  # the sub-process: never returns
                 status = 1
                 try:
+                    atexit._clear()  # the worker's handlers are the worker's; the items' run here
                     ours.close()
                     for other in started:
                         other.connection.close()
                     _die_with(parent, prctl)
                     _serve_items(theirs, items, header, index, prefetched)
                     status = 0
+                    atexit._run_exitfuncs()  # as the worker's own exit: handlers, not threads
                 except MemoryError:
                     status = worker.OOM_EXIT_STATUS  # the worker says so, once, and exits 137
                 except (EOFError, OSError):  # the worker is gone

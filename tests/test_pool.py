@@ -212,7 +212,11 @@ def test_a_sub_process_that_exits_ends_the_child_with_its_status(local):
 @needs_fork
 def test_the_worker_command_runs_items_on_two_processes_and_prints_reach_the_log(local, monkeypatch):
     def shout(x):
+        import atexit
+
         print(f"item {x} from {os.getpid()}", flush=False)
+        if x == 0:
+            atexit.register(print, f"atexit handler of {os.getpid()}")
         time.sleep(0.05)
         return x, os.getpid()
 
@@ -226,6 +230,7 @@ def test_the_worker_command_runs_items_on_two_processes_and_prints_reach_the_log
     assert len(pids) == 2 and meta["pid"] not in pids
     for x, pid in (v for _, v in values):
         assert f"item {x} from {pid}" in done.stdout
+    assert f"atexit handler of {values[0][1][1]}" in done.stdout  # run where it was registered
 
 
 @pytest.mark.slow
