@@ -42,6 +42,7 @@ import signal
 import sys
 import time
 import traceback
+import warnings
 from multiprocessing.connection import Connection, Pipe, wait
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -297,7 +298,11 @@ def _start(count: int, items: Sequence[Item], header: Dict[str, Any], index: int
     try:
         for _ in range(count):
             ours, theirs = Pipe()
-            pid = os.fork()
+            with warnings.catch_warnings():
+                # Python 3.12+ warns when other threads exist (s3fs's event loop): safe here,
+                # the sub-processes never use them (see the module docstring)
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
             if pid == 0:  # the sub-process: never returns
                 status = 1
                 try:
