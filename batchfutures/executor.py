@@ -22,7 +22,7 @@ import itertools
 import time
 from typing import Any, Callable, Iterable, Iterator, List, Optional, Union
 
-from . import serialization
+from . import chunking, serialization
 from .dependencies import substitute
 from .environments import EnvironmentLike, resolve_environment
 from .futures import BatchFuture
@@ -113,22 +113,27 @@ class BatchExecutor(concurrent.futures.Executor):
 
     # -- map ---------------------------------------------------------------------------------
     def map(self, fn: Callable[..., Any], *iterables: Iterable[Any], timeout: Optional[float] = None,
-            chunksize: int = 1, progress: Union[bool, str] = False) -> Iterator[Any]:
+            chunksize: Union[int, str] = 1, progress: Union[bool, str] = False) -> Iterator[Any]:
         """Like the built-in map, run as array jobs; results in input order.
 
         When the call on item k raised, items 0..k-1 are yielded and then item k's exception.
         ``timeout`` counts from this call and raises concurrent.futures.TimeoutError.
+        ``chunksize="auto"``: about a minute of work per child, at least N = floor(vcpus) items
+        (one per process the child runs them on). Unless this executor timed ``fn`` before, the
+        first child is sent alone as a sample of N items, and the rest once it has finished,
+        sized from its run time in its container (see docs/performance.md).
         ``progress``: True shows Batch's counts for this map on stderr, "auto" only on a terminal.
         """
         end_time = None if timeout is None else time.monotonic() + timeout
-        slices = self._slices(fn, iterables, chunksize, per_child=True)
+        slices = self._slices(fn, iterables, chunksize, per_child=True, deadline=end_time)
         shown = progress_for_map(progress, fn)  # None unless progress is asked for
         if shown is not None:
             slices = shown.follow(slices)
         # The first slices go now, as ProcessPoolExecutor.map submits at once: bad input raises
-        # here, and a map nobody iterates still runs. Later slices follow as results are taken.
-        submitted: collections.deque = collections.deque(
-            itertools.islice(slices, MAP_LOOKAHEAD_SLICES + 1))
+        # here, and a map nobody iterates still runs. Later slices follow as results are taken
+        # (with an "auto" sample: the sample now, the rest once the iterator waits for it).
+        eager = 1 if chunksize == chunking.AUTO else MAP_LOOKAHEAD_SLICES + 1
+        submitted: collections.deque = collections.deque(itertools.islice(slices, eager))
 
         def results() -> Iterator[Any]:
             current: collections.deque = collections.deque()
@@ -160,23 +165,29 @@ class BatchExecutor(concurrent.futures.Executor):
         return results() if shown is None else shown.watch(results())
 
     def map_futures(self, fn: Callable[..., Any], *iterables: Iterable[Any],
-                    chunksize: int = 1) -> List[BatchFuture]:
-        """The layout of map(), every slice submitted now, one future per item."""
+                    chunksize: Union[int, str] = 1) -> List[BatchFuture]:
+        """The layout of map(), every slice submitted now, one future per item.
+
+        ``chunksize="auto"``: as map's when this executor timed ``fn`` before (an earlier auto
+        map), otherwise N = floor(vcpus) items per child: every future is returned at once,
+        with no sample to wait for.
+        """
         futures: List[BatchFuture] = []
         for group in self._slices(fn, iterables, chunksize):
             futures.extend(group)
         return futures
 
-    def _slices(self, fn: Callable[..., Any], iterables: tuple, chunksize: int, *,
-                per_child: bool = False) -> Iterator[List[BatchFuture]]:
+    def _slices(self, fn: Callable[..., Any], iterables: tuple, chunksize: Union[int, str], *,
+                per_child: bool = False, deadline: Optional[float] = None) -> Iterator[List[BatchFuture]]:
         """Submit ``zip(*iterables)`` as Batch jobs of at most 10,000 children, one per slice.
 
         Each slice yields one future per item, or with ``per_child`` one per child, resolved
         with a callable returning that child's ``(ok, value)`` outcomes (map's iterator needs
         no more).
         """
-        if isinstance(chunksize, bool) or not isinstance(chunksize, int) or chunksize < 1:
-            raise ValueError("chunksize must be >= 1.")
+        if chunksize != chunking.AUTO and (
+                isinstance(chunksize, bool) or not isinstance(chunksize, int) or chunksize < 1):
+            raise ValueError("chunksize must be >= 1 or \"auto\".")
         if not callable(fn):
             raise TypeError(f"map() needs a callable, not {type(fn).__name__}")
         if not iterables:
@@ -191,17 +202,20 @@ class BatchExecutor(concurrent.futures.Executor):
         name = job_name_for(fn)
         session = self._session
         settings = self._settings
+        auto = None if chunksize != chunking.AUTO else chunking.AutoChunksize(
+            session, settings.vcpus, function_pickle, sample=per_child, deadline=deadline)
 
         def generate() -> Iterator[List[BatchFuture]]:
             position = 0
             while True:
                 session._check_open()
                 # child by child: a slice's items are never all alive at once, only their pickles
+                size, children = (chunksize, None) if auto is None else auto.layout()
                 blobs: List[bytes] = []
                 counts: List[int] = []
                 upstream = Upstream(session)  # futures among the items: Batch dependencies
-                while len(blobs) < MAX_ARRAY_SIZE:
-                    chunk = list(itertools.islice(items, chunksize))
+                while len(blobs) < min(MAX_ARRAY_SIZE, children or MAX_ARRAY_SIZE):
+                    chunk = list(itertools.islice(items, size))
                     if not chunk:
                         break
                     upstream.child = len(blobs)
@@ -222,11 +236,13 @@ class BatchExecutor(concurrent.futures.Executor):
                 else:
                     futures = [[BatchFuture(session) for _ in range(count)] for count in counts]
                 session.submit_job(PendingJob(settings, [function_pickle], blobs, counts, futures,
-                                              chunksize, name, encoding, per_child,
+                                              size, name, encoding, per_child,
                                               upstream.depends_on(len(blobs))))
                 for child, group in enumerate(futures):
                     upstream.cancel_with_upstream(group, child)
                 del blobs
+                if auto is not None:
+                    auto.submitted(futures[0][0], sum(counts))
                 yield [future for group in futures for future in group]
 
         return generate()

@@ -109,6 +109,11 @@ def run_items(storage: "Storage", header: Dict[str, Any], blob: bytes, index: in
         logger.warning("child %d: could not load the call's arguments: %s", index,
                        type(error).__name__)
         return [_load_failure("the call's arguments", header, error)] * _item_count(header, index)
+    from . import pool
+
+    processes = pool.processes_for(len(items))
+    if processes > 1:  # a job of N vCPUs: the items on N processes, the initializer in each
+        return pool.run_items(storage, header, items, index, processes)
 
     initializer_url = header.get("initializer")
     if initializer_url:  # the executor's initializer(*initargs), once per child process

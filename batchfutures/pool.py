@@ -1,0 +1,428 @@
+"""A child of a job with N vCPUs runs its items on N processes inside its container.
+
+    worker.run_items: items unpacked, processes_for(len(items)) = N > 1 ──> run_items(...)
+      this process (the container's worker):
+        fetch the initializer's and each function's pickle once (one storage GET each)
+        flush stdout/stderr; fork N sub-processes: they inherit the items, header and pickles
+          sub-process k: initializer(*initargs) once ──────────────> ("ready", None | failure)
+        all N ready; one failed?  every item's outcome is that failure (as sequentially)
+        hand out ranges of item positions, shrinking (guided self-scheduling) ──> (start, stop)
+          sub-process k: each function loaded once, the items run ──> [(position, outcome)...]
+        outcomes back in item order; None ("stop") to every sub-process; reap them
+      a sub-process that ends unasked (the OOM killer's SIGKILL, a MemoryError, os._exit in the
+      function, a crash) ends the container: the other sub-processes are killed, then
+        status 137 or SIGKILL -> MemoryError (the worker exits 137, as for the sequential path)
+        any other status      -> the container ends with that status, no result written
+
+N: ``BATCHFUTURES_VCPUS`` (the client sets it in containerOverrides from the job's vCPUs; a
+fraction rounds down), never more than the CPUs this process may use (its affinity mask and
+the cgroup's CPU quota) nor than the items. N = 1 is worker.run_items's sequential path.
+
+Each outcome is encoded exactly as the sequential path encodes it, with the worker's own
+helpers (``_run_initializer``, ``_load_failure``, ``serialization.encode_ok``/``encode_error``):
+a failing item fails only itself, SystemExit from an item is that item's outcome.
+
+Why fork (and not spawn or forkserver): the items are already unpickled here and the pickles
+fetched, so a forked sub-process has everything without pickling an item again or starting an
+interpreter and its imports (~0.2 s per process with spawn). It is safe because this process
+has run no user code but the arguments' unpickling, and the sub-processes do no storage I/O
+(the pickles are fetched before the fork), so no lock or connection (s3fs's event-loop thread)
+is used across it. Only results travel back, through one pipe per sub-process. Fork is used on
+Linux only (Batch containers run Linux); elsewhere the items run sequentially.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import logging
+import math
+import os
+import signal
+import sys
+import time
+import traceback
+import warnings
+from multiprocessing.connection import Connection, Pipe, wait
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+if TYPE_CHECKING:
+    from .storage import Storage
+
+__all__ = ["VCPUS_VARIABLE", "SubProcessEnded", "processes_for", "requested_processes",
+           "usable_cpus", "parse_cpu_max", "parse_cfs_quota", "run_items", "run_pool"]
+
+logger = logging.getLogger("batchfutures")
+
+VCPUS_VARIABLE = "BATCHFUTURES_VCPUS"
+FORK_AVAILABLE = sys.platform.startswith("linux") and hasattr(os, "fork")
+# a range handed out is the remaining items / (BATCH_SHARES x N): big ranges first (few
+# messages for many short items), single items at the end (no sub-process idles long)
+BATCH_SHARES = 4
+_EXIT_GRACE = 5.0  # seconds a sub-process whose pipe closed has to exit before it is killed
+_PR_SET_PDEATHSIG = 1
+
+Item = Tuple[int, tuple, dict]
+
+
+class SubProcessEnded(Exception):
+    """A sub-process ended without being told to; ``exit_status`` is the container's to be."""
+
+    def __init__(self, pid: int, exit_status: int) -> None:
+        super().__init__(f"a worker sub-process (pid {pid}) ended with status {exit_status} "
+                         f"while running items")
+        self.pid = pid
+        self.exit_status = exit_status
+
+
+# -- how many processes --------------------------------------------------------------------------
+def requested_processes(environ: Mapping[str, str]) -> int:
+    """The job's vCPUs as the client passed them (``BATCHFUTURES_VCPUS``), rounded down; 1 if unset."""
+    raw = (environ.get(VCPUS_VARIABLE) or "").strip()
+    if not raw:
+        return 1
+    try:
+        value = float(raw)
+    except ValueError:
+        logger.warning("%s=%r is not a number; running the items in one process", VCPUS_VARIABLE, raw)
+        return 1
+    if not math.isfinite(value) or value < 1:
+        return 1
+    return int(value)
+
+
+def parse_cpu_max(text: str) -> Optional[float]:
+    """cgroup v2 ``cpu.max`` ("quota period", or "max period"): CPUs allowed, None if unlimited."""
+    fields = text.split()
+    if len(fields) != 2 or fields[0] == "max":
+        return None
+    try:
+        quota, period = int(fields[0]), int(fields[1])
+    except ValueError:
+        return None
+    return quota / period if quota > 0 and period > 0 else None
+
+
+def parse_cfs_quota(quota_text: str, period_text: str) -> Optional[float]:
+    """cgroup v1 ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``: CPUs allowed, None if unlimited."""
+    try:
+        quota, period = int(quota_text.strip()), int(period_text.strip())
+    except ValueError:
+        return None
+    return quota / period if quota > 0 and period > 0 else None
+
+
+def _read(path: str) -> Optional[str]:
+    try:
+        with open(path) as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def _cgroup_cpus(root: str = "/sys/fs/cgroup") -> Optional[float]:
+    text = _read(os.path.join(root, "cpu.max"))
+    if text is not None:
+        return parse_cpu_max(text)
+    quota = _read(os.path.join(root, "cpu", "cpu.cfs_quota_us"))
+    period = _read(os.path.join(root, "cpu", "cpu.cfs_period_us"))
+    if quota is None or period is None:
+        return None
+    return parse_cfs_quota(quota, period)
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on: its affinity mask, within the cgroup's CPU quota."""
+    try:
+        count = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        count = os.cpu_count() or 1
+    quota = _cgroup_cpus()
+    if quota is not None:
+        count = min(count, int(quota))  # a fraction of a CPU more is not another process
+    return max(1, count)
+
+
+def processes_for(item_count: int, environ: Optional[Mapping[str, str]] = None) -> int:
+    """How many processes run a child's ``item_count`` items; 1 means the sequential path."""
+    if item_count < 2 or not FORK_AVAILABLE:
+        return 1
+    requested = requested_processes(os.environ if environ is None else environ)
+    if requested < 2:
+        return 1
+    return max(1, min(requested, usable_cpus(), item_count))
+
+
+# -- in a sub-process ---------------------------------------------------------------------------
+class _Prefetched:
+    """The payloads the sub-processes load, fetched before the fork; Storage's get_function."""
+
+    def __init__(self, storage: "Storage", urls: Sequence[str]) -> None:
+        self._payloads: Dict[str, Union[bytes, Exception]] = {}
+        for url in urls:
+            try:
+                self._payloads[url] = storage.get_function(url)
+            except MemoryError:
+                raise
+            except Exception as error:  # each sub-process then fails to load it, as sequentially
+                self._payloads[url] = error
+
+    def get_function(self, url: str) -> bytes:
+        payload = self._payloads[url]
+        if isinstance(payload, Exception):
+            raise payload
+        return payload
+
+
+def _function_urls(header: Dict[str, Any], items: Sequence[Item]) -> List[str]:
+    functions = header.get("functions") or []
+    used = {function_index for function_index, _, _ in items}
+    return [functions[i] for i in sorted(used) if isinstance(i, int) and 0 <= i < len(functions)]
+
+
+class _ItemRunner:
+    """One process's items: each function loaded once, one outcome per item (as run_items)."""
+
+    def __init__(self, prefetched: _Prefetched, header: Dict[str, Any], index: int) -> None:
+        self._prefetched, self._header, self._index = prefetched, header, index
+        self._functions: Dict[int, Any] = {}
+        self._failed: Dict[int, bytes] = {}  # a function that did not load fails each of its items
+
+    def run(self, item: Item) -> bytes:
+        from . import serialization, worker
+
+        function_index, args, kwargs = item
+        if function_index in self._failed:
+            return self._failed[function_index]
+        if function_index not in self._functions:
+            try:
+                data = self._prefetched.get_function(self._header["functions"][function_index])
+                self._functions[function_index] = serialization.loads(data)
+            except MemoryError:
+                raise
+            except Exception as error:
+                logger.warning("child %d: could not load function %d: %s", self._index,
+                               function_index, type(error).__name__)
+                self._failed[function_index] = worker._load_failure("the function", self._header, error)
+                return self._failed[function_index]
+        try:
+            value = self._functions[function_index](*args, **kwargs)
+        except MemoryError:
+            raise
+        except BaseException as error:  # the user's exception (even SystemExit) is an outcome
+            return serialization.encode_error(error, traceback.format_exc())
+        finally:
+            worker._flush()
+        return serialization.encode_ok(value)
+
+
+def _serve_items(connection: Connection, items: Sequence[Item], header: Dict[str, Any],
+                 index: int, prefetched: _Prefetched) -> None:
+    """A sub-process's life: the initializer, then the ranges of items it is handed."""
+    from . import worker
+
+    url = header.get("initializer")
+    failure = worker._run_initializer(prefetched, header, url, index) if url else None
+    connection.send(("ready", failure))
+    if failure is not None:
+        return
+    runner = _ItemRunner(prefetched, header, index)
+    while True:
+        task = connection.recv()
+        if task is None:
+            return
+        start, stop = task
+        connection.send([(position, runner.run(items[position])) for position in range(start, stop)])
+
+
+def _libc_prctl() -> Any:
+    """libc's prctl, looked up before the fork (ctypes' import is not free); None without it."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except Exception:
+        return None
+
+
+def _die_with(parent: int, prctl: Any) -> None:
+    """SIGKILL this sub-process when the worker dies (Batch's terminate, the OOM killer)."""
+    if prctl is not None:  # without it, the closed pipe still ends it between items
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the worker died before the line above
+        os._exit(1)
+
+
+# -- in the worker ------------------------------------------------------------------------------
+class _SubProcess:
+    def __init__(self, pid: int, connection: Connection) -> None:
+        self.pid, self.connection = pid, connection
+        self.status: Optional[int] = None  # the exit status, once reaped
+
+
+def _exit_status(wait_status: int) -> int:
+    code = os.waitstatus_to_exitcode(wait_status)
+    return 128 - code if code < 0 else code  # as Docker reports a death by signal
+
+
+def _reap(process: _SubProcess, grace: float) -> int:
+    """Wait for a sub-process to end (SIGKILL after ``grace`` seconds); its exit status."""
+    deadline = time.monotonic() + grace
+    while process.status is None:
+        pid, wait_status = os.waitpid(process.pid, os.WNOHANG)
+        if pid:
+            process.status = _exit_status(wait_status)
+        elif time.monotonic() >= deadline:
+            _kill(process)
+            process.status = _exit_status(os.waitpid(process.pid, 0)[1])
+        else:
+            time.sleep(0.005)
+    return process.status
+
+
+def _kill(process: _SubProcess) -> None:
+    try:
+        os.kill(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _start(count: int, items: Sequence[Item], header: Dict[str, Any], index: int,
+           prefetched: _Prefetched) -> List[_SubProcess]:
+    from . import worker
+
+    worker._flush()  # what is buffered now must not be written once by every sub-process
+    parent, prctl = os.getpid(), _libc_prctl()
+    started: List[_SubProcess] = []
+    gc.freeze()  # a collection in a sub-process then leaves the inherited objects' pages shared
+    try:
+        for _ in range(count):
+            ours, theirs = Pipe()
+            with warnings.catch_warnings():
+                # Python 3.12+ warns when other threads exist (s3fs's event loop): safe here,
+                # the sub-processes never use them (see the module docstring)
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+            if pid == 0:  # the sub-process: never returns
+                status = 1
+                try:
+                    atexit._clear()  # the worker's handlers are the worker's; the items' run here
+                    ours.close()
+                    for other in started:
+                        other.connection.close()
+                    _die_with(parent, prctl)
+                    _serve_items(theirs, items, header, index, prefetched)
+                    status = 0
+                    atexit._run_exitfuncs()  # as the worker's own exit: handlers, not threads
+                except MemoryError:
+                    status = worker.OOM_EXIT_STATUS  # the worker says so, once, and exits 137
+                except (EOFError, OSError):  # the worker is gone
+                    pass
+                except BaseException:
+                    traceback.print_exc()
+                finally:
+                    worker._flush()
+                    os._exit(status)
+            theirs.close()
+            started.append(_SubProcess(pid, ours))
+    except BaseException:
+        _stop(started, kill=True)
+        raise
+    finally:
+        gc.unfreeze()
+    return started
+
+
+def _stop(processes: Sequence[_SubProcess], *, kill: bool) -> None:
+    for process in processes:
+        if process.status is not None:
+            continue
+        if kill:
+            _kill(process)
+        else:
+            try:
+                process.connection.send(None)
+            except OSError:
+                pass
+    for process in processes:
+        if process.status is None:
+            _reap(process, 0.0 if kill else _EXIT_GRACE)
+        process.connection.close()
+
+
+def _receive(process: _SubProcess) -> Any:
+    try:
+        return process.connection.recv()
+    except (EOFError, OSError):
+        raise SubProcessEnded(process.pid, _reap(process, _EXIT_GRACE)) from None
+
+
+def run_pool(items: Sequence[Item], header: Dict[str, Any], index: int,
+             prefetched: _Prefetched, processes: int) -> List[bytes]:
+    """The items' outcomes, in order, run on ``processes`` forked sub-processes.
+
+    Raises SubProcessEnded when one of them ends unasked (the others are killed first).
+    """
+    count = len(items)
+    started = _start(processes, items, header, index, prefetched)
+    by_connection = {process.connection: process for process in started}
+    outcomes: List[Optional[bytes]] = [None] * count
+    try:
+        failure: Optional[bytes] = None
+        not_ready = set(by_connection)
+        while not_ready:  # every initializer first: one that fails fails the whole child
+            for connection in wait(list(not_ready)):
+                _, initializer_failure = _receive(by_connection[connection])
+                not_ready.discard(connection)
+                failure = failure or initializer_failure
+        if failure is not None:
+            _stop(started, kill=False)
+            return [failure] * count
+        handed = 0
+
+        def hand_out(connection: Any) -> bool:
+            nonlocal handed
+            if handed >= count:
+                return False
+            size = max(1, math.ceil((count - handed) / (BATCH_SHARES * processes)))
+            connection.send((handed, min(count, handed + size)))
+            handed += size
+            return True
+
+        busy = {connection for connection in by_connection if hand_out(connection)}
+        while busy:
+            for connection in wait(list(busy)):
+                for position, outcome in _receive(by_connection[connection]):
+                    outcomes[position] = outcome
+                if not hand_out(connection):
+                    busy.discard(connection)
+        _stop(started, kill=False)
+    except BaseException:
+        _stop(started, kill=True)
+        raise
+    return outcomes  # type: ignore[return-value]  # every position was sent back
+
+
+def run_items(storage: "Storage", header: Dict[str, Any], items: Sequence[Item], index: int,
+              processes: int) -> List[bytes]:
+    """worker.run_items on ``processes`` processes: one encoded outcome per item, in order.
+
+    A MemoryError (in a sub-process too) propagates, so the worker exits 137; a sub-process that
+    died otherwise ends this process with the same status, writing no result, as the function
+    would have ended the sequential worker.
+    """
+    from . import worker
+
+    urls = _function_urls(header, items)
+    if header.get("initializer"):
+        urls.append(header["initializer"])
+    prefetched = _Prefetched(storage, urls)
+    logger.debug("child %d: running %d items on %d processes", index, len(items), processes)
+    try:
+        return run_pool(items, header, index, prefetched, processes)
+    except SubProcessEnded as ended:
+        if ended.exit_status == worker.OOM_EXIT_STATUS:  # its MemoryError, or SIGKILL (128 + 9)
+            raise MemoryError from None
+        logger.error("child %d: %s; ending the container with it", index, ended)
+        worker._flush()
+        os._exit(ended.exit_status)
