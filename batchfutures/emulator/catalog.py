@@ -3,8 +3,9 @@
 Definitions persist as one file per revision, `<folder>/definitions/<name>/<revision>.json`,
 created exclusively (O_EXCL), so two processes registering the same name get two revisions, as
 Batch gives. `batchfutures-worker` revision 1 (`python -m batchfutures.worker`, 1 vCPU, 2048 MiB)
-is always there. Queues live in memory: the ones the emulator was made with, ENABLED, one compute
-environment each.
+is always there. Queues are files too (records.QueueStore), so their state is shared by every
+instance on the folder: the ones an emulator is made with are created ENABLED when missing, one
+compute environment each.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ import json
 import os
 import re
 import threading
+import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from .model import arn_resource, compute_environment_arn, definition_arn, queue_arn
+from .records import QueueStore
 
 DEFAULT_DEFINITION = "batchfutures-worker"
 DEFAULT_BODY: Dict[str, Any] = {
@@ -128,42 +131,78 @@ class Definitions:
 
 
 class Queues:
-    """The emulator's job queues, each ENABLED with one compute environment unless updated."""
+    """The job queues of a folder (records.QueueStore), shared by every instance on it.
 
-    def __init__(self, names: Any, compute_environment: str) -> None:
+    The queues an emulator is made with are created ENABLED unless they exist already; a
+    queue's state, priority and jobStateTimeLimitActions are whatever was last written.
+    """
+
+    def __init__(self, store: QueueStore, names: Any, compute_environment: str) -> None:
+        self.store = store
         self.compute_environment = compute_environment
-        self._queues: Dict[str, Dict[str, Any]] = {}
         for name in names:
             self.create(name)
 
-    def create(self, name: str, state: str = "ENABLED", priority: int = 1) -> None:
-        self._queues[name] = {"state": state, "priority": priority}
+    def create(self, name: str, state: str = "ENABLED", priority: int = 1,
+               actions: Optional[List[Dict[str, Any]]] = None) -> bool:
+        """A new queue; False when one of that name exists."""
+        return self.store.create(name, {"state": state, "priority": priority,
+                                        "jobStateTimeLimitActions": list(actions or []),
+                                        "order": time.time_ns()})
 
     def resolve(self, reference: str) -> Optional[str]:
         name = arn_resource(reference, "job-queue") or reference
-        return name if name in self._queues else None
+        return name if NAME.fullmatch(name) and self.store.load(name) is not None else None
 
     def names(self) -> List[str]:
-        return list(self._queues)
+        return self.store.names()
+
+    def _record(self, name: str) -> Dict[str, Any]:
+        return self.store.load(name) or {"state": "DISABLED", "priority": 1}
 
     def state(self, name: str) -> str:
-        return self._queues[name]["state"]
+        return self._record(name)["state"]
 
-    def update(self, name: str, state: Optional[str], priority: Optional[int]) -> None:
+    def actions(self, name: str) -> List[Dict[str, Any]]:
+        return list(self._record(name).get("jobStateTimeLimitActions") or [])
+
+    def update(self, name: str, state: Optional[str], priority: Optional[int],
+               actions: Optional[List[Dict[str, Any]]] = None) -> None:
+        record = dict(self._record(name))
         if state is not None:
-            self._queues[name]["state"] = state
+            record["state"] = state
         if priority is not None:
-            self._queues[name]["priority"] = priority
+            record["priority"] = priority
+        if actions is not None:
+            record["jobStateTimeLimitActions"] = list(actions)
+        self.store.write(name, record)
 
     def detail(self, name: str) -> Dict[str, Any]:
-        queue = self._queues[name]
-        return {
+        queue = self._record(name)
+        detail = {
             "jobQueueName": name, "jobQueueArn": queue_arn(name), "state": queue["state"],
             "status": "VALID", "statusReason": "JobQueue Healthy", "priority": queue["priority"],
             "computeEnvironmentOrder": [{
                 "order": 1, "computeEnvironment": compute_environment_arn(self.compute_environment)}],
             "jobQueueType": "ECS", "tags": {},
         }
+        if queue.get("jobStateTimeLimitActions"):
+            detail["jobStateTimeLimitActions"] = [dict(a) for a in queue["jobStateTimeLimitActions"]]
+        return detail
+
+
+def check_time_limit_actions(actions: Optional[List[Dict[str, Any]]]) -> Optional[str]:
+    """The ClientException message for invalid jobStateTimeLimitActions, or None."""
+    for action in actions or []:
+        if action.get("state") != "RUNNABLE":
+            return f"jobStateTimeLimitActions state must be RUNNABLE, got {action.get('state')!r}"
+        if action.get("action") != "CANCEL":
+            return f"jobStateTimeLimitActions action must be CANCEL, got {action.get('action')!r}"
+        seconds = action.get("maxTimeSeconds")
+        # AWS takes 600 to 86400; the emulator takes any positive time, so tests need not wait
+        if not isinstance(seconds, (int, float)) or not 0 < seconds <= 86400:
+            return f"jobStateTimeLimitActions maxTimeSeconds must be 1 to 86400, got {seconds!r}"
+    return None
 
 
 def resolve_resources(properties: Dict[str, Any], overrides: Dict[str, Any]

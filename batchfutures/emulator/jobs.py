@@ -14,14 +14,39 @@ call) and the set of dirty record chunks (so the persister rewrites only what ch
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Optional, Set
+import enum
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
 from .model import job_arn, queue_arn
 
-STATUSES = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING", "SUCCEEDED", "FAILED")
-FINAL = frozenset(("SUCCEEDED", "FAILED"))
-BEFORE_START = frozenset(("SUBMITTED", "PENDING", "RUNNABLE"))
-ACTIVE = frozenset(("STARTING", "RUNNING"))
+
+class JobStatus(str, enum.Enum):
+    """Batch's job statuses, in lifecycle order (equal to, and shown as, their names)."""
+
+    SUBMITTED = "SUBMITTED"
+    PENDING = "PENDING"
+    RUNNABLE = "RUNNABLE"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+
+class DependencyKind(enum.Enum):
+    """How a job waits for another (Batch's dependsOn types; WHOLE: no type given)."""
+
+    WHOLE = "whole"
+    N_TO_N = "N_TO_N"
+    SEQUENTIAL = "SEQUENTIAL"
+
+
+STATUSES = tuple(JobStatus)
+FINAL = frozenset((JobStatus.SUCCEEDED, JobStatus.FAILED))
+BEFORE_START = frozenset((JobStatus.SUBMITTED, JobStatus.PENDING, JobStatus.RUNNABLE))
+ACTIVE = frozenset((JobStatus.STARTING, JobStatus.RUNNING))
 CHUNK = 500  # children per record file
 
 # The strings Batch itself writes.
@@ -31,6 +56,8 @@ TIMEOUT_REASON = "Job attempt duration exceeded timeout"
 DEPENDENCY_FAILED = "Dependent Job failed"
 CHILD_FAILED = "Array Child Job failed"
 START_FAILED = "Task failed to start"
+HOST_TERMINATED = "Host EC2 (instance i-0123456789abcdef0) terminated."
+MAX_TAGS = 50  # tags a job may propagate to its task (its own and its definition's)
 MISCONFIGURED = ("MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT - The job resource requirement "
                  "(vCPU/memory/GPU) is higher than that can be met by the CE(s) attached to the "
                  "job queue.")
@@ -39,7 +66,8 @@ SPEC_FIELDS = (
     "job_id", "name", "queue", "definition_arn", "definition_name", "image", "command",
     "environment", "resource_requirements", "vcpus", "memory", "retry_strategy", "timeout",
     "tags", "propagate_tags", "share_identifier", "scheduling_priority", "parameters",
-    "depends_on", "array_size", "created", "seq", "platform_capabilities",
+    "depends_on", "array_size", "created", "seq", "platform_capabilities", "tag_total",
+    "log_configuration", "gpus",
 )
 
 
@@ -76,13 +104,13 @@ class Unit:
         "current", "cancelled", "terminated",
         # not persisted: the scheduler's working state
         "unmet", "dependents", "handle", "deadline", "tick", "stop_reason", "kill_pending",
-        "reserved",
+        "reserved", "runnable_since", "host_loss_in", "host_loss_at",
     )
 
     def __init__(self, job: "Job", index: Optional[int]) -> None:
         self.job = job
         self.index = index
-        self.status = "SUBMITTED"
+        self.status = JobStatus.SUBMITTED
         self.reason: Optional[str] = None
         self.created: Optional[int] = None
         self.started: Optional[int] = None
@@ -97,8 +125,11 @@ class Unit:
         self.deadline: Optional[float] = None
         self.tick = 0
         self.stop_reason: Optional[str] = None
-        self.kill_pending: Optional[str] = None
+        self.kill_pending: Any = None  # a KillReason to apply once the process exists
         self.reserved = 0.0
+        self.runnable_since: Optional[float] = None  # held RUNNABLE for a reason, since (monotonic)
+        self.host_loss_in: Optional[float] = None  # a fault: seconds after RUNNING the host goes
+        self.host_loss_at: Optional[float] = None
 
     @property
     def job_id(self) -> str:
@@ -124,7 +155,7 @@ class Unit:
         return record
 
     def load(self, record: Dict[str, Any]) -> None:
-        self.status = record.get("status", "SUBMITTED")
+        self.status = JobStatus(record.get("status", JobStatus.SUBMITTED))
         self.reason = record.get("statusReason")
         self.created = record.get("createdAt")
         self.started = record.get("startedAt")
@@ -142,23 +173,26 @@ class Job:
         self.spec = spec
         self.job_id: str = spec.job_id
         self.is_array = spec.array_size is not None
-        self.status = "SUBMITTED"
+        self.status = JobStatus.SUBMITTED
         self.reason: Optional[str] = None
         self.started: Optional[int] = None
         self.stopped: Optional[int] = None
         self.cancelled = False
         self.terminated = False
         self.summary_updated: Optional[int] = spec.created
+        self.childless = False  # an array failed before it spawned children
+        self.shown_summary: Optional[Dict[str, int]] = None  # what a lagging statusSummary shows
+        self.shown_summary_at: Optional[int] = None
         if self.is_array:
             self.units = [Unit(self, i) for i in range(spec.array_size)]
         else:
             self.units = [Unit(self, None)]
         self.counts = {status: 0 for status in STATUSES}
-        self.counts["SUBMITTED"] = len(self.units)
+        self.counts[JobStatus.SUBMITTED] = len(self.units)
         # per-status child indexes, for ListJobs(arrayJobId, jobStatus)
         self.by_status: Dict[str, Set[int]] = {status: set() for status in STATUSES}
         if self.is_array:
-            self.by_status["SUBMITTED"] = set(range(len(self.units)))
+            self.by_status[JobStatus.SUBMITTED] = set(range(len(self.units)))
         # the scheduler's working state
         self.owner: Any = None
         self.unmet = 0  # an array's unresolved whole-job dependencies (its "gate")
@@ -190,7 +224,7 @@ class Job:
                 self.by_status[old].discard(unit.index)
                 self.by_status[status].add(unit.index)
                 self.summary_updated = now
-                if status == "RUNNING" and self.started is None:
+                if status == JobStatus.RUNNING and self.started is None:
                     self.started = now
             else:
                 self.status, self.stopped = status, unit.stopped
@@ -202,9 +236,16 @@ class Job:
         self.status, self.reason, self.stopped = status, reason, now
         self.touch()
 
+    def drop_children(self) -> None:
+        """An array that failed before spawning children has none to show."""
+        self.units = []
+        self.reindex()
+        self.childless = True
+        self.touch()
+
     @property
     def all_children_done(self) -> bool:
-        return self.counts["SUCCEEDED"] + self.counts["FAILED"] == len(self.units)
+        return self.counts[JobStatus.SUCCEEDED] + self.counts[JobStatus.FAILED] == len(self.units)
 
     def unit(self, index: Optional[int]) -> Optional[Unit]:
         if index is None:
@@ -232,6 +273,8 @@ class Job:
                 job["isCancelled"] = True
             if self.terminated:
                 job["isTerminated"] = True
+            if self.childless:
+                job["childless"] = True
             record["job"] = job
         else:
             record["unit"] = self.units[0].to_record()
@@ -247,13 +290,15 @@ class Job:
         job.owner = record.get("owner")
         if job.is_array:
             parent = record.get("job") or {}
-            job.status = parent.get("status", "SUBMITTED")
+            job.status = JobStatus(parent.get("status", JobStatus.SUBMITTED))
             job.reason = parent.get("statusReason")
             job.started = parent.get("startedAt")
             job.stopped = parent.get("stoppedAt")
             job.summary_updated = parent.get("statusSummaryLastUpdatedAt")
             job.cancelled = bool(parent.get("isCancelled"))
             job.terminated = bool(parent.get("isTerminated"))
+            if parent.get("childless"):
+                job.units, job.childless = [], True
             for chunk in chunks:
                 start = chunk.get("start", 0)
                 for offset, unit_record in enumerate(chunk.get("units") or []):
@@ -276,6 +321,11 @@ class Job:
                 self.by_status[unit.status].add(unit.index)
 
 
+def too_many_tags(spec: JobSpec) -> bool:
+    """More tags than Batch propagates: the job moves to FAILED (see JobSpec.tag_total)."""
+    return (spec.tag_total or 0) > MAX_TAGS
+
+
 # -- rendering: Batch's response shapes ------------------------------------------------------
 def _container(job: Job, unit: Optional[Unit]) -> Dict[str, Any]:
     spec = job.spec
@@ -286,6 +336,8 @@ def _container(job: Job, unit: Optional[Unit]) -> Dict[str, Any]:
         "resourceRequirements": [dict(item) for item in spec.resource_requirements or []],
         "volumes": [], "mountPoints": [], "ulimits": [],
     }
+    if spec.log_configuration:
+        container["logConfiguration"] = _copy(spec.log_configuration)
     if unit is not None:
         attempt = unit.current or (unit.attempts[-1] if unit.attempts else None)
         if attempt is not None:
@@ -314,7 +366,22 @@ def _dependencies(job: Job, unit: Optional[Unit]) -> List[Dict[str, str]]:
     return shown
 
 
-def describe(job: Job, unit: Optional[Unit] = None) -> Dict[str, Any]:
+def status_summary(job: Job, lag_ms: int, now: int) -> Tuple[Dict[str, int], int]:
+    """An array's statusSummary and when it was last updated.
+
+    Without lag (0) it is the live count. With a lag, as on AWS, the summary shown is a
+    snapshot refreshed at most every `lag_ms`: counts are hints, not the truth.
+    """
+    live = {status.value: n for status, n in job.counts.items()}
+    if lag_ms <= 0:
+        return live, job.summary_updated or job.spec.created
+    if job.shown_summary is None or now - (job.shown_summary_at or 0) >= lag_ms:
+        job.shown_summary, job.shown_summary_at = live, now
+    return dict(job.shown_summary), job.shown_summary_at or now
+
+
+def describe(job: Job, unit: Optional[Unit] = None, *, summary_lag_ms: int = 0,
+             now: int = 0) -> Dict[str, Any]:
     """The JobDetail of a job (unit None: the job itself; for an array, the parent)."""
     spec = job.spec
     shown = unit if unit is not None else (None if job.is_array else job.units[0])
@@ -355,10 +422,9 @@ def describe(job: Job, unit: Optional[Unit] = None) -> Dict[str, Any]:
         detail["schedulingPriority"] = spec.scheduling_priority
     if job.is_array:
         if shown is None:
-            detail["arrayProperties"] = {
-                "statusSummary": dict(job.counts), "size": len(job.units),
-                "statusSummaryLastUpdatedAt": job.summary_updated or spec.created,
-            }
+            counts, updated = status_summary(job, summary_lag_ms, now)
+            detail["arrayProperties"] = {"statusSummary": counts, "size": spec.array_size,
+                                         "statusSummaryLastUpdatedAt": updated}
         else:
             detail["arrayProperties"] = {"index": shown.index}
     return detail
@@ -387,7 +453,7 @@ def summary(job: Job, unit: Optional[Unit] = None) -> Dict[str, Any]:
         if container:
             item["container"] = container
     if job.is_array:
-        item["arrayProperties"] = {"size": len(job.units)} if shown is None else {"index": shown.index}
+        item["arrayProperties"] = {"size": spec.array_size} if shown is None else {"index": shown.index}
     if spec.share_identifier is not None:
         item["shareIdentifier"] = spec.share_identifier
     item["isCancelled"] = bool(source.cancelled)

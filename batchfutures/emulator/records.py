@@ -5,6 +5,7 @@
                                             "job": ... (array parent), "chunks": n}
     <folder>/jobs/<job id>.d/<k>.json     children k*500 .. k*500+499 of an array
     <folder>/control/<instance>/<x>.json  CancelJob/TerminateJob requests from other processes
+    <folder>/queues/<name>.json           a job queue: state, priority, time limit actions
 
 Every file is written atomically (temporary name, then os.replace). The `Persister` writes the
 records of jobs that changed at most every 0.2 s, and only the chunks of children that changed,
@@ -25,7 +26,7 @@ import shutil
 import threading
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 logger = logging.getLogger("batchfutures")
 
@@ -87,6 +88,11 @@ def write_atomically(path: Path, text: str) -> None:
 
 def _dumps(record: Dict[str, Any]) -> str:
     return json.dumps(record, separators=(",", ":"))
+
+
+def job_texts(job: Any, owner: Any, chunks: Iterable[int]) -> Tuple[str, Dict[int, str]]:
+    """The one serialisation of a job's record: its parent file and the given chunks' files."""
+    return _dumps(job.parent_record(owner)), {k: _dumps(job.chunk_record(k)) for k in chunks}
 
 
 class RecordStore:
@@ -182,6 +188,60 @@ class RecordStore:
 
     def drop_control(self, instance: str) -> None:
         shutil.rmtree(self.control / instance, ignore_errors=True)
+
+
+class QueueStore:
+    """Job queues, one file each (<folder>/queues/<name>.json), so every instance on a folder
+    sees the same queues and states; reads are cached by file version."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder) / "queues"
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._cache: Dict[str, Tuple[Any, Dict[str, Any]]] = {}
+        self._lock = threading.Lock()
+
+    def create(self, name: str, record: Dict[str, Any]) -> bool:
+        """Write a new queue's file; False when the queue exists already."""
+        try:
+            fd = os.open(self.folder / f"{name}.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(_dumps(record))
+        return True
+
+    def write(self, name: str, record: Dict[str, Any]) -> None:
+        write_atomically(self.folder / f"{name}.json", _dumps(record))
+
+    def load(self, name: str) -> Optional[Dict[str, Any]]:
+        path = self.folder / f"{name}.json"
+        try:
+            stat = path.stat()
+        except OSError:
+            return None
+        version = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+        with self._lock:
+            cached = self._cache.get(name)
+            if cached is not None and cached[0] == version:
+                return cached[1]
+        try:
+            with open(path, encoding="utf-8") as handle:
+                record = json.load(handle)
+        except (OSError, ValueError):
+            return cached[1] if cached is not None else None  # being replaced right now
+        with self._lock:
+            self._cache[name] = (version, record)
+        return record
+
+    def names(self) -> List[str]:
+        try:
+            files = [n[:-5] for n in os.listdir(self.folder)
+                     if n.endswith(".json") and not n.startswith(".")]
+        except OSError:
+            return []
+        records = [(self.load(n) or {}, n) for n in files]
+        return [n for record, n in sorted(records, key=lambda item: (item[0].get("order", 0), item[1]))
+                if record]
 
 
 class Persister:

@@ -21,10 +21,10 @@ forked it, and this thread lives as long as the emulator.
 
 from __future__ import annotations
 
+import enum
 import heapq
 import itertools
 import logging
-import math
 import os
 import threading
 import time
@@ -33,7 +33,9 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 
-from . import retries
+from . import container, retries
+from .attempts import KillReason, LaunchRequest
+from .faults import FaultInjector
 from .jobs import (
     ACTIVE,
     BEFORE_START,
@@ -41,14 +43,19 @@ from .jobs import (
     DEPENDENCY_FAILED,
     EXITED,
     FINAL,
+    HOST_TERMINATED,
+    MAX_TAGS,
     MISCONFIGURED,
     OOM_REASON,
     START_FAILED,
     TIMEOUT_REASON,
+    DependencyKind,
     Job,
+    JobStatus,
     Unit,
+    too_many_tags,
 )
-from .launcher import container_argv, python_path_for_children
+from .launcher import client_python_path
 from .model import task_arn
 
 logger = logging.getLogger("batchfutures")
@@ -56,9 +63,14 @@ logger = logging.getLogger("batchfutures")
 TICK = 0.002
 IDLE = 0.25
 HOUSEKEEPING_EVERY = 0.25
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
-Request = Tuple[List[str], Dict[str, str], str, Optional[int]]
+
+class Outcome(enum.Enum):
+    """What a dependency says about its dependent, looked at now."""
+
+    OK = "ok"            # it succeeded
+    FAILED = "failed"    # it failed (or is unknown): the dependent fails
+    WAITING = "waiting"  # not yet ended: the dependent hears when it does
 
 
 def now_ms() -> int:
@@ -70,13 +82,24 @@ class Scheduler:
 
     def __init__(self, *, lock: Any, launcher: Any, monitor: Any, max_vcpus: float,
                  host_memory_mib: Optional[int], compute_environment: str, logs_folder: Path,
+                 host_gpus: int = 0,
                  on_change: Callable[[], None], housekeeping: Callable[[], None],
-                 foreign_status: Callable[[str], Optional[str]]) -> None:
+                 foreign_status: Callable[[str], Optional[str]], cgroups: Any = None,
+                 scratch: Optional[container.Scratch] = None, inherit_client_path: bool = False,
+                 faults: Optional[FaultInjector] = None,
+                 queue_actions: Callable[[str], List[Dict[str, Any]]] = lambda queue: []) -> None:
         self.lock = lock
         self.launcher = launcher
         self.monitor = monitor
+        self.cgroups = cgroups  # cgroups.Cgroups, or None: RLIMIT_DATA and the monitor
+        self.scratch = scratch
+        self.inherit_client_path = inherit_client_path
+        self.faults = faults or FaultInjector()
+        self._queue_actions = queue_actions
+        self._stuck: List[Unit] = []  # RUNNABLE with a reason that keeps them there
         self.max_vcpus = float(max_vcpus)
         self.host_memory_mib = host_memory_mib
+        self.host_gpus = host_gpus
         self.compute_environment = compute_environment
         self.logs_folder = Path(logs_folder)
         self._on_change = on_change
@@ -127,14 +150,14 @@ class Scheduler:
         for target in ([unit] if unit is not None else job.units):
             if target.status in BEFORE_START:
                 setattr(target, flag, True)
-                self._finalize(target, "FAILED", reason)
+                self._finalize(target, JobStatus.FAILED, reason)
             elif terminate and target.status in ACTIVE:
                 target.terminated, target.stop_reason = True, reason
                 job.touch(target)
                 if target.handle is not None:
-                    target.handle.kill("terminate")
+                    target.handle.kill(KillReason.TERMINATE)
                 else:  # being launched right now: killed as soon as it exists
-                    target.kill_pending = "terminate"
+                    target.kill_pending = KillReason.TERMINATE
         self._drain()
         self._wake.set()
 
@@ -143,13 +166,13 @@ class Scheduler:
         """How long the thread may sleep: TICK while a step is due, else until a deadline."""
         if self._new or self._ready or self._launched:
             return TICK
-        while self._heap and self._heap[0][3].status != "RUNNABLE":
+        while self._heap and self._heap[0][3].status != JobStatus.RUNNABLE:
             heapq.heappop(self._heap)  # cancelled while queued
         if self._heap:
             unit = self._heap[0][3]  # strict FIFO: only the head can start next
             if self.used_vcpus + unit.job.spec.vcpus <= self.max_vcpus + 1e-9:
                 return TICK
-        deadlines = [u.deadline for u in self._running if u.deadline is not None]
+        deadlines = [d for u in self._running for d in (u.deadline, u.host_loss_at) if d is not None]
         if deadlines:
             return min(IDLE, max(0.0, min(deadlines) - time.monotonic()))
         return IDLE
@@ -178,6 +201,27 @@ class Scheduler:
             if changed:
                 self._on_change()
 
+    def check_time_limits(self) -> None:
+        """The queues' jobStateTimeLimitActions: cancel jobs held RUNNABLE for their reason."""
+        with self.lock:
+            if not self._stuck:
+                return
+            now = time.monotonic()
+            still = []
+            for unit in self._stuck:
+                if unit.status != JobStatus.RUNNABLE or unit.runnable_since is None:
+                    continue
+                action = next((a for a in self._queue_actions(unit.job.spec.queue)
+                               if a.get("state") == "RUNNABLE" and a.get("action") == "CANCEL"
+                               and (unit.reason or "").startswith(str(a.get("reason") or ""))), None)
+                if action is not None and now - unit.runnable_since >= action["maxTimeSeconds"]:
+                    unit.cancelled = True
+                    self._finalize(unit, JobStatus.FAILED, str(action["reason"]))
+                else:
+                    still.append(unit)
+            self._stuck = still
+            self._drain()
+
     def _tick(self) -> None:
         with self.lock:
             self._tick_no += 1
@@ -197,35 +241,42 @@ class Scheduler:
         for job in jobs:
             if job.status in FINAL:
                 continue
-            live = [u for u in job.units if u.status == "SUBMITTED"]
+            live = [u for u in job.units if u.status == JobStatus.SUBMITTED]
+            if too_many_tags(job.spec):  # as Batch: FAILED before any child exists
+                self._fail_unspawned(job, now)
+                continue
             if job.is_array:
-                job.status = "PENDING"
+                job.status = JobStatus.PENDING
                 job.touch()
             for unit in live:
                 if unit.index is not None:
                     unit.created = now  # a child is created when its parent spawns it
-                job.move(unit, "PENDING", now)
+                job.move(unit, JobStatus.PENDING, now)
                 unit.tick = self._tick_no
             self.changed = True
-            whole = [target for kind, target in job.targets if kind == "whole"]
+            whole = [target for kind, target in job.targets if kind is DependencyKind.WHOLE]
             if job.is_array:
                 outcomes = [self._watch(target, job) for target in whole]
-                if "failed" in outcomes:
+                if Outcome.FAILED in outcomes:
                     job.gate_failed = True
                     for unit in live:
-                        self._finalize(unit, "FAILED", DEPENDENCY_FAILED)
+                        self._finalize(unit, JobStatus.FAILED, DEPENDENCY_FAILED)
                     continue
-                job.unmet = outcomes.count("waiting")
+                job.unmet = outcomes.count(Outcome.WAITING)
                 for unit in live:
                     unit.unmet = 1 if job.unmet else 0
                 for kind, target in job.targets:
-                    if kind != "n_to_n":
+                    if kind is not DependencyKind.N_TO_N:
                         continue
                     for unit in live:
-                        member = (f"{target}:{unit.index}" if isinstance(target, str)
-                                  else target.units[unit.index])
+                        if isinstance(target, str):
+                            member: Any = f"{target}:{unit.index}"
+                        elif unit.index < len(target.units):
+                            member = target.units[unit.index]
+                        else:  # an array that failed before spawning children
+                            member = target
                         self._count(unit, self._watch(member, unit))
-                if any(kind == "sequential" for kind, _ in job.targets):
+                if any(kind is DependencyKind.SEQUENTIAL for kind, _ in job.targets):
                     for unit in live:
                         if unit.index > 0:
                             self._count(unit, self._watch(job.units[unit.index - 1], unit))
@@ -234,29 +285,42 @@ class Scheduler:
                     for target in whole:
                         self._count(unit, self._watch(target, unit))
             for unit in live:
-                if unit.status == "PENDING" and unit.unmet == 0:
+                if unit.status == JobStatus.PENDING and unit.unmet == 0:
                     self._ready.append(unit)
 
-    def _count(self, unit: Unit, outcome: str) -> None:
-        if unit.status != "PENDING":
-            return
-        if outcome == "waiting":
-            unit.unmet += 1
-        elif outcome == "failed":
-            self._finalize(unit, "FAILED", DEPENDENCY_FAILED)
+    def _fail_unspawned(self, job: Job, now: int) -> None:
+        """Fail a job at admission, before it has children (an array keeps none)."""
+        reason = (f"ClientException: the job and its job definition have more than {MAX_TAGS} "
+                  "tags to propagate")
+        if job.is_array:
+            job.drop_children()
+            job.finish_parent(JobStatus.FAILED, reason, now)
+            self._events.append((job, False))
+            self.finished.append(job)
+            self.changed = True
+        else:
+            self._finalize(job.units[0], JobStatus.FAILED, reason)
 
-    def _watch(self, target: Any, dependent: Any) -> str:
-        """'ok', 'failed', or 'waiting' (then `dependent` hears when `target` ends)."""
+    def _count(self, unit: Unit, outcome: Outcome) -> None:
+        if unit.status != JobStatus.PENDING:
+            return
+        if outcome is Outcome.WAITING:
+            unit.unmet += 1
+        elif outcome is Outcome.FAILED:
+            self._finalize(unit, JobStatus.FAILED, DEPENDENCY_FAILED)
+
+    def _watch(self, target: Any, dependent: Any) -> Outcome:
+        """How `target` stands now (WAITING: `dependent` hears when it ends)."""
         if isinstance(target, str):  # a job of another process: polled from its record
             status = self._foreign_status(target)
             if status in FINAL or status is None:
-                return "ok" if status == "SUCCEEDED" else "failed"
+                return Outcome.OK if status == JobStatus.SUCCEEDED else Outcome.FAILED
             self._foreign.append((dependent, target))
-            return "waiting"
+            return Outcome.WAITING
         if target.status in FINAL:
-            return "ok" if target.status == "SUCCEEDED" else "failed"
+            return Outcome.OK if target.status == JobStatus.SUCCEEDED else Outcome.FAILED
         target.dependents.append(dependent)
-        return "waiting"
+        return Outcome.WAITING
 
     def poll_foreign(self) -> None:
         """Resolve dependencies on other processes' jobs (called from housekeeping)."""
@@ -268,9 +332,9 @@ class Scheduler:
         with self.lock:
             still = []
             for dependent, target in self._foreign:
-                status = statuses.get(target, "PENDING")
+                status = statuses.get(target, JobStatus.PENDING)
                 if status in FINAL or status is None:
-                    self._resolve(dependent, status == "SUCCEEDED")
+                    self._resolve(dependent, status == JobStatus.SUCCEEDED)
                 else:
                     still.append((dependent, target))
             self._foreign = still
@@ -280,9 +344,9 @@ class Scheduler:
     def _make_runnable(self) -> None:
         ready, self._ready = self._ready, []
         for unit in ready:
-            if unit.status == "PENDING" and unit.tick < self._tick_no:
+            if unit.status == JobStatus.PENDING and unit.tick < self._tick_no:
                 self._queue(unit)
-            elif unit.status == "PENDING":
+            elif unit.status == JobStatus.PENDING:
                 self._ready.append(unit)
 
     def _queue(self, unit: Unit) -> None:
@@ -290,23 +354,25 @@ class Scheduler:
         now = now_ms()
         unit.tick = self._tick_no
         self.changed = True
-        too_big = spec.vcpus > self.max_vcpus + 1e-9 or (
-            spec.memory and self.host_memory_mib and spec.memory > self.host_memory_mib)
+        too_big = (spec.vcpus > self.max_vcpus + 1e-9 or (spec.gpus or 0) > self.host_gpus or (
+            spec.memory and self.host_memory_mib and spec.memory > self.host_memory_mib))
         if too_big:  # as Batch: stays RUNNABLE, saying why, until cancelled or terminated
-            unit.job.move(unit, "RUNNABLE", now, MISCONFIGURED)
+            unit.job.move(unit, JobStatus.RUNNABLE, now, MISCONFIGURED)
+            unit.runnable_since = time.monotonic()
+            self._stuck.append(unit)
             return
-        unit.job.move(unit, "RUNNABLE", now, None)
+        unit.job.move(unit, JobStatus.RUNNABLE, now, None)
         heapq.heappush(self._heap, (spec.seq, unit.index or 0, next(self._order), unit))
 
     # -- RUNNABLE -> STARTING: vCPUs, in submission order ------------------------------------
-    def _dispatch(self) -> List[Tuple[Unit, Request]]:
-        launches: List[Tuple[Unit, Request]] = []
+    def _dispatch(self) -> List[Tuple[Unit, LaunchRequest]]:
+        launches: List[Tuple[Unit, LaunchRequest]] = []
         if self._stopping:
             return launches
         now = now_ms()
         while self._heap:
             unit = self._heap[0][3]
-            if unit.status != "RUNNABLE":
+            if unit.status != JobStatus.RUNNABLE:
                 heapq.heappop(self._heap)  # cancelled while queued
                 continue
             if unit.tick == self._tick_no:
@@ -321,39 +387,55 @@ class Scheduler:
             stream = f"{unit.job.spec.definition_name}/default/{task_id}"
             unit.current = {"container": {"logStreamName": stream,
                                           "taskArn": task_arn(self.compute_environment, task_id)}}
-            unit.job.move(unit, "STARTING", now, None)
+            unit.job.move(unit, JobStatus.STARTING, now, None)
             unit.tick = self._tick_no
+            unit.host_loss_in = self.faults.host_loss_delay()
             self.changed = True
             launches.append((unit, self._request(unit, stream)))
         return launches
 
-    def _request(self, unit: Unit, stream: str) -> Request:
+    def _request(self, unit: Unit, stream: str) -> LaunchRequest:
+        """What the attempt's process gets: the container's world (container.py)."""
         spec = unit.job.spec
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_BATCH_")}
-        python_path = python_path_for_children()
-        if python_path:
-            env["PYTHONPATH"] = python_path
-        env.setdefault("PYTHONUNBUFFERED", "1")  # a killed attempt's output is still in its log
-        threads = str(max(1, math.ceil(spec.vcpus)))
-        for name in THREAD_VARIABLES:  # no 64 thread pools (and their memory) on a 1-vCPU job
-            env.setdefault(name, threads)
-        for item in spec.environment or []:
-            env[item["name"]] = item.get("value", "")
-        env.update(AWS_BATCH_JOB_ID=unit.job_id, AWS_BATCH_JOB_ATTEMPT=str(unit.attempt_number),
-                   AWS_BATCH_JQ_NAME=spec.queue, AWS_BATCH_CE_NAME=self.compute_environment)
+        batch = dict(AWS_BATCH_JOB_ID=unit.job_id, AWS_BATCH_JOB_ATTEMPT=str(unit.attempt_number),
+                     AWS_BATCH_JQ_NAME=spec.queue, AWS_BATCH_CE_NAME=self.compute_environment)
         if unit.index is not None:
-            env["AWS_BATCH_JOB_ARRAY_INDEX"] = str(unit.index)
-            env["AWS_BATCH_JOB_ARRAY_SIZE"] = str(spec.array_size)
+            batch["AWS_BATCH_JOB_ARRAY_INDEX"] = str(unit.index)
+            batch["AWS_BATCH_JOB_ARRAY_SIZE"] = str(spec.array_size)
+        if self.inherit_client_path:  # the explicit way back to the client's world
+            python_path, cwd = [client_python_path()], os.getcwd()
+        else:
+            python_path, cwd = container.image_python_path(), ""  # "": a scratch folder
+        env = container.environment(os.environ, spec.environment or [], batch, vcpus=spec.vcpus,
+                                    python_path=python_path)
         log_path = str(self.logs_folder.joinpath(*stream.split("/")))
-        return container_argv(list(spec.command or [])), env, log_path, spec.memory
+        return LaunchRequest(argv=container.container_argv(list(spec.command or [])), env=env,
+                             cwd=cwd, log_path=log_path, memory_mib=spec.memory, vcpus=spec.vcpus)
 
-    def _launch(self, unit: Unit, request: Request) -> None:
-        argv, env, log_path, memory = request
+    def _prepare(self, request: LaunchRequest) -> None:
+        """Outside the lock: the attempt's scratch folder (named for its task) and cgroup."""
+        if not request.cwd:
+            if self.scratch is not None:
+                request.cwd = request.scratch = self.scratch.make(os.path.basename(request.log_path))
+            else:
+                request.cwd = os.path.abspath(os.sep)
+        if self.cgroups is not None:
+            try:
+                request.cgroup = self.cgroups.create(request.memory_mib, request.vcpus)
+            except OSError as error:  # e.g. the cgroup folder went away: this attempt falls back
+                logger.warning("batchfutures emulator: cannot create a cgroup (%s); this attempt "
+                               "runs with RLIMIT_DATA and sampling", error)
+
+    def _launch(self, unit: Unit, request: LaunchRequest) -> None:
         handle, error = None, None
         try:
-            handle = self.launcher.start(argv, env, log_path, memory, self._exited)
+            self._prepare(request)
+            handle = self.launcher.start(request, self._exited)
         except Exception as exc:  # the "image" cannot run this command
             error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            if request.cgroup is not None:
+                request.cgroup.remove(timeout=0.5)
+            container.Scratch.remove(request.scratch)
         with self.lock:
             if handle is None:
                 self._end_attempt(unit, start_error=error)
@@ -361,8 +443,8 @@ class Scheduler:
                 unit.handle = handle
                 self._running.add(unit)
                 self._launched.append(unit)
-                if memory:
-                    self.monitor.watch(handle, memory)
+                if request.memory_mib and request.cgroup is None:
+                    self.monitor.watch(handle, request.memory_mib)
                 if unit.kill_pending:
                     handle.kill(unit.kill_pending)
             self._drain()
@@ -376,17 +458,19 @@ class Scheduler:
     def _mark_running(self) -> None:
         launched, self._launched = self._launched, []
         for unit in launched:
-            if unit.status == "STARTING":
+            if unit.status == JobStatus.STARTING:
                 self._to_running(unit)
 
     def _to_running(self, unit: Unit) -> None:
         now = now_ms()
         unit.started = now
         unit.current["startedAt"] = now
-        unit.job.move(unit, "RUNNING", now)
+        unit.job.move(unit, JobStatus.RUNNING, now)
         unit.tick = self._tick_no
         timeout = unit.job.spec.timeout
         unit.deadline = time.monotonic() + timeout if timeout else None
+        if unit.host_loss_in is not None:
+            unit.host_loss_at = time.monotonic() + unit.host_loss_in
         self.changed = True
 
     # -- the end of an attempt ---------------------------------------------------------------
@@ -397,8 +481,11 @@ class Scheduler:
             if not handle.running:
                 self._end_attempt(unit)
             elif unit.deadline is not None and now >= unit.deadline:
-                handle.kill("timeout")
+                handle.kill(KillReason.TIMEOUT)
                 unit.deadline = None  # killed: its exit wakes the thread (no tick until then)
+            elif unit.host_loss_at is not None and now >= unit.host_loss_at:
+                handle.kill(KillReason.HOST_LOST)  # a fault: the instance went away
+                unit.host_loss_at = None
 
     def _end_attempt(self, unit: Unit, start_error: Optional[str] = None) -> None:
         spec = unit.job.spec
@@ -406,6 +493,7 @@ class Scheduler:
         handle = unit.handle
         self._running.discard(unit)
         unit.handle, unit.deadline, unit.kill_pending = None, None, None
+        unit.host_loss_in = unit.host_loss_at = None
         if handle is not None:
             self.monitor.unwatch(handle)
         self.used_vcpus = max(0.0, self.used_vcpus - unit.reserved)
@@ -422,19 +510,21 @@ class Scheduler:
         if start_error is not None:
             container["reason"] = f"CannotStartContainerError: {start_error}"
             status_reason = START_FAILED
-        elif killed in ("terminate", "shutdown"):
+        elif killed in (KillReason.TERMINATE, KillReason.SHUTDOWN):
             container["exitCode"] = code
             status_reason = unit.stop_reason or EXITED
             retry = False
-        elif killed == "timeout":
+        elif killed is KillReason.TIMEOUT:
             container["exitCode"] = 137
             status_reason = TIMEOUT_REASON
             retry = False  # as Batch: an attempt stopped for its timeout is not retried
-        elif killed == "memory" or (code == 137 and spec.memory):
-            container["exitCode"] = 137
+        elif killed is KillReason.HOST_LOST:
+            status_reason = HOST_TERMINATED  # no exit code: the instance is gone
+        elif code != 0 and handle.memory_exceeded:
+            container["exitCode"] = code
             container["reason"] = OOM_REASON
             status_reason = EXITED
-        else:
+        else:  # any other end, a SIGKILL from anyone else included (137, no OOM reason)
             container["exitCode"] = code
             status_reason = EXITED
         attempt["stoppedAt"] = now
@@ -442,14 +532,14 @@ class Scheduler:
         unit.attempts.append(attempt)
         succeeded = start_error is None and killed is None and code == 0
         if succeeded:
-            self._finalize(unit, "SUCCEEDED", EXITED)
+            self._finalize(unit, JobStatus.SUCCEEDED, EXITED)
         elif (retry and not unit.cancelled and not unit.terminated and not self._stopping
               and len(unit.attempts) < spec.max_attempts
               and retries.should_retry(spec.exit_rules, exit_code=container.get("exitCode"),
                                        reason=container.get("reason"), status_reason=status_reason)):
             self._queue(unit)
         else:
-            self._finalize(unit, "FAILED", status_reason)
+            self._finalize(unit, JobStatus.FAILED, status_reason)
         self.changed = True
 
     def _close_log(self, stream: Optional[str]) -> None:
@@ -470,15 +560,15 @@ class Scheduler:
         job = unit.job
         now = now_ms()
         job.move(unit, status, now, reason)
-        self._events.append((unit, status == "SUCCEEDED"))
+        self._events.append((unit, status == JobStatus.SUCCEEDED))
         if job.is_array:
             if job.status not in FINAL and job.all_children_done:
-                failed = job.counts["FAILED"] > 0
+                failed = job.counts[JobStatus.FAILED] > 0
                 parent_reason = None
                 if failed:
                     parent_reason = job.stop_reason or (
                         DEPENDENCY_FAILED if job.gate_failed else CHILD_FAILED)
-                job.finish_parent("FAILED" if failed else "SUCCEEDED", parent_reason, now)
+                job.finish_parent(JobStatus.FAILED if failed else JobStatus.SUCCEEDED, parent_reason, now)
                 self._events.append((job, not failed))
                 self.finished.append(job)
         else:
@@ -495,10 +585,10 @@ class Scheduler:
 
     def _resolve(self, dependent: Any, succeeded: bool) -> None:
         if isinstance(dependent, Unit):
-            if dependent.status != "PENDING":
+            if dependent.status != JobStatus.PENDING:
                 return
             if not succeeded:
-                self._finalize(dependent, "FAILED", DEPENDENCY_FAILED)
+                self._finalize(dependent, JobStatus.FAILED, DEPENDENCY_FAILED)
                 return
             dependent.unmet -= 1
             if dependent.unmet <= 0:
@@ -510,13 +600,13 @@ class Scheduler:
         if not succeeded:
             job.gate_failed = True
             for unit in job.units:
-                if unit.status == "PENDING":
-                    self._finalize(unit, "FAILED", DEPENDENCY_FAILED)
+                if unit.status == JobStatus.PENDING:
+                    self._finalize(unit, JobStatus.FAILED, DEPENDENCY_FAILED)
             return
         job.unmet -= 1
         if job.unmet == 0:
             for unit in job.units:
-                if unit.status == "PENDING":
+                if unit.status == JobStatus.PENDING:
                     unit.unmet -= 1
                     if unit.unmet <= 0:
                         self._ready.append(unit)
@@ -530,12 +620,12 @@ class Scheduler:
             for unit in list(self._running) + self._launched:
                 unit.stop_reason = reason
                 if unit.handle is not None:
-                    unit.handle.kill("shutdown")
+                    unit.handle.kill(KillReason.SHUTDOWN)
                     handles.append(unit.handle)
             for job in jobs:  # attempts being launched right now are killed when they exist
                 for unit in job.units:
-                    if unit.status == "STARTING" and unit.handle is None:
-                        unit.stop_reason, unit.kill_pending = reason, "shutdown"
+                    if unit.status == JobStatus.STARTING and unit.handle is None:
+                        unit.stop_reason, unit.kill_pending = reason, KillReason.SHUTDOWN
         self._wake.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=10)
@@ -557,7 +647,7 @@ class Scheduler:
                             unit.attempts.append(attempt)
                         self.used_vcpus = max(0.0, self.used_vcpus - unit.reserved)
                         unit.reserved = 0.0
-                        self._finalize(unit, "FAILED", reason)
+                        self._finalize(unit, JobStatus.FAILED, reason)
                 if job.is_array and job.status not in FINAL:  # (a parent of no live children)
-                    job.finish_parent("FAILED", reason, now)
+                    job.finish_parent(JobStatus.FAILED, reason, now)
             self._drain()

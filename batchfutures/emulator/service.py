@@ -4,21 +4,22 @@ It has the methods of a boto3 `batch` client (keyword arguments and response dic
 botocore's model), validates each request as botocore does (`ParamValidationError`) and as Batch
 does (`ClientError` with code ClientException), and hands jobs to the scheduler:
 
-    submit_job ─> Job (jobs.py) ─> Scheduler (scheduler.py) ─> ProcessLauncher (launcher.py)
-                       │                 │                        MemoryMonitor (monitor.py)
-                       └─ Persister / RecordStore (records.py): <folder>/jobs/...
+    submit_job ─> Job (jobs.py) ─> JobTable (table.py) ─> records (records.py): <folder>/jobs
+                       └────────────> Scheduler (scheduler.py) ─> ProcessLauncher (launcher.py)
+                                         │  cgroups.py (or monitor.py), container.py
+    describe_jobs, list_jobs <─ JobTable.find / in_queue <─ jobs.describe / summary
     logs.get_log_events ─> LogsService (logs.py): <folder>/logs/...
 
-Jobs this instance submitted live in memory (and are written to disk at most every 0.2 s);
-jobs of other instances or processes on the same folder are read from their records, so
-`describe_jobs` works across processes; an unfinished job whose owner process is gone is
-recovered as FAILED; a finished job is forgotten `metadata_ttl` seconds after it stopped.
+This module is the API facade: botocore's validation, Batch's own checks, rendering, and the
+fault profile (faults.py). What a job id means, own or foreign, alive, recovered or forgotten,
+is the job table's business (table.py).
 """
 
 from __future__ import annotations
 
 import atexit
 import base64
+import enum
 import functools
 import itertools
 import json
@@ -31,16 +32,28 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from .catalog import DEFAULT_DEFINITION, NAME, Definitions, Queues, Rejected, resolve_resources
-from .faults import FaultInjector
-from .jobs import FINAL, STATUSES, Job, JobSpec, Unit, describe, summary
+from . import cgroups as cgroups_module
+from . import host
+from .catalog import (
+    DEFAULT_DEFINITION,
+    NAME,
+    Definitions,
+    Queues,
+    Rejected,
+    check_time_limit_actions,
+    resolve_resources,
+)
+from .container import Scratch
+from .faults import FaultInjector, FaultProfile
+from .jobs import FINAL, STATUSES, DependencyKind, Job, JobSpec, JobStatus, Unit, describe, summary
 from .launcher import ProcessLauncher
 from .logs import LogsService
 from .model import arn_resource, client_error, job_arn, validate_request
 from .monitor import MemoryMonitor
-from .records import Persister, RecordStore, owner_token, process_alive
+from .records import QueueStore, owner_token, process_alive
 from .retries import check_strategy, normalized
 from .scheduler import Scheduler, now_ms
+from .table import EXIT_REASON, JobTable
 
 logger = logging.getLogger("batchfutures")
 
@@ -51,9 +64,20 @@ MAX_ARRAY_SIZE = 10_000
 MAX_DESCRIBE = 100
 MAX_DEPENDENCIES = 20
 JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
-JOB_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 SHUTDOWN_REASON = "batchfutures emulator: shut down (pid {pid}) before the job finished"
-EXIT_REASON = "batchfutures emulator: the process that ran this job (pid {pid}) exited before it finished"
+
+
+class Isolation(enum.Enum):
+    """How an attempt's memory and CPU are limited."""
+
+    AUTO = "auto"        # cgroups where this process may create them, else RLIMIT
+    CGROUPS = "cgroups"  # cgroups, or ValueError when they cannot be made
+    RLIMIT = "rlimit"    # RLIMIT_DATA and /proc sampling (the fallback), even where cgroups work
+
+
+class StopAction(enum.Enum):
+    CANCEL = "cancel"
+    TERMINATE = "terminate"
 
 
 def _api(operation: str) -> Callable[[Callable[..., Dict[str, Any]]], Callable[..., Dict[str, Any]]]:
@@ -65,25 +89,17 @@ def _api(operation: str) -> Callable[[Callable[..., Dict[str, Any]]], Callable[.
             validate_request(operation, params)
             self.faults.maybe_raise(operation)
             try:
-                return method(self, params)
+                response = method(self, params)
             except Rejected as error:
                 raise client_error(str(error), error.code, operation=operation) from None
+            if operation == "SubmitJob" and self.faults.reply_lost(operation):
+                raise self.faults.lost_reply_error(operation)  # the job exists all the same
+            return response
 
         call.operation = operation  # type: ignore[attr-defined]
         return call
 
     return decorate
-
-
-def _host_memory_mib() -> Optional[int]:
-    try:
-        with open("/proc/meminfo", "rb") as handle:
-            for line in handle:
-                if line.startswith(b"MemTotal:"):
-                    return int(line.split()[1]) // 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
 
 
 def _token(position: Any) -> str:
@@ -113,42 +129,54 @@ class BatchEmulator:
 
     def __init__(self, folder: Union[str, "os.PathLike[str]"], *, max_vcpus: Optional[float] = None,
                  metadata_ttl: float = 86400, job_queues: Sequence[str] = ("batchfutures",),
-                 compute_environment: str = "batchfutures-local") -> None:
+                 compute_environment: str = "batchfutures-local",
+                 isolation: Union[Isolation, str, None] = None, inherit_client_path: bool = False,
+                 faults: Optional[FaultProfile] = None, gpus: Optional[int] = None) -> None:
         if max_vcpus is not None and not max_vcpus > 0:
             raise ValueError(f"max_vcpus={max_vcpus!r} must be positive")
         if not metadata_ttl > 0:
             raise ValueError(f"metadata_ttl={metadata_ttl!r} must be positive")
+        isolation = Isolation(isolation or os.environ.get("BATCHFUTURES_EMULATOR_ISOLATION") or "auto")
+        found = None if isolation is Isolation.RLIMIT else cgroups_module.detect()
+        if isolation is Isolation.CGROUPS and found is None:
+            raise ValueError("isolation='cgroups': this process cannot create cgroups here "
+                             "(it needs Linux and a writable cgroup v1 memory or v2 hierarchy)")
         self.folder = Path(folder).expanduser().resolve()
         self.folder.mkdir(parents=True, exist_ok=True)
         self.instance_id = uuid.uuid4().hex
-        self.max_vcpus = float(max_vcpus) if max_vcpus else float(os.cpu_count() or 1)
+        self.max_vcpus = float(max_vcpus) if max_vcpus else float(host.cpu_count())
+        self.gpus = host.gpu_count() if gpus is None else int(gpus)
         self.metadata_ttl = float(metadata_ttl)
         self.compute_environment = compute_environment
-        self.faults = FaultInjector()
+        self.cgroups = found  # None: RLIMIT_DATA and sampling
+        self.inherit_client_path = bool(inherit_client_path)
+        self.faults = FaultInjector(faults)
         self.logs = LogsService(self.folder / "logs", self)
-        self.store = RecordStore(self.folder)
         self.definitions = Definitions(self.folder)
-        self.queues = Queues(job_queues, compute_environment)
+        self.queues = Queues(QueueStore(self.folder), job_queues, compute_environment)
         self._lock = threading.RLock()
-        self._jobs: Dict[str, Job] = {}  # the jobs this instance runs
-        self._foreign: Dict[str, Tuple[Any, Job]] = {}  # other instances' jobs, by record version
-        self._foreign_lock = threading.Lock()
+        self._owner = owner_token(self.instance_id)
+        self.table = JobTable(self.folder, self._lock, self._owner, self.metadata_ttl)
+        self.store = self.table.store
         self._listeners: List[Callable[[], None]] = []
         self._seq = itertools.count()
-        self._owner = owner_token(self.instance_id)
         self._closed = False
-        self.persister = Persister(self.store, self._lock, self._snapshot)
+        self.scratch = Scratch(self.folder, self._owner)
         self.monitor = MemoryMonitor()
         self.launcher = ProcessLauncher()
         self.scheduler = Scheduler(
             lock=self._lock, launcher=self.launcher, monitor=self.monitor, max_vcpus=self.max_vcpus,
-            host_memory_mib=_host_memory_mib(), compute_environment=compute_environment,
+            host_memory_mib=host.memory_mib(), host_gpus=self.gpus,
+            compute_environment=compute_environment,
             logs_folder=self.folder / "logs", on_change=self._notify,
-            housekeeping=self._housekeeping, foreign_status=self._foreign_status)
+            housekeeping=self._housekeeping, foreign_status=self.table.status_of,
+            cgroups=self.cgroups, scratch=self.scratch,
+            inherit_client_path=self.inherit_client_path, faults=self.faults,
+            queue_actions=self.queues.actions)
         self.scheduler.start()
         BatchEmulator._live[self.instance_id] = self
         atexit.register(_close_at_exit, weakref.ref(self))
-        # records left unfinished by dead processes are recovered in the background
+        # leftovers of dead processes (records, cgroups, scratch folders) go in the background
         threading.Thread(target=self._sweep, name="bf-emulator-sweep", daemon=True).start()
 
     @classmethod
@@ -177,8 +205,17 @@ class BatchEmulator:
 
     def inject_faults(self, rate: float, *, code: str = "TooManyRequestsException",
                       operations: Optional[Any] = None, seed: Optional[int] = None) -> None:
-        """Answer `rate` of the calls (of `operations` only, e.g. {"DescribeJobs"}) with `code`."""
+        """Answer `rate` of the calls (of `operations` only, e.g. {"DescribeJobs"}) with `code`
+        (429 for throttling codes, 500 for ServerException); the rest of the profile stays."""
         self.faults.configure(rate, code=code, operations=operations, seed=seed)
+
+    def set_faults(self, profile: Optional[FaultProfile]) -> None:
+        """Replace the fault profile (None: no faults); random streams restart from its seed."""
+        self.faults.set(profile or FaultProfile())
+
+    @property
+    def fault_profile(self) -> FaultProfile:
+        return self.faults.profile
 
     def invoke(self, operation: str, params: Dict[str, Any]) -> Dict[str, Any]:
         """Call an operation by its API name ("SubmitJob", "GetLogEvents"), as a server would."""
@@ -219,9 +256,12 @@ class BatchEmulator:
         if not NAME.fullmatch(name):
             raise Rejected(f"jobQueueName {name!r} must be 1-128 letters, digits, hyphens and underscores")
         with self._lock:
-            if self.queues.resolve(name) is not None:
+            problem = check_time_limit_actions(params.get("jobStateTimeLimitActions"))
+            if problem:
+                raise Rejected(problem)
+            if not self.queues.create(name, params.get("state") or "ENABLED", params.get("priority") or 1,
+                                      params.get("jobStateTimeLimitActions")):
                 raise Rejected(f"Object already exists: job queue {name}")
-            self.queues.create(name, params.get("state") or "ENABLED", params.get("priority") or 1)
             detail = self.queues.detail(name)
         return {"jobQueueName": name, "jobQueueArn": detail["jobQueueArn"]}
 
@@ -234,7 +274,10 @@ class BatchEmulator:
             name = self.queues.resolve(params["jobQueue"])
             if name is None:
                 raise Rejected(f"Job queue {params['jobQueue']} does not exist")
-            self.queues.update(name, state, params.get("priority"))
+            problem = check_time_limit_actions(params.get("jobStateTimeLimitActions"))
+            if problem:
+                raise Rejected(problem)
+            self.queues.update(name, state, params.get("priority"), params.get("jobStateTimeLimitActions"))
             detail = self.queues.detail(name)
         return {"jobQueueName": name, "jobQueueArn": detail["jobQueueArn"]}
 
@@ -346,6 +389,9 @@ class BatchEmulator:
         for item in (properties.get("environment") or []) + (overrides.get("environment") or []):
             environment[item["name"]] = item.get("value", "")
         targets = self._dependency_targets(params.get("dependsOn") or [], array_size)
+        propagate = params.get("propagateTags", definition.get("propagateTags"))
+        tags = dict(definition.get("tags") or {}) if propagate else {}
+        tags.update(params.get("tags") or {})  # the job's win over its definition's
         job_id = str(uuid.uuid4())
         spec = JobSpec(
             job_id=job_id, name=name, queue=queue, definition_arn=definition["jobDefinitionArn"],
@@ -356,24 +402,22 @@ class BatchEmulator:
             retry_strategy=normalized(strategy),
             timeout=(timeout or {}).get("attemptDurationSeconds"),
             tags=dict(params.get("tags") or {}),
-            propagate_tags=params.get("propagateTags", definition.get("propagateTags")),
+            propagate_tags=propagate,
             share_identifier=params.get("shareIdentifier"),
             scheduling_priority=params.get("schedulingPriorityOverride",
                                            definition.get("schedulingPriority")),
             parameters=parameters or None,
             depends_on=[dict(d) for d in params.get("dependsOn") or []],
             array_size=array_size, created=now_ms(), seq=next(self._seq),
-            platform_capabilities=definition.get("platformCapabilities") or ["EC2"])
+            platform_capabilities=definition.get("platformCapabilities") or ["EC2"],
+            tag_total=len(tags), log_configuration=properties.get("logConfiguration"),
+            gpus=sum(int(float(r["value"])) for r in requirements if r["type"] == "GPU"))
         job = Job(spec)
         job.targets = targets
-        job.owner = self._owner
         with self._lock:
             if self._closed:
                 raise Rejected("The batchfutures emulator is closed", "ServerException")
-            job.sink = self.persister.dirty
-            job.dirty.update(range(job.chunk_count))
-            job.touch()
-            self._jobs[job_id] = job
+            self.table.add(job)
             self.scheduler.add(job)
         return {"jobArn": job_arn(job_id), "jobName": name, "jobId": job_id}
 
@@ -389,29 +433,29 @@ class BatchEmulator:
             if kind == "SEQUENTIAL":
                 if array_size is None:
                     raise Rejected("A SEQUENTIAL dependency is only valid for an array job")
-                targets.append(("sequential", None))
+                targets.append((DependencyKind.SEQUENTIAL, None))
                 if not job_id:
                     continue
             if not job_id:
                 raise Rejected("A dependsOn entry needs a jobId (except type SEQUENTIAL)")
-            found = self._find(job_id)
+            found = self.table.find(job_id)
             if found is None:
                 raise Rejected(f"Dependency job {job_id} does not exist")
             job, unit = found
-            own = self._jobs.get(job.job_id) is job
+            own = self.table.is_own(job)
             if kind == "N_TO_N":
                 if array_size is None or unit is not None or not job.is_array:
                     raise Rejected("An N_TO_N dependency needs an array job depending on an array job")
-                if len(job.units) != array_size:
+                if job.spec.array_size != array_size:
                     raise Rejected(f"An N_TO_N dependency needs arrays of the same size: {job_id} "
-                                   f"has {len(job.units)} children, this job {array_size}")
-                targets.append(("n_to_n", job if own else job.job_id))
+                                   f"has {job.spec.array_size} children, this job {array_size}")
+                targets.append((DependencyKind.N_TO_N, job if own else job.job_id))
                 continue
             if own:
                 target: Any = unit if unit is not None else (job if job.is_array else job.units[0])
             else:
                 target = unit.job_id if unit is not None else job.job_id
-            targets.append(("whole", target))
+            targets.append((DependencyKind.WHOLE, target))
         return targets
 
     # -- DescribeJobs, ListJobs --------------------------------------------------------------
@@ -422,15 +466,16 @@ class BatchEmulator:
             raise Rejected(f"DescribeJobs takes at most {MAX_DESCRIBE} job IDs, got {len(ids)}")
         found, seen = [], set()
         for raw in ids:
-            item = self._find(raw)
+            item = self.table.find(raw)
             if item is None:
                 continue  # unknown or forgotten: left out, as Batch does
             key = (item[0].job_id, item[1].index if item[1] is not None else None)
             if key not in seen:
                 seen.add(key)
                 found.append(item)
+        lag, now = self.faults.summary_lag_ms, now_ms()
         with self._lock:  # one consistent snapshot of every job asked for
-            details = [describe(job, unit) for job, unit in found]
+            details = [describe(job, unit, summary_lag_ms=lag, now=now) for job, unit in found]
         return {"jobs": details}
 
     @_api("ListJobs")
@@ -442,7 +487,7 @@ class BatchEmulator:
         if params.get("jobStatus") is not None and params["jobStatus"] not in STATUSES:
             raise Rejected(f"jobStatus must be one of {', '.join(STATUSES)}")
         # As Batch: with filters every status is listed; with neither, RUNNING jobs only.
-        statuses = set(STATUSES) if filters else {params.get("jobStatus") or "RUNNING"}
+        statuses = set(STATUSES) if filters else {params.get("jobStatus") or JobStatus.RUNNING}
         match = self._filter(filters)
         size = int(params.get("maxResults") or 1000)
         if not 1 <= size:
@@ -453,7 +498,7 @@ class BatchEmulator:
         if scopes[0] == "multiNodeJobId":
             raise Rejected("The emulator does not run multi-node parallel jobs")
         if scopes[0] == "arrayJobId":
-            found = self._find(params["arrayJobId"])
+            found = self.table.find(params["arrayJobId"])
             if found is not None and found[1] is None and found[0].is_array:
                 job = found[0]
                 with self._lock:
@@ -466,17 +511,10 @@ class BatchEmulator:
             queue = self.queues.resolve(params["jobQueue"])
             if queue is None:
                 raise Rejected(f"Job queue {params['jobQueue']} does not exist")
-            with self._lock:
-                jobs = [j for j in self._jobs.values() if j.spec.queue == queue]
-            for job_id in self.store.job_ids():
-                if job_id not in self._jobs:
-                    job = self._load_foreign(job_id)
-                    if job is not None and job.spec.queue == queue:
-                        jobs.append(job)
-            now = now_ms()
+            jobs = self.table.in_queue(queue)
             with self._lock:
                 for job in jobs:
-                    if job.status in statuses and not self._expired(job, now) and match(job, None):
+                    if job.status in statuses and match(job, None):
                         position = [job.spec.created, job.job_id]
                         if after is None or position > after:
                             items.append((position, job, None))
@@ -521,20 +559,20 @@ class BatchEmulator:
     # -- CancelJob, TerminateJob -------------------------------------------------------------
     @_api("CancelJob")
     def cancel_job(self, params: Dict[str, Any]) -> Dict[str, Any]:
-        self._stop("cancel", params["jobId"], params["reason"])
+        self._stop(StopAction.CANCEL, params["jobId"], params["reason"])
         return {}
 
     @_api("TerminateJob")
     def terminate_job(self, params: Dict[str, Any]) -> Dict[str, Any]:
-        self._stop("terminate", params["jobId"], params["reason"])
+        self._stop(StopAction.TERMINATE, params["jobId"], params["reason"])
         return {}
 
-    def _stop(self, action: str, job_id: str, reason: str) -> None:
-        found = self._find(job_id)
+    def _stop(self, action: StopAction, job_id: str, reason: str) -> None:
+        found = self.table.find(job_id)
         if found is None:
             raise Rejected(f"Job {job_id} does not exist")
         job, unit = found
-        if self._jobs.get(job.job_id) is job:
+        if self.table.is_own(job):
             self._stop_own(action, job, unit, reason)
             return
         if job.status in FINAL and (unit is None or unit.status in FINAL):
@@ -547,157 +585,48 @@ class BatchEmulator:
         if other is not None and not other._closed:  # another instance of this process
             other._stop_own(action, job, unit, reason, job_id=job_id)
         else:
-            self.store.send_control(instance, {"action": action, "jobId": job_id, "reason": reason})
+            self.store.send_control(instance, {"action": action.value, "jobId": job_id,
+                                               "reason": reason})
 
-    def _stop_own(self, action: str, job: Job, unit: Optional[Unit], reason: str,
+    def _stop_own(self, action: StopAction, job: Job, unit: Optional[Unit], reason: str,
                   job_id: Optional[str] = None) -> None:
         with self._lock:
             if job_id is not None:  # a request naming the job by id: find our own object
-                own = self._jobs.get(job.job_id)
+                own = self.table.own.get(job.job_id)
                 if own is None:
                     return
                 job, unit = own, (own.unit(unit.index) if unit is not None else None)
-            if action == "cancel":
+            if action is StopAction.CANCEL:
                 self.scheduler.cancel(job, unit, reason)
             else:
                 self.scheduler.terminate(job, unit, reason)
 
-    # -- finding jobs, own and foreign -------------------------------------------------------
-    def _find(self, raw: str) -> Optional[Tuple[Job, Optional[Unit]]]:
-        job_id = arn_resource(raw, "job") or raw
-        parent_id, separator, index = job_id.partition(":")
-        if separator and not index.isdigit():
-            return None
-        with self._lock:
-            job = self._jobs.get(parent_id)
-        if job is None:
-            job = self._load_foreign(parent_id)
-        if job is None or self._expired(job, now_ms()):
-            return None
-        if separator:
-            unit = job.unit(int(index))
-            return (job, unit) if unit is not None else None
-        return job, None
-
-    def _expired(self, job: Job, now: int) -> bool:
-        return (job.status in FINAL and job.stopped is not None
-                and job.stopped < now - self.metadata_ttl * 1000)
-
-    def _load_foreign(self, job_id: str, *, cache: bool = True) -> Optional[Job]:
-        """Another instance's (or an earlier process's) job, from its record."""
-        if not JOB_ID.fullmatch(job_id):
-            return None
-        signature = self.store.signature(job_id)
-        with self._foreign_lock:
-            cached = self._foreign.get(job_id)
-            if signature is None:
-                self._foreign.pop(job_id, None)
-                return None
-            if cached is not None and cached[0] == signature:
-                job = cached[1]
-            else:
-                loaded = self.store.load(job_id)
-                if loaded is None:
-                    return None
-                try:
-                    job = Job.from_record(*loaded)
-                except (KeyError, TypeError, ValueError, IndexError):
-                    return None
-                if cache:
-                    self._foreign[job_id] = (signature, job)
-            unfinished = job.status not in FINAL or any(u.status not in FINAL for u in job.units)
-            if unfinished and not process_alive(job.owner):
-                self._recover(job)
-            if self._expired(job, now_ms()):
-                self._foreign.pop(job_id, None)
-                self._delete_files(job)
-                return None
-            return job
-
-    def _recover(self, job: Job) -> None:
-        """Record as FAILED what a dead process left unfinished (caller holds _foreign_lock)."""
-        pid = (job.owner or ["?"])[0]
-        reason = EXIT_REASON.format(pid=pid)
-        now = now_ms()
-        for unit in job.units:
-            if unit.status in FINAL:
-                continue
-            if unit.current is not None:
-                attempt, unit.current = unit.current, None
-                attempt.update(stoppedAt=now, statusReason=reason)
-                unit.attempts.append(attempt)
-            job.move(unit, "FAILED", now, reason)
-        if job.is_array and job.status not in FINAL:
-            job.finish_parent("FAILED", reason, now)
-        chunks = {k: json.dumps(job.chunk_record(k), separators=(",", ":")) for k in range(job.chunk_count)}
-        self.store.write(job.job_id, json.dumps(job.parent_record(job.owner), separators=(",", ":")),
-                         chunks)
-        self._foreign[job.job_id] = (self.store.signature(job.job_id), job)
-
-    def _foreign_status(self, job_id: str) -> Optional[str]:
-        found = self._find(job_id)
-        if found is None:
-            return None
-        job, unit = found
-        return unit.status if unit is not None else job.status
-
-    def _log_files(self, job: Job) -> List[Path]:
-        files = []
-        for unit in job.units:
-            for attempt in unit.attempts + ([unit.current] if unit.current else []):
-                stream = (attempt.get("container") or {}).get("logStreamName")
-                if stream:
-                    files.append(self.folder.joinpath("logs", *stream.split("/")))
-        return files
-
-    def _delete_files(self, job: Job) -> None:
-        self.store.delete(job.job_id)
-        for path in self._log_files(job):
-            try:
-                path.unlink()
-            except OSError:
-                pass
-
     # -- background work ---------------------------------------------------------------------
-    def _snapshot(self, job: Job) -> Optional[Tuple[str, str, Dict[int, str]]]:
-        """The texts of a dirty job's record (the lock is held)."""
-        if self._jobs.get(job.job_id) is not job:
-            job.dirty.clear()
-            return None  # forgotten meanwhile
-        chunks = {k: json.dumps(job.chunk_record(k), separators=(",", ":")) for k in job.dirty if k >= 0}
-        job.dirty.clear()
-        parent = json.dumps(job.parent_record(self._owner), separators=(",", ":"))
-        return job.job_id, parent, chunks
-
     def _housekeeping(self) -> None:
         """Every 0.25 s on the scheduler's thread: requests from other processes, TTL, waits."""
         for request in self.store.take_control(self.instance_id):
-            found = self._find(str(request.get("jobId", "")))
-            if found is not None and self._jobs.get(found[0].job_id) is found[0]:
-                self._stop_own(str(request.get("action")), found[0], found[1],
-                               str(request.get("reason", "")))
-        now = now_ms()
-        with self._lock:
-            finished = self.scheduler.finished
-            while finished and (finished[0].stopped is None or self._expired(finished[0], now)):
-                job = finished.popleft()
-                if self._jobs.get(job.job_id) is job and self._expired(job, now):
-                    del self._jobs[job.job_id]
-                    self.persister.delete(job.job_id, self._log_files(job))
+            found = self.table.find(str(request.get("jobId", "")))
+            try:
+                action = StopAction(request.get("action"))
+            except ValueError:
+                continue
+            if found is not None and self.table.is_own(found[0]):
+                self._stop_own(action, found[0], found[1], str(request.get("reason", "")))
+        self.table.forget_expired(self.scheduler.finished)
+        self.scheduler.check_time_limits()
         self.scheduler.poll_foreign()
 
     def _sweep(self) -> None:
-        """Recover unfinished records of dead processes, delete expired ones (at start)."""
+        """At start: what dead processes left (records, cgroups, scratch folders)."""
         try:
-            for job_id in list(self.store.job_ids()):
-                if self._closed:
-                    return
-                with self._lock:
-                    own = job_id in self._jobs
-                if not own:
-                    self._load_foreign(job_id, cache=False)
+            if self.cgroups is not None:
+                removed = self.cgroups.sweep()
+                if removed:
+                    logger.info("batchfutures emulator: removed %d cgroups of dead emulators", removed)
+            self.scratch.sweep(process_alive)
         except Exception:
-            logger.exception("batchfutures emulator: sweeping old records failed")
+            logger.exception("batchfutures emulator: sweeping leftovers failed")
+        self.table.sweep(lambda: self._closed)
 
     # -- shutdown ----------------------------------------------------------------------------
     def close(self, reason: Optional[str] = None) -> None:
@@ -706,11 +635,11 @@ class BatchEmulator:
             if self._closed:
                 return
             self._closed = True
-            jobs = list(self._jobs.values())
+            jobs = list(self.table.own.values())
         self.scheduler.shutdown(jobs, reason or SHUTDOWN_REASON.format(pid=os.getpid()))
         self.monitor.close()
         self.launcher.close()
-        self.persister.close()
+        self.table.close()
         self.store.drop_control(self.instance_id)
         with BatchEmulator._shared_lock:
             for key, emulator in list(BatchEmulator._shared.items()):
