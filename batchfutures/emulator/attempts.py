@@ -23,7 +23,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
-from .monitor import resident_bytes, session_members
+from .procfs import resident_bytes, session_members
 
 OOM_EXIT_STATUS = 137  # what the worker exits with on MemoryError (the RLIMIT world)
 

@@ -117,22 +117,30 @@ def test_calls_from_many_threads_at_once(make_emulator):
     assert [d["status"] for d in details] == ["SUCCEEDED"] * 24
 
 
+@pytest.mark.parametrize("isolation", ["rlimit", "auto"])
 @pytest.mark.parametrize("path", ["setpriv+prlimit", "setpriv+prlimit(2)", "preexec_fn"])
-def test_every_launch_path_sets_the_memory_limit_and_the_death_signal(make_emulator, monkeypatch, path):
+def test_every_launch_path_sets_the_memory_limit_and_the_death_signal(make_emulator, monkeypatch,
+                                                                      path, isolation):
     from batchfutures.emulator import launcher
 
     if path != "setpriv+prlimit":
         monkeypatch.setattr(launcher, "_prlimit_path", None)
     if path == "preexec_fn":
         monkeypatch.setattr(launcher, "_setpriv_path", None)
-    emu = make_emulator()
+    emu = make_emulator(isolation=isolation)
     code = ("import ctypes, os, resource\n"
             "print(*resource.getrlimit(resource.RLIMIT_DATA))\n"
             "signal = ctypes.c_int()\n"
             "ctypes.CDLL(None).prctl(2, ctypes.byref(signal))  # PR_GET_PDEATHSIG\n"
-            "print(signal.value, os.getsid(0) == os.getpid() == os.getpgid(0))\n")
+            "print(signal.value, os.getsid(0) == os.getpid() == os.getpgid(0))\n"
+            "print('batchfutures-' in open('/proc/self/cgroup').read())\n")
     detail = emu.run(py(code), memory=300)
     assert detail["status"] == "SUCCEEDED", emu.log_lines(detail)
-    limit, death = emu.log_lines(detail)
-    assert limit == f"{300 * 1024 * 1024} {300 * 1024 * 1024}"
+    limit, death, in_cgroup = emu.log_lines(detail)
+    if emu.cgroups is None:  # the fallback: RLIMIT_DATA is the limit
+        assert limit == f"{300 * 1024 * 1024} {300 * 1024 * 1024}"
+        assert in_cgroup == "False"
+    else:  # the attempt's own cgroup is, from its first instruction
+        assert limit == "-1 -1"
+        assert in_cgroup == "True"
     assert death == "9 True"  # SIGKILL when the emulator goes; its own session and group
