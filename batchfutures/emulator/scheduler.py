@@ -43,12 +43,8 @@ from .jobs import (
     DEPENDENCY_FAILED,
     EXITED,
     FINAL,
-    HOST_TERMINATED,
     MAX_TAGS,
     MISCONFIGURED,
-    OOM_REASON,
-    START_FAILED,
-    TIMEOUT_REASON,
     DependencyKind,
     Job,
     JobStatus,
@@ -57,6 +53,7 @@ from .jobs import (
 )
 from .launcher import client_python_path
 from .model import task_arn
+from .outcomes import AttemptEnd, attempt_outcome
 
 logger = logging.getLogger("batchfutures")
 
@@ -504,42 +501,25 @@ class Scheduler:
         self._close_log(container.get("logStreamName"))
         if start_error is None and "startedAt" not in attempt:
             unit.started = attempt["startedAt"] = now  # ended before it was seen running
-        killed = handle.kill_reason if handle is not None else None
-        code = handle.exit_code() if handle is not None else None
-        retry = True
-        if start_error is not None:
-            container["reason"] = f"CannotStartContainerError: {start_error}"
-            status_reason = START_FAILED
-        elif killed in (KillReason.TERMINATE, KillReason.SHUTDOWN):
-            container["exitCode"] = code
-            status_reason = unit.stop_reason or EXITED
-            retry = False
-        elif killed is KillReason.TIMEOUT:
-            container["exitCode"] = 137
-            status_reason = TIMEOUT_REASON
-            retry = False  # as Batch: an attempt stopped for its timeout is not retried
-        elif killed is KillReason.HOST_LOST:
-            status_reason = HOST_TERMINATED  # no exit code: the instance is gone
-        elif code != 0 and handle.memory_exceeded:
-            container["exitCode"] = code
-            container["reason"] = OOM_REASON
-            status_reason = EXITED
-        else:  # any other end, a SIGKILL from anyone else included (137, no OOM reason)
-            container["exitCode"] = code
-            status_reason = EXITED
+        outcome = attempt_outcome(AttemptEnd(
+            exit_code=handle.exit_code() if handle is not None else None,
+            killed=handle.kill_reason if handle is not None else None,
+            memory_exceeded=handle.memory_exceeded if handle is not None else False,
+            start_error=start_error, stop_reason=unit.stop_reason))
+        container.update(outcome.container)
         attempt["stoppedAt"] = now
-        attempt["statusReason"] = status_reason
+        attempt["statusReason"] = outcome.status_reason
         unit.attempts.append(attempt)
-        succeeded = start_error is None and killed is None and code == 0
-        if succeeded:
+        if outcome.succeeded:
             self._finalize(unit, JobStatus.SUCCEEDED, EXITED)
-        elif (retry and not unit.cancelled and not unit.terminated and not self._stopping
-              and len(unit.attempts) < spec.max_attempts
+        elif (outcome.retryable and not unit.cancelled and not unit.terminated
+              and not self._stopping and len(unit.attempts) < spec.max_attempts
               and retries.should_retry(spec.exit_rules, exit_code=container.get("exitCode"),
-                                       reason=container.get("reason"), status_reason=status_reason)):
+                                       reason=container.get("reason"),
+                                       status_reason=outcome.status_reason)):
             self._queue(unit)
         else:
-            self._finalize(unit, JobStatus.FAILED, status_reason)
+            self._finalize(unit, JobStatus.FAILED, outcome.status_reason)
         self.changed = True
 
     def _close_log(self, stream: Optional[str]) -> None:
