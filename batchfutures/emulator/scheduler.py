@@ -21,7 +21,6 @@ forked it, and this thread lives as long as the emulator.
 
 from __future__ import annotations
 
-import enum
 import heapq
 import itertools
 import logging
@@ -35,6 +34,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 
 from . import container, retries
 from .attempts import KillReason, LaunchRequest
+from .dependencies import Dependencies
 from .faults import FaultInjector
 from .jobs import (
     ACTIVE,
@@ -45,7 +45,6 @@ from .jobs import (
     FINAL,
     MAX_TAGS,
     MISCONFIGURED,
-    DependencyKind,
     Job,
     JobStatus,
     Unit,
@@ -62,12 +61,6 @@ IDLE = 0.25
 HOUSEKEEPING_EVERY = 0.25
 
 
-class Outcome(enum.Enum):
-    """What a dependency says about its dependent, looked at now."""
-
-    OK = "ok"            # it succeeded
-    FAILED = "failed"    # it failed (or is unknown): the dependent fails
-    WAITING = "waiting"  # not yet ended: the dependent hears when it does
 
 
 def now_ms() -> int:
@@ -101,15 +94,15 @@ class Scheduler:
         self.logs_folder = Path(logs_folder)
         self._on_change = on_change
         self._housekeeping = housekeeping
-        self._foreign_status = foreign_status
         self._new: List[Job] = []
         self._ready: List[Unit] = []
         self._heap: List[Tuple[int, int, int, Unit]] = []
         self._order = itertools.count()
         self._launched: List[Unit] = []
         self._running: Set[Unit] = set()
-        self._foreign: List[Tuple[Any, str]] = []
-        self._events: Deque[Tuple[Any, bool]] = deque()
+        self.dependencies = Dependencies(
+            foreign_status=foreign_status, ready=self._ready.append,
+            fail=lambda unit: self._finalize(unit, JobStatus.FAILED, DEPENDENCY_FAILED))
         self.finished: Deque[Job] = deque()  # own jobs in the order they ended (for the TTL)
         self.used_vcpus = 0.0
         self._tick_no = 0
@@ -155,7 +148,7 @@ class Scheduler:
                     target.handle.kill(KillReason.TERMINATE)
                 else:  # being launched right now: killed as soon as it exists
                     target.kill_pending = KillReason.TERMINATE
-        self._drain()
+        self.dependencies.drain()
         self._wake.set()
 
     # -- the thread --------------------------------------------------------------------------
@@ -217,7 +210,7 @@ class Scheduler:
                 else:
                     still.append(unit)
             self._stuck = still
-            self._drain()
+            self.dependencies.drain()
 
     def _tick(self) -> None:
         with self.lock:
@@ -227,7 +220,7 @@ class Scheduler:
             launches = self._dispatch()  # RUNNABLE -> STARTING
             self._make_runnable()      # PENDING -> RUNNABLE
             self._admit()              # SUBMITTED -> PENDING
-            self._drain()
+            self.dependencies.drain()
         for unit, request in launches:
             self._launch(unit, request)
 
@@ -251,39 +244,8 @@ class Scheduler:
                 job.move(unit, JobStatus.PENDING, now)
                 unit.tick = self._tick_no
             self.changed = True
-            whole = [target for kind, target in job.targets if kind is DependencyKind.WHOLE]
-            if job.is_array:
-                outcomes = [self._watch(target, job) for target in whole]
-                if Outcome.FAILED in outcomes:
-                    job.gate_failed = True
-                    for unit in live:
-                        self._finalize(unit, JobStatus.FAILED, DEPENDENCY_FAILED)
-                    continue
-                job.unmet = outcomes.count(Outcome.WAITING)
-                for unit in live:
-                    unit.unmet = 1 if job.unmet else 0
-                for kind, target in job.targets:
-                    if kind is not DependencyKind.N_TO_N:
-                        continue
-                    for unit in live:
-                        if isinstance(target, str):
-                            member: Any = f"{target}:{unit.index}"
-                        elif unit.index < len(target.units):
-                            member = target.units[unit.index]
-                        else:  # an array that failed before spawning children
-                            member = target
-                        self._count(unit, self._watch(member, unit))
-                if any(kind is DependencyKind.SEQUENTIAL for kind, _ in job.targets):
-                    for unit in live:
-                        if unit.index > 0:
-                            self._count(unit, self._watch(job.units[unit.index - 1], unit))
-            else:
-                for unit in live:
-                    for target in whole:
-                        self._count(unit, self._watch(target, unit))
-            for unit in live:
-                if unit.status == JobStatus.PENDING and unit.unmet == 0:
-                    self._ready.append(unit)
+            for unit in self.dependencies.wire(job, live):
+                self._ready.append(unit)
 
     def _fail_unspawned(self, job: Job, now: int) -> None:
         """Fail a job at admission, before it has children (an array keeps none)."""
@@ -292,54 +254,20 @@ class Scheduler:
         if job.is_array:
             job.drop_children()
             job.finish_parent(JobStatus.FAILED, reason, now)
-            self._events.append((job, False))
+            self.dependencies.ended(job, False)
             self.finished.append(job)
             self.changed = True
         else:
             self._finalize(job.units[0], JobStatus.FAILED, reason)
 
-    def _count(self, unit: Unit, outcome: Outcome) -> None:
-        if unit.status != JobStatus.PENDING:
-            return
-        if outcome is Outcome.WAITING:
-            unit.unmet += 1
-        elif outcome is Outcome.FAILED:
-            self._finalize(unit, JobStatus.FAILED, DEPENDENCY_FAILED)
-
-    def _watch(self, target: Any, dependent: Any) -> Outcome:
-        """How `target` stands now (WAITING: `dependent` hears when it ends)."""
-        if isinstance(target, str):  # a job of another process: polled from its record
-            status = self._foreign_status(target)
-            if status in FINAL or status is None:
-                return Outcome.OK if status == JobStatus.SUCCEEDED else Outcome.FAILED
-            self._foreign.append((dependent, target))
-            return Outcome.WAITING
-        if target.status in FINAL:
-            return Outcome.OK if target.status == JobStatus.SUCCEEDED else Outcome.FAILED
-        target.dependents.append(dependent)
-        return Outcome.WAITING
-
+    # -- PENDING -> RUNNABLE -----------------------------------------------------------------
     def poll_foreign(self) -> None:
         """Resolve dependencies on other processes' jobs (called from housekeeping)."""
-        with self.lock:
-            waits = list(self._foreign)
-        if not waits:
-            return
-        statuses = {target: self._foreign_status(target) for _, target in waits}
-        with self.lock:
-            still = []
-            for dependent, target in self._foreign:
-                status = statuses.get(target, JobStatus.PENDING)
-                if status in FINAL or status is None:
-                    self._resolve(dependent, status == JobStatus.SUCCEEDED)
-                else:
-                    still.append((dependent, target))
-            self._foreign = still
-            self._drain()
+        self.dependencies.poll_foreign(self.lock)
 
-    # -- PENDING -> RUNNABLE -----------------------------------------------------------------
     def _make_runnable(self) -> None:
-        ready, self._ready = self._ready, []
+        ready = list(self._ready)
+        self._ready.clear()  # in place: the dependency graph appends to this very list
         for unit in ready:
             if unit.status == JobStatus.PENDING and unit.tick < self._tick_no:
                 self._queue(unit)
@@ -444,7 +372,7 @@ class Scheduler:
                     self.monitor.watch(handle, request.memory_mib)
                 if unit.kill_pending:
                     handle.kill(unit.kill_pending)
-            self._drain()
+            self.dependencies.drain()
             self.changed = True
         self._wake.set()
 
@@ -540,7 +468,7 @@ class Scheduler:
         job = unit.job
         now = now_ms()
         job.move(unit, status, now, reason)
-        self._events.append((unit, status == JobStatus.SUCCEEDED))
+        self.dependencies.ended(unit, status == JobStatus.SUCCEEDED)
         if job.is_array:
             if job.status not in FINAL and job.all_children_done:
                 failed = job.counts[JobStatus.FAILED] > 0
@@ -549,47 +477,11 @@ class Scheduler:
                     parent_reason = job.stop_reason or (
                         DEPENDENCY_FAILED if job.gate_failed else CHILD_FAILED)
                 job.finish_parent(JobStatus.FAILED if failed else JobStatus.SUCCEEDED, parent_reason, now)
-                self._events.append((job, not failed))
+                self.dependencies.ended(job, not failed)
                 self.finished.append(job)
         else:
             self.finished.append(job)
         self.changed = True
-
-    def _drain(self) -> None:
-        """Tell dependents that what they wait for ended (iteratively: chains can be long)."""
-        while self._events:
-            node, succeeded = self._events.popleft()
-            dependents, node.dependents = node.dependents, []
-            for dependent in dependents:
-                self._resolve(dependent, succeeded)
-
-    def _resolve(self, dependent: Any, succeeded: bool) -> None:
-        if isinstance(dependent, Unit):
-            if dependent.status != JobStatus.PENDING:
-                return
-            if not succeeded:
-                self._finalize(dependent, JobStatus.FAILED, DEPENDENCY_FAILED)
-                return
-            dependent.unmet -= 1
-            if dependent.unmet <= 0:
-                self._ready.append(dependent)
-            return
-        job: Job = dependent  # an array waiting as a whole (its children hold one count each)
-        if job.status in FINAL or job.gate_failed:
-            return
-        if not succeeded:
-            job.gate_failed = True
-            for unit in job.units:
-                if unit.status == JobStatus.PENDING:
-                    self._finalize(unit, JobStatus.FAILED, DEPENDENCY_FAILED)
-            return
-        job.unmet -= 1
-        if job.unmet == 0:
-            for unit in job.units:
-                if unit.status == JobStatus.PENDING:
-                    unit.unmet -= 1
-                    if unit.unmet <= 0:
-                        self._ready.append(unit)
 
     # -- shutdown ----------------------------------------------------------------------------
     def shutdown(self, jobs: List[Job], reason: str) -> None:
@@ -630,4 +522,4 @@ class Scheduler:
                         self._finalize(unit, JobStatus.FAILED, reason)
                 if job.is_array and job.status not in FINAL:  # (a parent of no live children)
                     job.finish_parent(JobStatus.FAILED, reason, now)
-            self._drain()
+            self.dependencies.drain()
