@@ -4,12 +4,16 @@ A fresh interpreter importing fsspec and cloudpickle takes ~200 ms; Batch's own 
 that too, but a local emulator need not. The server is one single-threaded process that has
 imported the worker once; for each attempt it forks, and the child becomes the attempt:
 
-    emulator ── {"id", "url", "env", "cwd", "log", "memory_mib", "preload"} ──> server (stdin)
+    emulator ── {"id", "url", "env", "cwd", "log", "memory_mib", "cgroup", "preload"} ──> server
              <── {"id", "pid"} ─────────────────────────────── fork(): child runs the worker
              <── {"pid", "returncode"} ────────────────────── SIGCHLD: the child ended
 
-Every attempt is still its own process: its own session (killed as a group), its own log file
-on stdout/stderr, its own RLIMIT_DATA, its own environment. The server dies when the emulator
+Every attempt is still its own process, and indistinguishable from `python -m batchfutures.worker
+<url>` exec'd with the request's environment in the request's directory: it joins its cgroup
+first (or sets RLIMIT_DATA, in the fallback), then has its own session (killed as a group), its
+log file on stdout/stderr, exactly the request's environment and working directory, the
+`sys.path` `-m` would build there, `sys.argv`/`sys.orig_argv` of that command, and a fresh
+`__main__` running the worker's code through runpy as `-m` does. The server dies when the emulator
 closes its stdin (or dies), killing the attempts it started.
 
 What the server holds is what no attempt should pay for again, and nothing that runs:

@@ -6,6 +6,7 @@
     <folder>/jobs/<job id>.d/<k>.json     children k*500 .. k*500+499 of an array
     <folder>/control/<instance>/<x>.json  CancelJob/TerminateJob requests from other processes
     <folder>/queues/<name>.json           a job queue: state, priority, time limit actions
+    <folder>/definitions/<name>/<r>.json  revision r of a job definition
 
 Every file is written atomically (temporary name, then os.replace). The `Persister` writes the
 records of jobs that changed at most every 0.2 s, and only the chunks of children that changed,
@@ -188,6 +189,66 @@ class RecordStore:
 
     def drop_control(self, instance: str) -> None:
         shutil.rmtree(self.control / instance, ignore_errors=True)
+
+
+class DefinitionStore:
+    """Job definitions, one file per revision (<folder>/definitions/<name>/<revision>.json),
+    created exclusively (O_EXCL) so two processes registering one name get two revisions; reads
+    are cached by file version."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder) / "definitions"
+        self._cache: Dict[Path, Tuple[int, Dict[str, Any]]] = {}
+        self._lock = threading.Lock()
+
+    def create(self, name: str, revision: int, definition: Dict[str, Any]) -> bool:
+        """Write a new revision; False when another writer took that revision first."""
+        folder = self.folder / name
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(folder / f"{revision}.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(_dumps(definition))
+        return True
+
+    def write(self, name: str, revision: int, definition: Dict[str, Any]) -> None:
+        write_atomically(self.folder / name / f"{revision}.json", _dumps(definition))
+
+    def _read(self, path: Path) -> Optional[Dict[str, Any]]:
+        try:
+            stamp = path.stat().st_mtime_ns
+        except FileNotFoundError:
+            return None
+        with self._lock:
+            cached = self._cache.get(path)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        try:
+            with open(path, encoding="utf-8") as handle:
+                definition = json.load(handle)
+        except (OSError, ValueError):
+            return None  # being written by another process
+        with self._lock:
+            self._cache[path] = (stamp, definition)
+        return definition
+
+    def names(self) -> List[str]:
+        try:
+            return sorted(os.listdir(self.folder))
+        except FileNotFoundError:
+            return []
+
+    def revisions(self, name: str) -> List[Dict[str, Any]]:
+        """Every readable revision of `name`, oldest first."""
+        try:
+            files = [f for f in os.listdir(self.folder / name)
+                     if f.endswith(".json") and f[:-5].isdigit()]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        found = [self._read(self.folder / name / f) for f in files]
+        return sorted((d for d in found if d), key=lambda d: d["revision"])
 
 
 class QueueStore:

@@ -11,8 +11,12 @@ thread sleeps until something wakes it (a submission, a process's exit, a stop),
 nearest attempt timeout, or for IDLE (housekeeping). The work of a tick is proportional to what
 changes, never to the number of jobs: units move between queues (`_new`, `_ready`, the RUNNABLE
 heap ordered by submission, `_launched`, `_running`), dependencies are counters decremented by
-the job they wait for (no re-scan of waiting jobs), and an array's status summary is maintained
-incrementally by `Job.move`.
+the job they wait for (dependencies.py: no re-scan of waiting jobs), and an array's status
+summary is maintained incrementally by `Job.move`. What an attempt's end means is decided by
+outcomes.attempt_outcome; what its process gets (environment, path, directory) by container.py;
+its memory and CPU limits by its cgroup (cgroups.py) or, without one, RLIMIT_DATA and the
+monitor (monitor.py). Jobs held RUNNABLE for a reason are cancelled by their queue's
+jobStateTimeLimitActions; attempts marked by the fault profile lose their host while RUNNING.
 
 All state is guarded by the emulator's lock; processes are launched outside it. Launching
 happens on this thread only: PR_SET_PDEATHSIG ties each process's life to the thread that

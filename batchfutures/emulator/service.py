@@ -18,14 +18,12 @@ is the job table's business (table.py).
 from __future__ import annotations
 
 import atexit
-import base64
 import enum
 import functools
 import itertools
 import json
 import logging
 import os
-import re
 import threading
 import uuid
 import weakref
@@ -45,25 +43,24 @@ from .catalog import (
 )
 from .container import Scratch
 from .faults import FaultInjector, FaultProfile
-from .jobs import FINAL, STATUSES, DependencyKind, Job, JobSpec, JobStatus, Unit, describe, summary
+from .jobs import FINAL, STATUSES, DependencyKind, Job, JobStatus, Unit, describe, summary
 from .launcher import ProcessLauncher
+from .listing import job_filter, token, untoken
 from .logs import LogsService
 from .model import arn_resource, client_error, job_arn, validate_request
 from .monitor import MemoryMonitor
 from .records import QueueStore, owner_token, process_alive
-from .retries import check_strategy, normalized
+from .retries import normalized
 from .scheduler import Scheduler, now_ms
+from .submission import build_spec, check_array_size, check_common, check_environment, check_request
 from .table import EXIT_REASON, JobTable
 
 logger = logging.getLogger("batchfutures")
 
 __all__ = ["BatchEmulator", "client_error", "DEFAULT_DEFINITION"]
 
-MAX_REQUEST_BYTES = 30 * 1024
-MAX_ARRAY_SIZE = 10_000
 MAX_DESCRIBE = 100
 MAX_DEPENDENCIES = 20
-JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 SHUTDOWN_REASON = "batchfutures emulator: shut down (pid {pid}) before the job finished"
 
 
@@ -100,24 +97,6 @@ def _api(operation: str) -> Callable[[Callable[..., Dict[str, Any]]], Callable[.
         return call
 
     return decorate
-
-
-def _token(position: Any) -> str:
-    return base64.urlsafe_b64encode(json.dumps(position).encode()).decode()
-
-
-def _untoken(token: Optional[str]) -> Any:
-    if not token:
-        return None
-    try:
-        return json.loads(base64.urlsafe_b64decode(token.encode()))
-    except (ValueError, TypeError):
-        raise Rejected("The nextToken is not valid")
-
-
-def _glob(pattern: str, value: str) -> bool:
-    pattern, value = pattern.lower(), value.lower()
-    return value.startswith(pattern[:-1]) if pattern.endswith("*") else value == pattern
 
 
 class BatchEmulator:
@@ -242,12 +221,12 @@ class BatchEmulator:
             wanted = params.get("jobQueues")
             names = [self.queues.resolve(q) for q in wanted] if wanted else self.queues.names()
             names = [n for n in names if n is not None]
-            start = int(_untoken(params.get("nextToken")) or 0)
+            start = int(untoken(params.get("nextToken")) or 0)
             size = int(params.get("maxResults") or 100)
             page = names[start:start + size]
             response: Dict[str, Any] = {"jobQueues": [self.queues.detail(n) for n in page]}
             if start + size < len(names):
-                response["nextToken"] = _token(start + size)
+                response["nextToken"] = token(start + size)
             return response
 
     @_api("CreateJobQueue")
@@ -297,9 +276,9 @@ class BatchEmulator:
         properties = params.get("containerProperties")
         if properties is None:
             raise Rejected("containerProperties is required for a container job definition")
-        _check_environment(properties.get("environment"))
+        check_environment(properties.get("environment"))
         resolve_resources(properties, {})
-        _check_common(params.get("retryStrategy"), params.get("timeout"))
+        check_common(params.get("retryStrategy"), params.get("timeout"))
         body = {key: value for key, value in params.items() if key != "jobDefinitionName"}
         if body.get("retryStrategy"):
             body["retryStrategy"] = normalized(body["retryStrategy"])
@@ -328,12 +307,12 @@ class BatchEmulator:
         if status:
             found = [d for d in found if d.get("status") == status]
         found.sort(key=lambda d: (d["jobDefinitionName"], d["revision"]))
-        start = int(_untoken(params.get("nextToken")) or 0)
+        start = int(untoken(params.get("nextToken")) or 0)
         size = int(params.get("maxResults") or 100)
         response: Dict[str, Any] = {"jobDefinitions": [json.loads(json.dumps(d))
                                                        for d in found[start:start + size]]}
         if start + size < len(found):
-            response["nextToken"] = _token(start + size)
+            response["nextToken"] = token(start + size)
         return response
 
     @_api("DeregisterJobDefinition")
@@ -349,15 +328,8 @@ class BatchEmulator:
     def submit_job(self, params: Dict[str, Any]) -> Dict[str, Any]:
         if self._closed:
             raise Rejected("The batchfutures emulator is closed", "ServerException")
-        size = len(json.dumps(params, separators=(",", ":")).encode())
-        if size > MAX_REQUEST_BYTES:
-            raise Rejected(f"SubmitJob request size {size} bytes exceeds the 30 KiB limit "
-                           f"({MAX_REQUEST_BYTES} bytes)")
+        check_request(params)
         name = params["jobName"]
-        if not JOB_NAME.fullmatch(name):
-            raise Rejected(f"jobName {name!r} is invalid: up to 128 letters (uppercase and "
-                           "lowercase), numbers, hyphens and underscores, starting with a letter "
-                           "or number")
         with self._lock:
             queue = self.queues.resolve(params["jobQueue"])
             if queue is None:
@@ -367,51 +339,11 @@ class BatchEmulator:
         definition = self.definitions.resolve(params["jobDefinition"])
         if definition is None:
             raise Rejected(f"Job definition {params['jobDefinition']} does not exist or is not ACTIVE")
-        array_size = (params.get("arrayProperties") or {}).get("size")
-        if params.get("arrayProperties") is not None and (
-                array_size is None or not 2 <= array_size <= MAX_ARRAY_SIZE):
-            raise Rejected(f"arrayProperties.size must be between 2 and {MAX_ARRAY_SIZE}, "
-                           f"got {array_size}")
-        strategy = params.get("retryStrategy") or definition.get("retryStrategy")
-        timeout = params.get("timeout") or definition.get("timeout")
-        _check_common(strategy, timeout)
-        overrides = params.get("containerOverrides") or {}
-        _check_environment(overrides.get("environment"))
-        properties = definition.get("containerProperties") or {}
-        requirements, vcpus, memory = resolve_resources(properties, overrides)
-        if memory is None:
-            raise Rejected("The job needs a MEMORY resource requirement (its definition has none)")
-        parameters = dict(definition.get("parameters") or {})
-        parameters.update(params.get("parameters") or {})
-        command = [_substitute(arg, parameters)
-                   for arg in (overrides.get("command") or properties.get("command") or [])]
-        environment = {}  # the definition's variables, then the overrides'
-        for item in (properties.get("environment") or []) + (overrides.get("environment") or []):
-            environment[item["name"]] = item.get("value", "")
+        array_size = check_array_size(params)
         targets = self._dependency_targets(params.get("dependsOn") or [], array_size)
-        propagate = params.get("propagateTags", definition.get("propagateTags"))
-        tags = dict(definition.get("tags") or {}) if propagate else {}
-        tags.update(params.get("tags") or {})  # the job's win over its definition's
         job_id = str(uuid.uuid4())
-        spec = JobSpec(
-            job_id=job_id, name=name, queue=queue, definition_arn=definition["jobDefinitionArn"],
-            definition_name=definition["jobDefinitionName"],
-            image=properties.get("image") or "batchfutures-local", command=command,
-            environment=[{"name": k, "value": v} for k, v in environment.items()],
-            resource_requirements=requirements, vcpus=vcpus, memory=memory,
-            retry_strategy=normalized(strategy),
-            timeout=(timeout or {}).get("attemptDurationSeconds"),
-            tags=dict(params.get("tags") or {}),
-            propagate_tags=propagate,
-            share_identifier=params.get("shareIdentifier"),
-            scheduling_priority=params.get("schedulingPriorityOverride",
-                                           definition.get("schedulingPriority")),
-            parameters=parameters or None,
-            depends_on=[dict(d) for d in params.get("dependsOn") or []],
-            array_size=array_size, created=now_ms(), seq=next(self._seq),
-            platform_capabilities=definition.get("platformCapabilities") or ["EC2"],
-            tag_total=len(tags), log_configuration=properties.get("logConfiguration"),
-            gpus=sum(int(float(r["value"])) for r in requirements if r["type"] == "GPU"))
+        spec = build_spec(params, definition, job_id=job_id, queue=queue, created=now_ms(),
+                          seq=next(self._seq))
         job = Job(spec)
         job.targets = targets
         with self._lock:
@@ -488,12 +420,12 @@ class BatchEmulator:
             raise Rejected(f"jobStatus must be one of {', '.join(STATUSES)}")
         # As Batch: with filters every status is listed; with neither, RUNNING jobs only.
         statuses = set(STATUSES) if filters else {params.get("jobStatus") or JobStatus.RUNNING}
-        match = self._filter(filters)
+        match = job_filter(filters)
         size = int(params.get("maxResults") or 1000)
         if not 1 <= size:
             raise Rejected("maxResults must be at least 1")
         size = min(size, 1000)
-        after = _untoken(params.get("nextToken"))
+        after = untoken(params.get("nextToken"))
         items: List[Tuple[Any, Job, Optional[Unit]]] = []
         if scopes[0] == "multiNodeJobId":
             raise Rejected("The emulator does not run multi-node parallel jobs")
@@ -523,38 +455,8 @@ class BatchEmulator:
         with self._lock:
             response: Dict[str, Any] = {"jobSummaryList": [summary(job, unit) for _, job, unit in page]}
         if len(items) > size:
-            response["nextToken"] = _token(page[-1][0])
+            response["nextToken"] = token(page[-1][0])
         return response
-
-    def _filter(self, filters: List[Dict[str, Any]]) -> Callable[[Job, Optional[Unit]], bool]:
-        checks: List[Callable[[Job, Optional[Unit]], bool]] = []
-        for item in filters:
-            name, values = item.get("name"), item.get("values") or []
-            if not values:
-                raise Rejected(f"filter {name} needs a value")
-            value = values[0]
-            if name == "JOB_NAME":
-                checks.append(lambda job, unit, v=value: _glob(v, job.spec.name))
-            elif name == "JOB_DEFINITION":
-                def by_definition(job: Job, unit: Optional[Unit], v: str = value) -> bool:
-                    arn = job.spec.definition_arn
-                    short = arn.split("job-definition/", 1)[1]
-                    return any(_glob(v, candidate) for candidate in
-                               (arn, short, job.spec.definition_name))
-                checks.append(by_definition)
-            elif name in ("BEFORE_CREATED_AT", "AFTER_CREATED_AT"):
-                try:
-                    stamp = int(value)
-                except ValueError:
-                    raise Rejected(f"filter {name} needs a time in epoch milliseconds")
-                if name == "BEFORE_CREATED_AT":
-                    checks.append(lambda job, unit, t=stamp: job.spec.created < t)
-                else:
-                    checks.append(lambda job, unit, t=stamp: job.spec.created > t)
-            else:
-                raise Rejected(f"unknown filter {name!r}: use JOB_NAME, JOB_DEFINITION, "
-                               "BEFORE_CREATED_AT or AFTER_CREATED_AT")
-        return lambda job, unit: all(check(job, unit) for check in checks)
 
     # -- CancelJob, TerminateJob -------------------------------------------------------------
     @_api("CancelJob")
@@ -659,31 +561,6 @@ class BatchEmulator:
 
     def __repr__(self) -> str:
         return f"BatchEmulator({str(self.folder)!r}, max_vcpus={self.max_vcpus:g})"
-
-
-def _check_environment(environment: Optional[List[Dict[str, Any]]]) -> None:
-    for item in environment or []:
-        if str(item.get("name", "")).upper().startswith("AWS_BATCH"):
-            raise Rejected(f"Environment variable {item['name']}: names starting with AWS_BATCH "
-                           "are reserved for variables that Batch sets")
-
-
-def _check_common(strategy: Optional[Dict[str, Any]], timeout: Optional[Dict[str, Any]]) -> None:
-    problem = check_strategy(strategy)
-    if problem:
-        raise Rejected(problem)
-    seconds = (timeout or {}).get("attemptDurationSeconds")
-    if seconds is not None and seconds < 1:
-        raise Rejected(f"timeout.attemptDurationSeconds must be positive, got {seconds}")
-
-
-def _substitute(argument: str, parameters: Dict[str, str]) -> str:
-    """Batch's parameter substitution: `Ref::name` in the command becomes the value."""
-    if "Ref::" not in argument:
-        return argument
-    for name, value in parameters.items():
-        argument = argument.replace(f"Ref::{name}", value)
-    return argument
 
 
 def _close_at_exit(ref: "weakref.ref[BatchEmulator]") -> None:
