@@ -67,8 +67,12 @@ SPEC_FIELDS = (
     "environment", "resource_requirements", "vcpus", "memory", "retry_strategy", "timeout",
     "tags", "propagate_tags", "share_identifier", "scheduling_priority", "parameters",
     "depends_on", "array_size", "created", "seq", "platform_capabilities", "tag_total",
-    "log_configuration", "gpus",
+    "log_configuration", "gpus", "num_nodes", "main_node", "nodes", "node_ranges",
 )
+# What each node of a multi-node job may have of its own (JobSpec.nodes[i]).
+NODE_FIELDS = ("image", "command", "environment", "resource_requirements", "vcpus", "memory",
+               "gpus", "log_configuration")
+MAIN_NODE_EXITED = "The main node exited"
 
 
 class JobSpec:
@@ -94,6 +98,19 @@ class JobSpec:
     @property
     def exit_rules(self) -> List[Dict[str, str]]:
         return list((self.retry_strategy or {}).get("evaluateOnExit") or [])
+
+    def node(self, index: Optional[int]) -> Dict[str, Any]:
+        """The container settings of node `index` of a multi-node job (else the job's own)."""
+        own = {name: getattr(self, name) for name in NODE_FIELDS}
+        if self.nodes and index is not None and 0 <= index < len(self.nodes):
+            own.update(self.nodes[index])
+        return own
+
+    def total_vcpus(self) -> float:
+        """vCPUs the job needs at once: a multi-node job's nodes all run together."""
+        if self.num_nodes:
+            return sum(float(self.node(i)["vcpus"] or 1) for i in range(self.num_nodes))
+        return float(self.vcpus or 1)
 
 
 class Unit:
@@ -133,7 +150,13 @@ class Unit:
 
     @property
     def job_id(self) -> str:
-        return self.job.job_id if self.index is None else f"{self.job.job_id}:{self.index}"
+        if self.index is None:
+            return self.job.job_id
+        return f"{self.job.job_id}{'#' if self.job.is_multinode else ':'}{self.index}"
+
+    @property
+    def is_main_node(self) -> bool:
+        return self.job.is_multinode and self.index == self.job.spec.main_node
 
     @property
     def attempt_number(self) -> int:
@@ -173,6 +196,8 @@ class Job:
         self.spec = spec
         self.job_id: str = spec.job_id
         self.is_array = spec.array_size is not None
+        self.is_multinode = spec.num_nodes is not None
+        self.has_children = self.is_array or self.is_multinode  # children "id:i" / nodes "id#i"
         self.status = JobStatus.SUBMITTED
         self.reason: Optional[str] = None
         self.started: Optional[int] = None
@@ -183,15 +208,15 @@ class Job:
         self.childless = False  # an array failed before it spawned children
         self.shown_summary: Optional[Dict[str, int]] = None  # what a lagging statusSummary shows
         self.shown_summary_at: Optional[int] = None
-        if self.is_array:
-            self.units = [Unit(self, i) for i in range(spec.array_size)]
+        if self.has_children:
+            self.units = [Unit(self, i) for i in range(spec.array_size or spec.num_nodes)]
         else:
             self.units = [Unit(self, None)]
         self.counts = {status: 0 for status in STATUSES}
         self.counts[JobStatus.SUBMITTED] = len(self.units)
         # per-status child indexes, for ListJobs(arrayJobId, jobStatus)
         self.by_status: Dict[str, Set[int]] = {status: set() for status in STATUSES}
-        if self.is_array:
+        if self.has_children:
             self.by_status[JobStatus.SUBMITTED] = set(range(len(self.units)))
         # the scheduler's working state
         self.owner: Any = None
@@ -218,7 +243,7 @@ class Job:
             unit.status = status
             if status in FINAL:
                 unit.stopped = now
-            if self.is_array:
+            if self.has_children:
                 self.counts[old] -= 1
                 self.counts[status] += 1
                 self.by_status[old].discard(unit.index)
@@ -226,9 +251,11 @@ class Job:
                 self.summary_updated = now
                 if status == JobStatus.RUNNING and self.started is None:
                     self.started = now
+                if unit.is_main_node and status not in FINAL and self.status not in FINAL:
+                    self.status = status  # a multi-node job is where its main node is
             else:
                 self.status, self.stopped = status, unit.stopped
-        if not self.is_array:
+        if not self.has_children:
             self.reason, self.started = unit.reason, unit.started
         self.touch(unit)
 
@@ -249,20 +276,20 @@ class Job:
 
     def unit(self, index: Optional[int]) -> Optional[Unit]:
         if index is None:
-            return None if self.is_array else self.units[0]
-        if not self.is_array or not 0 <= index < len(self.units):
+            return None if self.has_children else self.units[0]
+        if not self.has_children or not 0 <= index < len(self.units):
             return None
         return self.units[index]
 
     # -- records -----------------------------------------------------------------------------
     @property
     def chunk_count(self) -> int:
-        return (len(self.units) + CHUNK - 1) // CHUNK if self.is_array else 0
+        return (len(self.units) + CHUNK - 1) // CHUNK if self.has_children else 0
 
     def parent_record(self, owner: Any) -> Dict[str, Any]:
         record: Dict[str, Any] = {"format": 2, "owner": owner, "spec": self.spec.to_record(),
                                   "chunks": self.chunk_count, "chunkSize": CHUNK}
-        if self.is_array:
+        if self.has_children:
             job: Dict[str, Any] = {"status": self.status}
             for key, value in (("statusReason", self.reason), ("startedAt", self.started),
                                ("stoppedAt", self.stopped),
@@ -288,7 +315,7 @@ class Job:
     def from_record(cls, record: Dict[str, Any], chunks: Iterable[Dict[str, Any]]) -> "Job":
         job = cls(JobSpec.from_record(record["spec"]))
         job.owner = record.get("owner")
-        if job.is_array:
+        if job.has_children:
             parent = record.get("job") or {}
             job.status = JobStatus(parent.get("status", JobStatus.SUBMITTED))
             job.reason = parent.get("statusReason")
@@ -317,7 +344,7 @@ class Job:
         self.by_status = {status: set() for status in STATUSES}
         for unit in self.units:
             self.counts[unit.status] += 1
-            if self.is_array:
+            if self.has_children:
                 self.by_status[unit.status].add(unit.index)
 
 
@@ -328,16 +355,16 @@ def too_many_tags(spec: JobSpec) -> bool:
 
 # -- rendering: Batch's response shapes ------------------------------------------------------
 def _container(job: Job, unit: Optional[Unit]) -> Dict[str, Any]:
-    spec = job.spec
+    spec = job.spec.node(unit.index if unit is not None and job.is_multinode else None)
     container: Dict[str, Any] = {
-        "image": spec.image or "batchfutures-local",
-        "command": list(spec.command or []),
-        "environment": [dict(item) for item in spec.environment or []],
-        "resourceRequirements": [dict(item) for item in spec.resource_requirements or []],
+        "image": spec["image"] or "batchfutures-local",
+        "command": list(spec["command"] or []),
+        "environment": [dict(item) for item in spec["environment"] or []],
+        "resourceRequirements": [dict(item) for item in spec["resource_requirements"] or []],
         "volumes": [], "mountPoints": [], "ulimits": [],
     }
-    if spec.log_configuration:
-        container["logConfiguration"] = _copy(spec.log_configuration)
+    if spec["log_configuration"]:
+        container["logConfiguration"] = _copy(spec["log_configuration"])
     if unit is not None:
         attempt = unit.current or (unit.attempts[-1] if unit.attempts else None)
         if attempt is not None:
@@ -384,7 +411,7 @@ def describe(job: Job, unit: Optional[Unit] = None, *, summary_lag_ms: int = 0,
              now: int = 0) -> Dict[str, Any]:
     """The JobDetail of a job (unit None: the job itself; for an array, the parent)."""
     spec = job.spec
-    shown = unit if unit is not None else (None if job.is_array else job.units[0])
+    shown = unit if unit is not None else (None if job.has_children else job.units[0])
     job_id = shown.job_id if shown is not None else job.job_id
     detail: Dict[str, Any] = {
         "jobArn": job_arn(job_id), "jobName": spec.name, "jobId": job_id,
@@ -420,6 +447,13 @@ def describe(job: Job, unit: Optional[Unit] = None, *, summary_lag_ms: int = 0,
         detail["shareIdentifier"] = spec.share_identifier
     if spec.scheduling_priority is not None:
         detail["schedulingPriority"] = spec.scheduling_priority
+    if job.is_multinode:
+        if shown is None:  # the parent: its nodes, no container of its own
+            detail.pop("container")
+            detail["nodeProperties"] = {"numNodes": spec.num_nodes, "mainNode": spec.main_node,
+                                        "nodeRangeProperties": _copy(spec.node_ranges or [])}
+        else:
+            detail["nodeDetails"] = {"nodeIndex": shown.index, "isMainNode": shown.is_main_node}
     if job.is_array:
         if shown is None:
             counts, updated = status_summary(job, summary_lag_ms, now)
@@ -433,7 +467,7 @@ def describe(job: Job, unit: Optional[Unit] = None, *, summary_lag_ms: int = 0,
 def summary(job: Job, unit: Optional[Unit] = None) -> Dict[str, Any]:
     """The JobSummary (ListJobs) of a job or of one child."""
     spec = job.spec
-    shown = unit if unit is not None else (None if job.is_array else job.units[0])
+    shown = unit if unit is not None else (None if job.has_children else job.units[0])
     source: Any = shown if shown is not None else job
     job_id = shown.job_id if shown is not None else job.job_id
     item: Dict[str, Any] = {
@@ -454,6 +488,10 @@ def summary(job: Job, unit: Optional[Unit] = None) -> Dict[str, Any]:
             item["container"] = container
     if job.is_array:
         item["arrayProperties"] = {"size": spec.array_size} if shown is None else {"index": shown.index}
+    if job.is_multinode:
+        item["nodeProperties"] = ({"numNodes": spec.num_nodes} if shown is None else
+                                  {"isMainNode": shown.is_main_node, "numNodes": spec.num_nodes,
+                                   "nodeIndex": shown.index})
     if spec.share_identifier is not None:
         item["shareIdentifier"] = spec.share_identifier
     item["isCancelled"] = bool(source.cancelled)

@@ -47,6 +47,7 @@ from .jobs import (
     DEPENDENCY_FAILED,
     EXITED,
     FINAL,
+    MAIN_NODE_EXITED,
     MAX_TAGS,
     MISCONFIGURED,
     Job,
@@ -69,6 +70,12 @@ HOUSEKEEPING_EVERY = 0.25
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _vcpus(unit: Unit) -> float:
+    """The vCPUs one unit holds while it runs (a node's own, in a multi-node job)."""
+    spec = unit.job.spec
+    return float(spec.node(unit.index)["vcpus"] or 1) if unit.job.is_multinode else spec.vcpus
 
 
 class Scheduler:
@@ -137,7 +144,7 @@ class Scheduler:
 
     def _stop(self, job: Job, unit: Optional[Unit], reason: str, *, terminate: bool) -> None:
         flag = "terminated" if terminate else "cancelled"
-        if unit is None and job.is_array and job.status not in FINAL:
+        if unit is None and job.has_children and job.status not in FINAL:
             setattr(job, flag, True)
             job.stop_reason = reason
             job.touch()
@@ -164,7 +171,7 @@ class Scheduler:
             heapq.heappop(self._heap)  # cancelled while queued
         if self._heap:
             unit = self._heap[0][3]  # strict FIFO: only the head can start next
-            if self.used_vcpus + unit.job.spec.vcpus <= self.max_vcpus + 1e-9:
+            if self.used_vcpus + _vcpus(unit) <= self.max_vcpus + 1e-9:
                 return TICK
         deadlines = [d for u in self._running for d in (u.deadline, u.host_loss_at) if d is not None]
         if deadlines:
@@ -239,7 +246,7 @@ class Scheduler:
             if too_many_tags(job.spec):  # as Batch: FAILED before any child exists
                 self._fail_unspawned(job, now)
                 continue
-            if job.is_array:
+            if job.has_children:
                 job.status = JobStatus.PENDING
                 job.touch()
             for unit in live:
@@ -255,7 +262,7 @@ class Scheduler:
         """Fail a job at admission, before it has children (an array keeps none)."""
         reason = (f"ClientException: the job and its job definition have more than {MAX_TAGS} "
                   "tags to propagate")
-        if job.is_array:
+        if job.has_children:
             job.drop_children()
             job.finish_parent(JobStatus.FAILED, reason, now)
             self.dependencies.ended(job, False)
@@ -280,18 +287,22 @@ class Scheduler:
 
     def _queue(self, unit: Unit) -> None:
         spec = unit.job.spec
+        node = spec.node(unit.index if unit.job.is_multinode else None)
         now = now_ms()
         unit.tick = self._tick_no
         self.changed = True
-        too_big = (spec.vcpus > self.max_vcpus + 1e-9 or (spec.gpus or 0) > self.host_gpus or (
-            spec.memory and self.host_memory_mib and spec.memory > self.host_memory_mib))
+        # a multi-node job's nodes run together: all of their vCPUs must fit at once
+        too_big = (spec.total_vcpus() > self.max_vcpus + 1e-9 or (node["gpus"] or 0) > self.host_gpus
+                   or (node["memory"] and self.host_memory_mib
+                       and node["memory"] > self.host_memory_mib))
         if too_big:  # as Batch: stays RUNNABLE, saying why, until cancelled or terminated
             unit.job.move(unit, JobStatus.RUNNABLE, now, MISCONFIGURED)
             unit.runnable_since = time.monotonic()
             self._stuck.append(unit)
             return
         unit.job.move(unit, JobStatus.RUNNABLE, now, None)
-        heapq.heappush(self._heap, (spec.seq, unit.index or 0, next(self._order), unit))
+        place = -1 if unit.is_main_node else unit.index or 0  # a main node starts first
+        heapq.heappush(self._heap, (spec.seq, place, next(self._order), unit))
 
     # -- RUNNABLE -> STARTING: vCPUs, in submission order ------------------------------------
     def _dispatch(self) -> List[Tuple[Unit, LaunchRequest]]:
@@ -306,7 +317,7 @@ class Scheduler:
                 continue
             if unit.tick == self._tick_no:
                 break  # became RUNNABLE in this tick: next tick
-            need = unit.job.spec.vcpus
+            need = _vcpus(unit)
             if self.used_vcpus + need > self.max_vcpus + 1e-9:
                 break
             heapq.heappop(self._heap)
@@ -326,20 +337,28 @@ class Scheduler:
     def _request(self, unit: Unit, stream: str) -> LaunchRequest:
         """What the attempt's process gets: the container's world (container.py)."""
         spec = unit.job.spec
+        node = spec.node(unit.index if unit.job.is_multinode else None)
         batch = dict(AWS_BATCH_JOB_ID=unit.job_id, AWS_BATCH_JOB_ATTEMPT=str(unit.attempt_number),
                      AWS_BATCH_JQ_NAME=spec.queue, AWS_BATCH_CE_NAME=self.compute_environment)
-        if unit.index is not None:
+        if unit.job.is_array:
             batch["AWS_BATCH_JOB_ARRAY_INDEX"] = str(unit.index)
             batch["AWS_BATCH_JOB_ARRAY_SIZE"] = str(spec.array_size)
+        if unit.job.is_multinode:  # every node on this machine: the main node is 127.0.0.1
+            batch.update(AWS_BATCH_JOB_NODE_INDEX=str(unit.index),
+                         AWS_BATCH_JOB_NUM_NODES=str(spec.num_nodes),
+                         AWS_BATCH_JOB_MAIN_NODE_INDEX=str(spec.main_node))
+            if not unit.is_main_node:  # as Batch: only the other nodes are told its address
+                batch["AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"] = "127.0.0.1"
         if self.inherit_client_path:  # the explicit way back to the client's world
             python_path, cwd = [client_python_path()], os.getcwd()
         else:
             python_path, cwd = container.image_python_path(), ""  # "": a scratch folder
-        env = container.environment(os.environ, spec.environment or [], batch, vcpus=spec.vcpus,
+        vcpus = float(node["vcpus"] or 1)
+        env = container.environment(os.environ, node["environment"] or [], batch, vcpus=vcpus,
                                     python_path=python_path)
         log_path = str(self.logs_folder.joinpath(*stream.split("/")))
-        return LaunchRequest(argv=container.container_argv(list(spec.command or [])), env=env,
-                             cwd=cwd, log_path=log_path, memory_mib=spec.memory, vcpus=spec.vcpus)
+        return LaunchRequest(argv=container.container_argv(list(node["command"] or [])), env=env,
+                             cwd=cwd, log_path=log_path, memory_mib=node["memory"], vcpus=vcpus)
 
     def _prepare(self, request: LaunchRequest) -> None:
         """Outside the lock: the attempt's scratch folder (named for its task) and cgroup."""
@@ -444,7 +463,7 @@ class Scheduler:
         unit.attempts.append(attempt)
         if outcome.succeeded:
             self._finalize(unit, JobStatus.SUCCEEDED, EXITED)
-        elif (outcome.retryable and not unit.cancelled and not unit.terminated
+        elif (outcome.retryable and not unit.job.is_multinode and not unit.cancelled and not unit.terminated
               and not self._stopping and len(unit.attempts) < spec.max_attempts
               and retries.should_retry(spec.exit_rules, exit_code=container.get("exitCode"),
                                        reason=container.get("reason"),
@@ -483,9 +502,33 @@ class Scheduler:
                 job.finish_parent(JobStatus.FAILED if failed else JobStatus.SUCCEEDED, parent_reason, now)
                 self.dependencies.ended(job, not failed)
                 self.finished.append(job)
+        elif job.is_multinode:
+            if unit.is_main_node and job.status not in FINAL:
+                self._end_multinode(job, unit, status, reason, now)
         else:
             self.finished.append(job)
         self.changed = True
+
+    def _end_multinode(self, job: Job, main: Unit, status: str, reason: Optional[str],
+                       now: int) -> None:
+        """The main node's end is the job's: its status and reason; the other nodes stop."""
+        job.cancelled = job.cancelled or main.cancelled
+        job.terminated = job.terminated or main.terminated
+        job.finish_parent(status, reason, now)
+        self.dependencies.ended(job, status == JobStatus.SUCCEEDED)
+        self.finished.append(job)
+        why = job.stop_reason or MAIN_NODE_EXITED  # CancelJob/TerminateJob's, else the main's end
+        for node in job.units:
+            if node is main or node.status in FINAL:
+                continue
+            if node.status in BEFORE_START:
+                self._finalize(node, JobStatus.FAILED, why)
+            else:
+                node.stop_reason = why
+                if node.handle is not None:
+                    node.handle.kill(KillReason.TERMINATE)
+                else:
+                    node.kill_pending = KillReason.TERMINATE
 
     # -- shutdown ----------------------------------------------------------------------------
     def shutdown(self, jobs: List[Job], reason: str) -> None:
@@ -524,6 +567,6 @@ class Scheduler:
                         self.used_vcpus = max(0.0, self.used_vcpus - unit.reserved)
                         unit.reserved = 0.0
                         self._finalize(unit, JobStatus.FAILED, reason)
-                if job.is_array and job.status not in FINAL:  # (a parent of no live children)
+                if job.has_children and job.status not in FINAL:  # (a parent of no live children)
                     job.finish_parent(JobStatus.FAILED, reason, now)
             self.dependencies.drain()

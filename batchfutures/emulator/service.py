@@ -52,7 +52,14 @@ from .monitor import MemoryMonitor
 from .records import QueueStore, owner_token, process_alive
 from .retries import normalized
 from .scheduler import Scheduler, now_ms
-from .submission import build_spec, check_array_size, check_common, check_environment, check_request
+from .submission import (
+    build_spec,
+    check_array_size,
+    check_common,
+    check_environment,
+    check_node_properties,
+    check_request,
+)
 from .table import EXIT_REASON, JobTable
 
 logger = logging.getLogger("batchfutures")
@@ -267,17 +274,25 @@ class BatchEmulator:
         if not NAME.fullmatch(name):
             raise Rejected(f"jobDefinitionName {name!r} must be 1-128 letters, digits, hyphens "
                            "and underscores")
-        if params["type"] != "container":
-            raise Rejected(f"job definition type {params['type']!r}: the emulator runs only "
-                           "'container' jobs")
-        for unsupported in ("nodeProperties", "eksProperties", "ecsProperties"):
+        if params["type"] not in ("container", "multinode"):
+            raise Rejected(f"job definition type {params['type']!r}: the emulator runs "
+                           "'container' and 'multinode' jobs")
+        for unsupported in ("eksProperties", "ecsProperties"):
             if params.get(unsupported):
-                raise Rejected(f"{unsupported}: the emulator runs only single-container jobs")
-        properties = params.get("containerProperties")
-        if properties is None:
-            raise Rejected("containerProperties is required for a container job definition")
-        check_environment(properties.get("environment"))
-        resolve_resources(properties, {})
+                raise Rejected(f"{unsupported}: the emulator runs only container jobs")
+        if params["type"] == "multinode":
+            if params.get("containerProperties"):
+                raise Rejected("a multinode job definition takes nodeProperties, not "
+                               "containerProperties")
+            check_node_properties(params.get("nodeProperties"))
+        else:
+            if params.get("nodeProperties"):
+                raise Rejected("nodeProperties needs a job definition of type multinode")
+            properties = params.get("containerProperties")
+            if properties is None:
+                raise Rejected("containerProperties is required for a container job definition")
+            check_environment(properties.get("environment"))
+            resolve_resources(properties, {})
         check_common(params.get("retryStrategy"), params.get("timeout"))
         body = {key: value for key, value in params.items() if key != "jobDefinitionName"}
         if body.get("retryStrategy"):
@@ -384,7 +399,7 @@ class BatchEmulator:
                 targets.append((DependencyKind.N_TO_N, job if own else job.job_id))
                 continue
             if own:
-                target: Any = unit if unit is not None else (job if job.is_array else job.units[0])
+                target: Any = unit if unit is not None else (job if job.has_children else job.units[0])
             else:
                 target = unit.job_id if unit is not None else job.job_id
             targets.append((DependencyKind.WHOLE, target))
@@ -427,11 +442,10 @@ class BatchEmulator:
         size = min(size, 1000)
         after = untoken(params.get("nextToken"))
         items: List[Tuple[Any, Job, Optional[Unit]]] = []
-        if scopes[0] == "multiNodeJobId":
-            raise Rejected("The emulator does not run multi-node parallel jobs")
-        if scopes[0] == "arrayJobId":
-            found = self.table.find(params["arrayJobId"])
-            if found is not None and found[1] is None and found[0].is_array:
+        if scopes[0] in ("arrayJobId", "multiNodeJobId"):
+            kind = "is_array" if scopes[0] == "arrayJobId" else "is_multinode"
+            found = self.table.find(params[scopes[0]])
+            if found is not None and found[1] is None and getattr(found[0], kind):
                 job = found[0]
                 with self._lock:
                     indices = sorted(i for s in statuses for i in job.by_status[s])

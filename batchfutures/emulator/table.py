@@ -81,7 +81,9 @@ class JobTable:
     def find(self, raw: str) -> Optional[Tuple[Job, Optional[Unit]]]:
         """The job (and child) an id or ARN names, or None when unknown or forgotten."""
         job_id = arn_resource(raw, "job") or raw
-        parent_id, separator, index = job_id.partition(":")
+        parent_id, separator, index = job_id.partition(":")  # an array child
+        if not separator:
+            parent_id, separator, index = job_id.partition("#")  # a node of a multi-node job
         if separator and not index.isdigit():
             return None
         with self.lock:
@@ -91,6 +93,8 @@ class JobTable:
         if job is None or self.expired(job, now_ms()):
             return None
         if separator:
+            if (separator == "#") != job.is_multinode:
+                return None  # "id#n" names nodes only, "id:n" array children only
             unit = job.unit(int(index))
             return (job, unit) if unit is not None else None
         return job, None
@@ -163,7 +167,7 @@ class JobTable:
                 attempt.update(stoppedAt=now, statusReason=reason)
                 unit.attempts.append(attempt)
             job.move(unit, JobStatus.FAILED, now, reason)
-        if job.is_array and job.status not in FINAL:
+        if job.has_children and job.status not in FINAL:
             job.finish_parent(JobStatus.FAILED, reason, now)
         parent, chunks = job_texts(job, job.owner, range(job.chunk_count))
         self.store.write(job.job_id, parent, chunks)
