@@ -32,6 +32,9 @@ _EXPORTS = {
     "JobAbortedError": "errors",
     "HostTerminatedError": "errors",
     "InitializerFailedError": "errors",
+    "DryRunResult": "errors",
+    "DependencyFailedError": "errors",
+    "IntegrityError": "errors",
 }
 
 __all__ = [
@@ -54,6 +57,9 @@ __all__ = [
     "JobAbortedError",
     "HostTerminatedError",
     "InitializerFailedError",
+    "DryRunResult",
+    "DependencyFailedError",
+    "IntegrityError",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -61,9 +67,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from .errors import (
         BatchError,
         ConfigurationError,
+        DependencyFailedError,
+        DryRunResult,
         EnvironmentMismatchError,
         HostTerminatedError,
         InitializerFailedError,
+        IntegrityError,
         JobAbortedError,
         JobFailedError,
         JobMetadataExpired,

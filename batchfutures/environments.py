@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
-from . import batchapi
+from . import batchapi, signing
 from .errors import ConfigurationError
 from .settings import JobSettings
 from .storage import Storage
@@ -204,7 +204,8 @@ class LocalEnvironment(Environment):
     @property
     def storage(self) -> Storage:
         if self._storage is None:
-            self._storage = Storage((self.workdir / "storage").as_uri())
+            self._storage = Storage((self.workdir / "storage").as_uri(),
+                                    signer=signing.local_signer(self.workdir))
         return self._storage
 
     @property
@@ -300,7 +301,8 @@ class AWSBatchEnvironment(Environment):
     def storage(self) -> Storage:
         if self._storage is None:
             root = f"s3://{self.io_bucket}" + (f"/{self.io_prefix}" if self.io_prefix else "")
-            self._storage = Storage(root, storage_options=self._s3_options())
+            self._storage = Storage(root, storage_options=self._s3_options(),
+                                    signer=signing.aws_signer(self))
         return self._storage
 
     def _s3_options(self) -> Dict[str, Any]:

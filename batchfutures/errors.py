@@ -7,11 +7,14 @@
     ├── RemoteError(BatchError)
     ├── JobMetadataExpired(BatchError)
     ├── InitializerFailedError(BatchError, concurrent.futures.BrokenExecutor)
+    ├── DryRunResult(BatchError)          what a dry-run future raises: .requests, .objects
     └── JobFailedError(BatchError)
         ├── MemoryLimitExceeded(JobFailedError)
         ├── JobTimeoutError(JobFailedError)
         ├── JobAbortedError(JobFailedError)
-        └── HostTerminatedError(JobFailedError)
+        ├── HostTerminatedError(JobFailedError)
+        └── DependencyFailedError(JobFailedError)
+    IntegrityError(BatchError)
 
 `classify_failure` reads the last attempt of a FAILED job description (the dict DescribeJobs
 returns) and builds the exception a future raises. Batch's own strings decide the type, so the
@@ -32,11 +35,14 @@ __all__ = [
     "RemoteError",
     "JobMetadataExpired",
     "InitializerFailedError",
+    "DryRunResult",
+    "DependencyFailedError",
     "JobFailedError",
     "MemoryLimitExceeded",
     "JobTimeoutError",
     "JobAbortedError",
     "HostTerminatedError",
+    "IntegrityError",
     "classify_failure",
 ]
 
@@ -77,6 +83,11 @@ class JobMetadataExpired(BatchError):
     def __init__(self, message: str, job_id: Optional[str] = None) -> None:
         super().__init__(message)
         self.job_id = job_id
+
+
+class IntegrityError(BatchError):
+    """A stored function, inputs object or result failed its signature check (altered, unsigned,
+    or signed with another key); nothing was unpickled and nothing ran."""
 
 
 class JobFailedError(BatchError):
@@ -126,6 +137,23 @@ class JobAbortedError(JobFailedError):
 
 class HostTerminatedError(JobFailedError):
     """The host went away (Spot reclaim, instance terminated)."""
+
+
+class DependencyFailedError(JobFailedError):
+    """A future given as an argument failed; ``__cause__`` is that failure."""
+
+
+class DryRunResult(BatchError):
+    """What a dry-run future raises: what would have been sent, and nothing was.
+
+    ``requests``: the SubmitJob requests (dicts, as boto3 would send them); ``objects``: the
+    storage keys and sizes in bytes that would have been written.
+    """
+
+    def __init__(self, message: str, *, requests: Any = (), objects: Any = ()) -> None:
+        super().__init__(message)
+        self.requests = list(requests)
+        self.objects = list(objects)
 
 
 class InitializerFailedError(BatchError, concurrent.futures.BrokenExecutor):

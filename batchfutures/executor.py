@@ -10,8 +10,8 @@
         ├─ attach(job_id)     ──> futures of an earlier job, from Batch and from storage
         └─ shutdown()         ──> flush, optionally cancel, wait, stop the poller
 
-The executor is a thin layer: the job state lives in `session.Session`, `jobs.TrackedJob` and
-`poller.Poller`.
+The executor is a thin layer: the job state lives in `session.Session` and the parts it holds
+(`coalescer.Coalescer`, `submission.Submitter`, `poller.Poller`, `jobs.TrackedJob`).
 """
 
 from __future__ import annotations
@@ -23,15 +23,26 @@ import time
 from typing import Any, Callable, Iterable, Iterator, List, Optional, Union
 
 from . import serialization
+from .dependencies import substitute
 from .environments import EnvironmentLike, resolve_environment
 from .futures import BatchFuture
-from .session import MAX_ARRAY_SIZE, Session, job_name_for
+from .session import Session, Upstream
 from .settings import JobSettings
+from .submission import MAX_ARRAY_SIZE, PendingJob, job_name_for
 
 __all__ = ["BatchExecutor"]
 
 # map() keeps this many slices (of up to 10,000 children) submitted ahead of the one it yields.
 MAP_LOOKAHEAD_SLICES = 2
+
+
+def _take(outcomes: "collections.deque") -> Any:
+    """The next item's value, or raise its exception."""
+    ok, value = outcomes.popleft()
+    if not ok:
+        outcomes.clear()  # the map ends at its first failed item
+        raise value
+    return value
 
 
 class BatchExecutor(concurrent.futures.Executor):
@@ -40,7 +51,7 @@ class BatchExecutor(concurrent.futures.Executor):
     def __init__(self, env: EnvironmentLike = None, max_workers: Optional[int] = None,
                  mp_context: Any = None, initializer: Optional[Callable[..., Any]] = None,
                  initargs: tuple = (), *, max_tasks_per_child: Optional[int] = None,
-                 ship_local_modules: bool = True, **settings: Any) -> None:
+                 ship_local_modules: bool = True, dry_run: bool = False, **settings: Any) -> None:
         """``ProcessPoolExecutor``'s parameters, after ``env``, then the job settings.
 
         ``max_workers`` bounds how many of this executor's children run at once (submissions
@@ -49,7 +60,8 @@ class BatchExecutor(concurrent.futures.Executor):
         accepted for compatibility and have no effect: every attempt is a fresh process.
         ``ship_local_modules``: pickle functions and classes of the client's own modules
         (outside the standard library and site-packages) by value, since the worker's image
-        does not have them.
+        does not have them. ``dry_run``: build every request and object as it would be sent,
+        send nothing; the futures raise ``DryRunResult`` (see batchfutures.dryrun).
         """
         if max_workers is not None:
             if isinstance(max_workers, bool) or not isinstance(max_workers, int):
@@ -68,7 +80,8 @@ class BatchExecutor(concurrent.futures.Executor):
         environment = resolve_environment(env)
         environment.validate_settings(self._settings)
         self._session = Session(environment, max_workers=max_workers, initializer=initializer,
-                                initargs=tuple(initargs), ship_local_modules=ship_local_modules)
+                                initargs=tuple(initargs), ship_local_modules=ship_local_modules,
+                                dry_run=dry_run)
 
     @classmethod
     def _view(cls, session: Session, settings: JobSettings) -> "BatchExecutor":
@@ -114,8 +127,14 @@ class BatchExecutor(concurrent.futures.Executor):
 
         def results() -> Iterator[Any]:
             current: collections.deque = collections.deque()
+            outcomes: collections.deque = collections.deque()
             try:
                 while True:
+                    if outcomes:
+                        # yielded straight from the deque: once the consumer has an item, this
+                        # frame holds no reference to it (as ProcessPoolExecutor.map)
+                        yield _take(outcomes)
+                        continue
                     if not current:
                         if not submitted:
                             return
@@ -124,12 +143,9 @@ class BatchExecutor(concurrent.futures.Executor):
                         if more is not None:
                             submitted.append(more)
                         continue
-                    child = current.popleft()
                     remaining = None if end_time is None else end_time - time.monotonic()
-                    for ok, value in child.result(remaining)():  # decoded here, when reached
-                        if not ok:
-                            raise value
-                        yield value
+                    outcomes.extend(current[0].result(remaining)())  # decoded here, when reached
+                    current.popleft()
             finally:
                 for child in itertools.chain(current, *submitted):
                     child.cancel()
@@ -159,7 +175,8 @@ class BatchExecutor(concurrent.futures.Executor):
         if not iterables:
             raise TypeError("map() must have at least one iterable")
         self._session._check_open()
-        self._session.pickled_function(fn)  # SerializationError before any upload
+        # SerializationError before any upload; the map holds the pickle, not the callable
+        function_pickle = serialization.dumps(fn, by_value=self._session.by_value)
         # One iterable: each item is the call's only argument ("arg" encoding, no tuple each).
         single = len(iterables) == 1
         items = iter(iterables[0]) if single else zip(*iterables)
@@ -175,10 +192,17 @@ class BatchExecutor(concurrent.futures.Executor):
                 # child by child: a slice's items are never all alive at once, only their pickles
                 blobs: List[bytes] = []
                 counts: List[int] = []
+                upstream = Upstream(session)  # futures among the items: Batch dependencies
                 while len(blobs) < MAX_ARRAY_SIZE:
                     chunk = list(itertools.islice(items, chunksize))
                     if not chunk:
                         break
+                    upstream.child = len(blobs)
+                    if single:
+                        chunk = [substitute(value, upstream.replace) for value in chunk]
+                    else:
+                        chunk = [tuple(substitute(v, upstream.replace) for v in values)
+                                 for values in chunk]
                     # a failure names the map's item: "item k" counts from the map's first item
                     blobs.append(serialization.pack_arguments(
                         chunk, single=single, first_item=position, by_value=session.by_value))
@@ -190,8 +214,11 @@ class BatchExecutor(concurrent.futures.Executor):
                     futures = [[BatchFuture(session)] for _ in counts]
                 else:
                     futures = [[BatchFuture(session) for _ in range(count)] for count in counts]
-                session.submit_job(settings, [fn], blobs, counts, futures, chunksize=chunksize,
-                                   name=name, encoding=encoding, per_child=per_child)
+                session.submit_job(PendingJob(settings, [function_pickle], blobs, counts, futures,
+                                              chunksize, name, encoding, per_child,
+                                              upstream.depends_on(len(blobs))))
+                for child, group in enumerate(futures):
+                    upstream.cancel_with_upstream(group, child)
                 del blobs
                 yield [future for group in futures for future in group]
 
@@ -205,6 +232,19 @@ class BatchExecutor(concurrent.futures.Executor):
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         self._session.shutdown(wait=wait, cancel_futures=cancel_futures)
+
+    def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any) -> bool:
+        if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
+            # Ctrl-C: stop what this executor started (cancel, terminate), say which jobs, and
+            # leave now; a second Ctrl-C interrupts even that
+            self._session.interrupt()
+            return False
+        try:
+            self.shutdown(wait=True)
+        except KeyboardInterrupt:  # Ctrl-C while waiting for the block's work
+            self._session.interrupt()
+            raise
+        return False
 
     def __repr__(self) -> str:
         return f"BatchExecutor({self._session.env!r}, {self._settings.as_dict()!r})"

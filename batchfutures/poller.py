@@ -29,7 +29,7 @@ import time
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Set, Tuple
 
 from . import batchapi
-from .errors import JobMetadataExpired, RemoteError, classify_failure
+from .errors import IntegrityError, JobMetadataExpired, RemoteError, classify_failure
 from .jobs import ACTIVE, TERMINAL, TrackedJob
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -246,7 +246,13 @@ class Poller:
         for index in indices:
             if index not in job.unresolved:
                 continue
-            data = storage.read_result(job.job_url, index)
+            try:
+                data = storage.read_result(job.job_url, index)
+            except IntegrityError as refused:  # forged or altered: fail it, unpickling nothing
+                job.succeeded += 1
+                job.set_status(index, "SUCCEEDED")
+                job.fail_child(index, lambda refused=refused: IntegrityError(str(refused)))
+                continue
             if data is None and not confirmed:
                 continue
             job.succeeded += 1

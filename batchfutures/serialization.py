@@ -68,7 +68,8 @@ __all__ = [
 
 PROTOCOL = pickle.HIGHEST_PROTOCOL
 RESULT_MAGIC = b"BFRESLT1"
-OK, ERROR, UNPICKLABLE, MISMATCH, INITIALIZER = "ok", "error", "unpicklable", "mismatch", "initializer"
+OK, ERROR, UNPICKLABLE, MISMATCH = "ok", "error", "unpicklable", "mismatch"
+INITIALIZER, DEPENDENCY = "initializer", "dependency"
 CALLS, ARGS, ARG = "calls", "args", "arg"  # child blob encodings (the header's "encoding")
 REPR_LIMIT = 2000
 _U64 = struct.Struct("<Q")
@@ -447,6 +448,11 @@ def encode_mismatch(message: str) -> bytes:
     return _envelope(MISMATCH, message)
 
 
+def encode_dependency_failure(upstream_job_id: str, upstream_outcome: bytes) -> bytes:
+    """The outcome of an item whose argument, another call's result, did not succeed."""
+    return _envelope(DEPENDENCY, upstream_job_id, upstream_outcome)
+
+
 def encode_initializer_failure(initializer: Any, error: BaseException, tb_text: str) -> bytes:
     """The outcome of each item of a child whose initializer raised ``error``."""
     inner = encode_error(error, tb_text)
@@ -525,6 +531,16 @@ def outcome_result(encoded: bytes) -> Tuple[bool, Any]:
                 f"({_reason(failure)})", tb_text)
         error.__cause__ = RemoteTraceback(f'\n"""\n{tb_text}"""')
         return False, error
+    if kind == DEPENDENCY:
+        from .errors import DependencyFailedError
+
+        _, upstream_job_id, inner = fields
+        _, cause = outcome_result(inner)
+        failure = DependencyFailedError(
+            f"an argument of this call is the result of {upstream_job_id}, which failed: {cause!r}",
+            job_id=upstream_job_id, status_reason="a dependency failed")
+        failure.__cause__ = cause
+        return False, failure
     if kind == INITIALIZER:
         from .errors import InitializerFailedError
 

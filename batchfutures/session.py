@@ -1,39 +1,39 @@
 """The job-state core an executor and its settings views share.
 
-    submit(fn, *args) ──pickle now (SerializationError here)──> coalescing buffer per settings
-                              │  flushed when the window closes, when full (10,000 children),
-                              │  on result()/exception()/log() of one of its futures, on shutdown
-                              v
-    map slice / flushed buffer ──> _submit_job:
-        1. the queue is checked once (ENABLED and VALID) before the first upload
-        2. functions uploaded content-addressed, once per run
-        3. one inputs object per Batch job (every child's items, indexed by byte range)
-        4. SubmitJob carrying only the worker command and a pointer to the inputs
-           (on failure the inputs are deleted: nothing half-made is left behind)
-        5. a TrackedJob handed to the Poller, which settles the futures
+    BatchExecutor ──submit──> Coalescer (coalescer.py): buffers of calls per settings
+          │                        │ closed by time, size, result()/log(), shutdown, exit
+          │──map slices──┐         v
+          │              └──> Submitter (submission.py): uploads, SubmitJob (build_request),
+          │                        │ max_workers pacing; a TrackedJob per Batch job
+          │                        v
+          └─ futures <──────── Poller (poller.py): the one thread that reads Batch and storage
+                                   and settles the futures; its loop also closes due buffers,
+                                   submits paced children and sends queued cancellations
 
-A Session owns the storage, the run id, the poller thread and the buffers; executors are thin
-layers that hold a Session and a JobSettings.
+A Session owns the environment, storage, run id and those three parts, and what concerns
+futures the user touches: cancel and abort, attach, logs, shutdown, Ctrl-C and interpreter
+exit. Executors are thin layers that hold a Session and a JobSettings.
 """
 
 from __future__ import annotations
 
-import getpass
+import concurrent.futures
 import logging
-import math
-import re
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+import weakref
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from . import batchapi, serialization
-from ._version import __version__
+from . import batchapi, serialization, signing
+from .coalescer import Coalescer
+from .dependencies import MAX_DEPENDENCIES, FutureRef, substitute_call
 from .errors import (
     ABORT_REASON_PREFIX,
     BatchError,
     ConfigurationError,
+    DependencyFailedError,
+    IntegrityError,
     JobAbortedError,
     JobMetadataExpired,
     RemoteError,
@@ -42,279 +42,275 @@ from .futures import BatchFuture
 from .jobs import TrackedJob, settle
 from .poller import LOG_TAIL_LINES, Poller
 from .settings import JobSettings
+from .submission import (
+    MAX_ARRAY_SIZE,
+    RETRY_RULES,
+    PendingJob,
+    Submitter,
+    fail_all,
+    job_name_for,
+)
+
+__all__ = ["Session", "MAX_ARRAY_SIZE", "RETRY_RULES", "job_name_for"]
 
 logger = logging.getLogger("batchfutures")
 
-MAX_ARRAY_SIZE = 10_000
-COALESCE_QUIET = 0.05  # flush a buffer once no call was added for this long...
-COALESCE_MAX_AGE = 0.5  # ...or once its oldest call waited this long
-_JOB_NAME_BAD = re.compile(r"[^A-Za-z0-9_-]+")
+PACING_RECHECK = 1.0  # with max_workers: look at free workers at least this often
+
+_live_sessions: "weakref.WeakSet[Session]" = weakref.WeakSet()
+_interpreter_exiting = False
 
 
-def job_name_for(fn: Any) -> str:
-    """A Batch job name from a callable: letters, digits, '-' and '_', at most 128."""
-    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
-    name = _JOB_NAME_BAD.sub("-", str(name)).strip("-_") or "call"
-    return f"bf-{name}"[:128]
+def _at_interpreter_exit() -> None:
+    """As concurrent.futures does: buffered calls are sent, local jobs are waited for."""
+    global _interpreter_exiting
+    _interpreter_exiting = True
+    for session in list(_live_sessions):
+        try:
+            session.finish_at_exit()
+        except Exception:  # one session must not keep the others' calls from being sent
+            logger.exception("batchfutures: could not finish an executor at interpreter exit")
 
 
-@dataclass
-class _Buffer:
-    calls: List[Tuple[BatchFuture, Callable, tuple, dict]] = field(default_factory=list)
-    first_at: float = 0.0
-    last_at: float = 0.0
+# Runs before non-daemon threads are joined and before atexit handlers (the emulator closes in
+# one), as concurrent.futures.process registers its own exit hook.
+_register_atexit = getattr(threading, "_register_atexit", None)
+if _register_atexit is not None:
+    _register_atexit(_at_interpreter_exit)
+else:  # pragma: no cover - Python without threading._register_atexit
+    import atexit
+
+    atexit.register(_at_interpreter_exit)
+
+
+class Upstream:
+    """The futures a call (or a map child) takes as arguments, turned into FutureRefs.
+
+    A future still in a coalescing buffer is sent first (it needs a job id); one already
+    succeeded needs no dependency (its result is in storage); one that failed or was cancelled
+    decides the dependent's fate at once.
+    """
+
+    def __init__(self, session: "Session") -> None:
+        self._session = session
+        self.unfinished: Dict[str, Any] = {}  # job id -> TrackedJob, for dependsOn
+        self.pairs: set = set()  # (job id, child) of every reference
+        self.futures_by_child: Dict[Optional[int], List[BatchFuture]] = {}  # None: a submit
+        self.failed: Optional[BatchFuture] = None
+        self.cancelled = False
+        self.child: Optional[int] = None  # map: the child whose items are being read
+        self.pairs_by_child: Dict[int, set] = {}  # map: child -> upstream children it reads
+
+    def replace(self, value: Any) -> Optional[FutureRef]:
+        if not isinstance(value, BatchFuture):
+            return None
+        if value._core is not self._session:
+            raise ConfigurationError("a future passed as an argument must come from the same "
+                                     "executor (or one of its with_settings views)")
+        if value._job is None and not value.done():
+            self._session.flush_for(value)  # buffered: send it now, it needs a job id
+        job = value._job
+        if value.cancelled():
+            self.cancelled = True
+        elif value.done() and value.exception() is not None:
+            self.failed = self.failed or value
+        if job is None:
+            if self.cancelled or self.failed is not None:
+                return FutureRef("", 0, 0, "")
+            raise ConfigurationError(
+                "a future passed as an argument was not submitted yet (held back by "
+                "max_workers); wait for its job_id before passing it on")
+        self.futures_by_child.setdefault(self.child, []).append(value)
+        self.pairs.add((job.job_id, value._child))
+        if self.child is not None:
+            self.pairs_by_child.setdefault(self.child, set()).add(value._child)
+        if not value.done():
+            self.unfinished[job.job_id] = job
+            if len(self.unfinished) > MAX_DEPENDENCIES:
+                raise ConfigurationError(
+                    f"a call may depend on at most {MAX_DEPENDENCIES} Batch jobs (Batch's limit); "
+                    f"gather the inputs in one map_futures call, or wait for some first")
+        return FutureRef(job.job_url, value._child, getattr(value, "_item", 0),
+                         job.child_id(value._child))
+
+    def settle_dependent(self, future: BatchFuture) -> None:
+        """The dependent's fate when an argument already failed or was cancelled."""
+        if self.cancelled:
+            future.cancel()
+            return
+        failed = self.failed
+        assert failed is not None
+        cause = failed.exception()
+        error = DependencyFailedError(
+            f"an argument of this call is the result of {failed.job_id}, which failed: {cause!r}",
+            job_id=failed.job_id, status_reason="a dependency failed")
+        error.__cause__ = cause
+        settle(future, False, error)
+
+    def cancel_with_upstream(self, dependents: List[BatchFuture], child: Optional[int] = None) -> None:
+        """Cancelling an upstream future cancels what depends on it (a submit, or map child)."""
+        def cancel(done: BatchFuture) -> None:
+            if done.cancelled():
+                for dependent in dependents:
+                    dependent.cancel()
+
+        for upstream in self.futures_by_child.get(child, ()):
+            if not upstream.done():
+                upstream.add_done_callback(cancel)
+
+    def depends_on(self, size: int) -> List[Dict[str, str]]:
+        """dependsOn for a job of ``size`` children whose child i referenced ``pairs``."""
+        if not self.unfinished:
+            return []
+        if len(self.unfinished) == 1 and size > 1:
+            (job_id, job), = self.unfinished.items()
+            if job.size == size and all(j == job_id for j, _ in self.pairs) and \
+                    self.pairs_by_child == {i: {i} for i in range(size)}:
+                return [{"jobId": job_id, "type": "N_TO_N"}]
+        return [{"jobId": job_id} for job_id in sorted(self.unfinished)]
 
 
 class Session:
-    """What an executor and its views share: environment, storage, run, poller, buffers."""
+    """What an executor and its views share: environment, storage, run, the three parts."""
 
     def __init__(self, env: Any, *, max_workers: Optional[int] = None,
                  initializer: Optional[Callable[..., Any]] = None, initargs: tuple = (),
-                 ship_local_modules: bool = True) -> None:
+                 ship_local_modules: bool = True, dry_run: bool = False) -> None:
         self.env = env
-        self.max_workers = max_workers
+        self.dry_run = dry_run
+        self.storage = env.storage
         self.by_value = ship_local_modules
+        self.run_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:10]
         # pickled now: an initializer that cannot travel fails here, not at the first submit
-        self._initializer = None if initializer is None else serialization.dumps(
+        pickled_initializer = None if initializer is None else serialization.dumps(
             (initializer, initargs), what=f"the initializer {initializer!r} and its initargs",
             by_value=ship_local_modules)
-        self._initializer_url: Optional[str] = None
-        self.storage = env.storage
-        self.run_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:10]
         min_interval, max_interval = env.poll_intervals
         self.poller = Poller(self, min_interval=min_interval, max_interval=max_interval,
                              grace=env.describe_grace)
+        self.coalescer = Coalescer(MAX_ARRAY_SIZE)
+        if dry_run:  # the same submission path, recorded: nothing reaches Batch or storage
+            from .dryrun import DryRunEnvironment, DryRunTracker, RecordingStorage
+
+            submit_env, self.storage = DryRunEnvironment(env), RecordingStorage(self.storage.root_url)
+            track = DryRunTracker(submit_env, self.storage).track
+        else:
+            submit_env, track = env, self.poller.track
+        self.submitter = Submitter(submit_env, self.storage, self.run_id, track=track,
+                                   wake=self.poller.wake, max_workers=max_workers,
+                                   initializer=pickled_initializer)
         self._lock = threading.RLock()
-        self._buffers: Dict[JobSettings, _Buffer] = {}
-        # id(fn) -> (fn kept alive so its id is not reused, its pickle). Cleared at every flush,
-        # so a later batch sees the function's globals as they are then, as ProcessPoolExecutor.
-        self._functions: Dict[int, Tuple[Any, bytes]] = {}
-        self._queue_checked = False
         self._to_cancel: Dict[str, Tuple[TrackedJob, set]] = {}  # job id -> (job, child indices)
+        self._cancelled_at_shutdown = False
         self.closed = False
-        self.submitted_jobs: List[str] = []
-        subscribe = getattr(env, "subscribe", None)
+        _live_sessions.add(self)
+        subscribe = None if dry_run else getattr(env, "subscribe", None)
         if subscribe is not None:
             subscribe(self.poller.wake)
 
+    @property
+    def submitted_jobs(self) -> List[str]:
+        return self.submitter.submitted_jobs
+
     # -- submit and coalescing ---------------------------------------------------------------
     def submit(self, settings: JobSettings, fn: Callable, args: tuple, kwargs: dict) -> BatchFuture:
-        self.pickled_function(fn)  # SerializationError now, before anything is uploaded
-        serialization.pack_items([(0, args, kwargs)], by_value=self.by_value)
+        self._check_open()
+        upstream = Upstream(self)
+        args, kwargs = substitute_call(args, kwargs, upstream.replace)
         future = BatchFuture(self)
+        if upstream.cancelled or upstream.failed is not None:
+            upstream.settle_dependent(future)
+            return future
+        key = (settings, tuple(sorted(upstream.unfinished)))
+        # SerializationError now, before anything is uploaded
+        pickled = self.coalescer.known_pickle(key, fn) or \
+            serialization.dumps(fn, by_value=self.by_value)
+        serialization.pack_items([(0, args, kwargs)], by_value=self.by_value)
         with self._lock:
             self._check_open()
-            buffer = self._buffers.get(settings)
-            now = time.monotonic()
-            if buffer is None:
-                buffer = self._buffers[settings] = _Buffer(first_at=now)
-            buffer.calls.append((future, fn, args, kwargs))
-            buffer.last_at = now
-            full = len(buffer.calls) >= MAX_ARRAY_SIZE
+            full = self.coalescer.add(key, (future, fn, args, kwargs), pickled)
+        upstream.cancel_with_upstream([future])
         if full:
-            self.flush(settings)
+            self.flush(key)
         else:
             self.poller.start()
             self.poller.wake()
         return future
 
+    def submit_job(self, job: PendingJob) -> None:
+        """A map slice: submitted now, or paced under max_workers."""
+        self.poller.start()
+        self.submitter.submit(job)
+
     def has_pending(self) -> bool:
-        with self._lock:
-            return any(buffer.calls for buffer in self._buffers.values())
+        return self.coalescer.pending() or self.submitter.has_waiting()
 
     def next_flush_delay(self) -> float:
-        with self._lock:
-            if not self._buffers:
-                return math.inf
-            now = time.monotonic()
-            return min(
-                min(b.last_at + COALESCE_QUIET, b.first_at + COALESCE_MAX_AGE) - now
-                for b in self._buffers.values()
-            )
+        if self.submitter.has_waiting():  # woken when a paced child finishes; a safety net
+            return min(PACING_RECHECK, self.coalescer.next_delay())
+        return self.coalescer.next_delay()
 
     def flush_due(self) -> None:
-        now = time.monotonic()
-        with self._lock:
-            due = [s for s, b in self._buffers.items()
-                   if now >= min(b.last_at + COALESCE_QUIET, b.first_at + COALESCE_MAX_AGE)]
-        for settings in due:
-            self.flush(settings)
+        """On the poller thread: send the buffers whose window closed, and paced children."""
+        self.submitter.submit_paced()
+        for key in self.coalescer.due():
+            self.flush(key)
 
     def flush_all(self) -> None:
-        with self._lock:
-            pending = list(self._buffers)
-        for settings in pending:
-            self.flush(settings)
+        for key in self.coalescer.all():
+            self.flush(key)
 
     def flush_for(self, future: BatchFuture) -> None:
         """Send the buffer holding ``future`` now: its caller is waiting for it."""
         if future._job is not None:
             return
-        with self._lock:
-            target = next((s for s, b in self._buffers.items()
-                           if any(call[0] is future for call in b.calls)), None)
-        if target is not None:
-            self.flush(target)
+        key = self.coalescer.holding(future)
+        if key is not None:
+            self.flush(key)
 
-    def flush(self, settings: JobSettings) -> None:
-        with self._lock:
-            buffer = self._buffers.pop(settings, None)
-            self._functions.clear()
-        if buffer is None:
+    def flush(self, key: Tuple[JobSettings, Tuple[str, ...]]) -> None:
+        settings, depends_on = key
+        batch = self.coalescer.take(key)
+        if batch is None:
             return
-        calls = [call for call in buffer.calls if not call[0].done()]  # skip cancelled, aborted
+        calls = [call for call in batch.calls if not call[0].done()]  # skip cancelled, aborted
+        pickles = batch.pickles
+        del batch
         if not calls:
             return
-        functions: List[Callable] = []
+        function_pickles: List[bytes] = []
         index_of: Dict[int, int] = {}
-        calls_by_function = []
-        for _, fn, args, kwargs in calls:
+        blobs: List[bytes] = []
+        futures: List[List[BatchFuture]] = []
+        for future, fn, args, kwargs in calls:  # one child per call
             if id(fn) not in index_of:
-                index_of[id(fn)] = len(functions)
-                functions.append(fn)
-            calls_by_function.append((index_of[id(fn)], args, kwargs))
-        futures = [[call[0]] for call in calls]
-        try:  # one child per call
-            blobs = [serialization.pack_items([call], by_value=self.by_value)
-                     for call in calls_by_function]
-            self.submit_job(settings, functions, blobs, [1] * len(blobs), futures, chunksize=1,
-                            name=job_name_for(calls[0][1]))
+                index_of[id(fn)] = len(function_pickles)
+                function_pickles.append(pickles[id(fn)][1])
+            blobs.append(serialization.pack_items([(index_of[id(fn)], args, kwargs)],
+                                                  by_value=self.by_value))
+            futures.append([future])
+        name = job_name_for(calls[0][1])
+        del calls, pickles  # the callables and arguments now live only in their pickles
+        try:
+            self.submitter.submit(PendingJob(settings, function_pickles, blobs, [1] * len(blobs),
+                                             futures, chunksize=1, name=name,
+                                             depends_on=[{"jobId": j} for j in depends_on]))
         except BaseException as error:  # the futures carry the failure; nobody waits in vain
-            failure = error if isinstance(error, BatchError) else _wrap_submit_error(error)
-            for group in futures:
-                for future in group:
-                    settle(future, False, failure)
+            fail_all(futures, error)
             if not isinstance(error, Exception):
                 raise
 
-    # -- one Batch job -----------------------------------------------------------------------
-    def submit_job(self, settings: JobSettings, functions: Sequence[Callable],
-                   blobs: List[bytes], item_counts: List[int],
-                   futures: Sequence[List[BatchFuture]], *, chunksize: int, name: str,
-                   encoding: str = serialization.CALLS, per_child: bool = False) -> TrackedJob:
-        """Upload one Batch job's payload, submit it, and hand it to the poller.
-
-        ``blobs`` holds each child's items (serialization's ``encoding``), ``item_counts`` how
-        many; ``futures`` one list per child (one future per item, or with ``per_child`` one).
-        """
-        self._check_queue_once()
-        try:
-            function_urls = [self._function_url(fn) for fn in functions]
-        except (FileNotFoundError, PermissionError) as error:
-            raise _storage_error(self.storage, error) from error
-        job_key = uuid.uuid4().hex
-        job_url = self.storage.job_url(self.run_id, job_key)
-        items = sum(item_counts)
-        header = {
-            "functions": function_urls,
-            "children": len(blobs),
-            "items": items,
-            "chunksize": chunksize,
-            "encoding": encoding,
-            "run_id": self.run_id,
-            "job_key": job_key,
-        }
-        if self._initializer is not None:
-            header["initializer"] = self._initializer_location()
-        header.update(serialization.payload_stamp())  # the worker checks its versions against these
-        try:
-            self.storage.write_inputs(job_url, header, blobs)
-        except (FileNotFoundError, PermissionError) as error:
-            raise _storage_error(self.storage, error) from error
-        memory = settings.memory_mib(self.env.definition_memory())
-        request = self._request(settings, name, job_url, len(blobs), memory)
-        try:
-            response = batchapi.submit_job(self.env.batch, request)
-        except Exception as error:
-            self.storage.delete_job(job_url)
-            raise _wrap_submit_error(error) from error
-        job_id = response["jobId"]
-        try:
-            self.storage.write_job_pointer(job_id, job_url)
-        except Exception:  # only attach-after-expiry needs it; the job itself is fine
-            logger.warning("batchfutures: could not record the storage pointer of job %s", job_id)
-        job = TrackedJob(job_id, job_url, futures, array=len(blobs) > 1, memory_mib=memory,
-                         item_counts=item_counts if per_child else None)
-        with self._lock:
-            self.submitted_jobs.append(job_id)
-        logger.debug("submitted Batch job %s (%d children, %d items)", job_id, len(blobs), items)
-        self.poller.track(job)
-        return job
-
-    def _request(self, settings: JobSettings, name: str, job_url: str, size: int,
-                 memory: int) -> Dict[str, Any]:
-        resources = [
-            {"type": "VCPU", "value": _number(settings.vcpus)},
-            {"type": "MEMORY", "value": str(memory)},
-        ]
-        if settings.gpus:
-            resources.append({"type": "GPU", "value": str(settings.gpus)})
-        overrides: Dict[str, Any] = {
-            "command": self.env.worker_command(job_url),
-            "resourceRequirements": resources,
-        }
-        if settings.environment:
-            overrides["environment"] = [{"name": k, "value": v} for k, v in settings.environment]
-        tags = {
-            "batchfutures:run": self.run_id,
-            "batchfutures:user": _user(),
-            "batchfutures:version": __version__,
-        }
-        tags.update(dict(settings.tags))
-        request: Dict[str, Any] = {
-            "jobName": name,
-            "jobQueue": self.env.job_queue,
-            "jobDefinition": self.env.job_definition,
-            "containerOverrides": overrides,
-            "retryStrategy": {"attempts": settings.retries, "evaluateOnExit": RETRY_RULES},
-            "tags": tags,
-            "propagateTags": True,
-        }
-        if size > 1:
-            request["arrayProperties"] = {"size": size}
-        if settings.timeout is not None:
-            request["timeout"] = {"attemptDurationSeconds": max(1, int(math.ceil(settings.timeout)))}
-        if settings.share_id is not None:
-            request["shareIdentifier"] = settings.share_id
-        if settings.priority is not None:
-            request["schedulingPriorityOverride"] = settings.priority
-        return request
-
-    def _check_queue_once(self) -> None:
-        if self._queue_checked:
-            return
-        self.env.check_queue()
-        self._queue_checked = True
-
-    def pickled_function(self, fn: Callable) -> bytes:
-        """The callable's pickle, made once per function object and run."""
-        with self._lock:
-            known = self._functions.get(id(fn))
-        if known is not None and known[0] is fn:
-            return known[1]
-        data = serialization.dumps(fn, by_value=self.by_value)
-        with self._lock:
-            self._functions[id(fn)] = (fn, data)
-        return data
-
-    def _initializer_location(self) -> str:
-        if self._initializer_url is None:
-            try:
-                self._initializer_url = self.storage.put_function(self.run_id, self._initializer)
-            except (FileNotFoundError, PermissionError) as error:
-                raise _storage_error(self.storage, error) from error
-        return self._initializer_url
-
-    def _function_url(self, fn: Callable) -> str:
-        # content-addressed: the same pickle is uploaded once per run
-        return self.storage.put_function(self.run_id, self.pickled_function(fn))
-
     # -- results, logs, cancel, abort --------------------------------------------------------
     def decode_result(self, data: bytes, count: int) -> List[Tuple[bool, Any]]:
+        """``data``: a result whose seal storage.read_result has checked."""
         try:
-            _, outcomes = serialization.unpack_result(data)
+            meta, outcomes = serialization.unpack_result(data)
         except ValueError as error:  # truncated or foreign: every item of the child fails
             return [(False, RemoteError(f"the result object could not be read: {error}"))] * count
+        refused = meta.get(signing.REFUSED)  # JSON, not a pickle: nothing of it is unpickled
+        if refused:
+            return [(False, IntegrityError(f"the worker refused its job: {refused}"))
+                    for _ in range(count)]
         decoded = [serialization.outcome_result(outcome) for outcome in outcomes]
         if len(decoded) < count:  # a truncated result never passes for a complete one
             decoded += [(False, BatchError("the worker recorded no outcome for this item"))] * (
@@ -442,42 +438,80 @@ class Session:
 
     # -- shutdown ----------------------------------------------------------------------------
     def _check_open(self) -> None:
+        if _interpreter_exiting:
+            raise RuntimeError("cannot schedule new futures after interpreter shutdown")
         if self.closed:
             raise RuntimeError("cannot schedule new futures after shutdown")
+
+    def _unfinished_futures(self) -> List[BatchFuture]:
+        waiting = self.submitter.waiting_futures()
+        tracked = [f for job in self.poller.outstanding for f in job.futures()]
+        return [f for f in waiting + tracked if not f.done()]
 
     def shutdown(self, wait: bool, cancel_futures: bool) -> None:
         with self._lock:
             self.closed = True
-            if cancel_futures:
-                for buffer in self._buffers.values():
-                    for call in buffer.calls:
-                        call[0].cancel()
         if cancel_futures:
-            for job in self.poller.outstanding:
-                for future in job.futures():
-                    future.cancel()
+            self._cancelled_at_shutdown = True
+            for future in self.coalescer.futures() + self.submitter.drop_waiting():
+                future.cancel()  # never sent: nothing remote to cancel
+            for future in self._unfinished_futures():
+                future.cancel()
         self.flush_all()
         if wait:
-            for job in self.poller.outstanding:
-                for future in job.futures():
-                    try:
-                        future.exception()
-                    except BaseException:  # cancelled futures raise CancelledError
-                        pass
+            # a KeyboardInterrupt here propagates: Ctrl-C is never swallowed
+            concurrent.futures.wait(self._unfinished_futures())
         self.poller.stop(wait=wait)
 
+    def interrupt(self) -> None:
+        """Ctrl-C left the executor: stop every unfinished job of this session, promptly.
 
-# `retries` means retries: Batch tries a failed attempt again when no rule matches, so a crash
-# (non-zero exit), a lost host, a Spot interruption and Batch's transient start failures (Task
-# failed to start, CannotPullContainer, ResourceInitializationError) are retried by default.
-# What would fail the same way again exits: an out-of-memory kill, a timeout (Batch itself does
-# not retry those) and a termination this client asked for. An exception raised by the function
-# is an outcome, not a failure: the worker exits 0. At most 5 rules (Batch's limit).
-RETRY_RULES = [
-    {"onReason": "OutOfMemoryError*", "action": "EXIT"},
-    {"onStatusReason": "Job attempt duration exceeded timeout*", "action": "EXIT"},
-    {"onStatusReason": f"{ABORT_REASON_PREFIX}*", "action": "EXIT"},
-]
+        Calls not yet sent are cancelled; jobs Batch has are cancelled (not started) or
+        terminated (running), one call per Batch job; the job ids are logged once.
+        """
+        with self._lock:
+            self.closed = True
+        self._cancelled_at_shutdown = True
+        for future in self.coalescer.clear() + self.submitter.drop_waiting():
+            future.cancel()
+        jobs = [job for job in self.poller.outstanding
+                if any(not f.done() for f in job.futures())]
+        if jobs:
+            logger.warning("batchfutures: interrupted; stopping %d Batch job(s): %s", len(jobs),
+                           ", ".join(job.job_id for job in jobs))
+        reason = f"{ABORT_REASON_PREFIX} interrupted by the client (KeyboardInterrupt)"
+        for job in jobs:
+            try:  # TerminateJob on an array's parent stops its children too
+                batchapi.call(self.env.batch.terminate_job, jobId=job.job_id, reason=reason,
+                              attempts=2, max_delay=2.0)
+            except Exception as error:
+                logger.warning("batchfutures: could not stop Batch job %s: %s", job.job_id, error)
+            error = JobAbortedError(f"Batch job {job.job_id} was stopped: the client was interrupted",
+                                    job_id=job.job_id, status_reason=reason)
+            for future in job.futures():
+                settle(future, False, error)
+        self.poller.stop(wait=False)
+
+    def finish_at_exit(self) -> None:
+        """At interpreter exit: send buffered calls; wait for local jobs, or name AWS ones."""
+        self.flush_all()
+        self.submitter.submit_paced()
+        if self._cancelled_at_shutdown:
+            return
+        unfinished = self._unfinished_futures()
+        if not unfinished:
+            return
+        from .environments import LocalEnvironment
+
+        if isinstance(self.env, LocalEnvironment):
+            # the emulator's jobs die with this process, so wait, as ProcessPoolExecutor does
+            concurrent.futures.wait(unfinished)
+            return
+        jobs = sorted({f._job.job_id for f in unfinished if f._job is not None})
+        logger.warning(
+            "batchfutures: the interpreter exits while %d Batch job(s) still run; they go on in "
+            "Batch. Collect their results later with BatchExecutor(env).attach(job_id): %s",
+            len(jobs), ", ".join(jobs))
 
 
 def log_group_of(description: Dict[str, Any], default: str) -> str:
@@ -490,28 +524,3 @@ def log_group_of(description: Dict[str, Any], default: str) -> str:
     return default
 
 
-def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else str(value)
-
-
-def _user() -> str:
-    try:
-        return _JOB_NAME_BAD.sub("-", getpass.getuser())[:64] or "unknown"
-    except Exception:
-        return "unknown"
-
-
-def _storage_error(storage: Any, error: BaseException) -> ConfigurationError:
-    return ConfigurationError(
-        f"cannot write job payloads to {storage.root_url}: {error}. Check that the bucket (or "
-        f"folder) exists and that these credentials may write to it.")
-
-
-def _wrap_submit_error(error: BaseException) -> BaseException:
-    if isinstance(error, BatchError):
-        return error
-    code = batchapi.error_code(error)
-    if code == "ClientException":
-        message = error.response.get("Error", {}).get("Message", str(error))
-        return ConfigurationError(f"Batch rejected the job: {message}")
-    return error

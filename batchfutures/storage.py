@@ -5,7 +5,7 @@ worker reads its slice and writes its result; the poller lists and reads results
 
     client (Session)                    R = file:///.../storage  or  s3://bucket/prefix
     ----------------                    ------------------------------------------------
-    put_function(run, pickle)  ───────> R/runs/<run_id>/functions/<sha256>.pkl   once per run
+    put_function(run, pickle)  ───────> R/runs/<run_id>/functions/<sha256>.pkl   once per run, sealed
     write_inputs(job, header, blobs) ─> R/runs/<run_id>/jobs/<job_key>/inputs     one per Batch job
     write_job_pointer(id, job) ───────> R/jobs/<batch job id>                     (attach after expiry)
                                                  │
@@ -13,18 +13,31 @@ worker reads its slice and writes its result; the poller lists and reads results
                      ── write_result(job, i) ──> R/runs/<run_id>/jobs/<job_key>/results/<i>
                                                  │
     poller <── list_results (one LIST) ──────────┤
-           <── read_result(job, i) ──────────────┘
+           <── read_result(job, i) ──────────────┘  checks its seal: IntegrityError, else the bytes
+
+Every object anyone unpickles is authenticated (signing.py): functions, results and job
+pointers are sealed objects (magic, HMAC-SHA256 tag, payload) whose tag binds them to their name
+under R; the inputs object carries the MAC of its header in the header and a tag in front of
+each child's blob. Readers check before they return a byte: a missing, altered or foreign
+signature raises IntegrityError. The key is the Storage's ``signer`` (by default the one
+signing.default_signer() finds); the bucket never holds it.
 
 Inputs object (``<job>/inputs``), so a child reads its own byte range and nothing else:
 
-    offset 0      8 bytes         magic b"BFINPUT2"
+    offset 0      8 bytes         magic b"BFINPUT3"
     offset 8      uint64 LE       H, the length of the JSON header
-    offset 16     H bytes         JSON header (UTF-8); "children" holds n
+    offset 16     H bytes         JSON header (UTF-8); "children" holds n. It is the writer's JSON
+                                  text B with one more field appended, ``,"hmac":"<64 hex>"}``:
+                                  the MAC of exactly B (the bytes up to that field, with "}"), so
+                                  a reader checks and parses the very bytes that were signed
     offset 16+H   (n+1) uint64 LE offsets from the start of the object:
-                                  child i's blob is bytes [offset[i], offset[i+1]); offset[n] = size
+                                  child i's range is bytes [offset[i], offset[i+1]); offset[n] = size
                   zero padding    when n > 1, up to PREFIX_READ, so the first read (the prefix)
                                   never holds another child's blob
-    offset[0]     the child blobs, concatenated in order
+    offset[0]     the child ranges in order, each a 32-byte tag then the child's blob; the tag is
+                  the MAC of (the object's name, i, the header MAC, the blob), so a child checks
+                  its own range without reading any other, and a range moved to another child,
+                  job or header fails
 
 A child's first read is the fixed prefix [0, PREFIX_READ): the header and, unless there are more
 than ~8,000 children, its index entries. Its second read is its blob. (A header longer than the
@@ -48,18 +61,25 @@ import hashlib
 import inspect
 import json
 import os
+import re
 import struct
 import threading
 import uuid
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, TypeVar
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
+from .errors import IntegrityError
+from .signing import TAG_SIZE, Signer, default_signer
+
 __all__ = ["Storage", "INPUTS_MAGIC", "PREFIX_READ"]
 
-INPUTS_MAGIC = b"BFINPUT2"
+INPUTS_MAGIC = b"BFINPUT3"
+HEADER_MAC_FIELD = "hmac"
+# the header's last field: ,"hmac":"<64 hex>"} (the "," is absent when it is the only field)
+_HEADER_MAC_SUFFIX = re.compile(rb'"hmac":"([0-9a-f]{64})"\}\Z')
 PREFIX_READ = 64 * 1024
 ATTEMPTS = 4
 _U64 = struct.Struct("<Q")
@@ -115,7 +135,8 @@ def _s3_options(options: Dict[str, Any]) -> Dict[str, Any]:
 class Storage:
     """Reads and writes the payloads of every job under one root URL."""
 
-    def __init__(self, root_url: str, *, storage_options: Optional[Dict[str, Any]] = None) -> None:
+    def __init__(self, root_url: str, *, storage_options: Optional[Dict[str, Any]] = None,
+                 signer: Optional[Signer] = None) -> None:
         options = dict(storage_options or {})
         if root_url.startswith(("s3://", "s3a://")):
             options = _s3_options(options)
@@ -129,14 +150,31 @@ class Storage:
         self._conditional_put = pipe is not None and "mode" in inspect.signature(pipe).parameters
         self._uploaded: Set[str] = set()
         self._lock = threading.Lock()
+        self._signer = signer
 
     @classmethod
-    def from_url(cls, url: str, *, storage_options: Optional[Dict[str, Any]] = None) -> "Storage":
+    def from_url(cls, url: str, *, storage_options: Optional[Dict[str, Any]] = None,
+                 signer: Optional[Signer] = None) -> "Storage":
         """The Storage rooted at R of a job URL ``R/runs/<run_id>/jobs/<job_key>`` (the worker's)."""
         root, sep, _ = url.rpartition("/runs/")
         if not sep or not root:
             raise ValueError(f"{url!r} is not a batchfutures job URL (R/runs/<run>/jobs/<key>)")
-        return cls(root, storage_options=storage_options)
+        return cls(root, storage_options=storage_options, signer=signer)
+
+    @property
+    def signer(self) -> Signer:
+        """The key every object is sealed and checked with (signing.default_signer() if none given)."""
+        if self._signer is None:
+            with self._lock:
+                if self._signer is None:
+                    self._signer = default_signer()
+        return self._signer
+
+    def name_of(self, url: str) -> str:
+        """An object's name for its signature: its key under the root (the URL if outside it)."""
+        if url.startswith(self.root_url + "/"):
+            return url[len(self.root_url) + 1:]
+        return url
 
     def __repr__(self) -> str:
         return f"Storage({self.root_url!r})"
@@ -207,6 +245,9 @@ class Storage:
 
         def read() -> Optional[bytes]:
             try:
+                if self.local and end is not None:  # a range past the end reads what is there,
+                    size = os.path.getsize(path)  # as on S3 (a file read would allocate it all)
+                    return self.fs.cat_file(path, start=min(start or 0, size), end=min(end, size))
                 return self.fs.cat_file(path, start=start, end=end)
             except FileNotFoundError:
                 return None
@@ -260,68 +301,99 @@ class Storage:
         return self.url("runs", run_id, "functions", f"{digest}.pkl")
 
     def put_function(self, run_id: str, payload: bytes) -> str:
-        """Upload a pickled callable under its content hash, once per run and Storage."""
+        """Upload a pickled callable, sealed, under its content hash, once per run and Storage."""
         url = self.function_url(run_id, payload)
         with self._lock:
             if url in self._uploaded:
                 return url
-        self.put_bytes(url, payload)
+        self.put_bytes(url, self.signer.seal("function", self.name_of(url), payload))
         with self._lock:
             self._uploaded.add(url)
         return url
 
     def get_function(self, url: str) -> bytes:
+        """The callable's pickle, once its seal is checked (IntegrityError otherwise)."""
         data = self.get_bytes(url)
         if data is None:
             raise FileNotFoundError(f"the function payload {url} is missing")
-        return data
+        return self.signer.unseal("function", self.name_of(url), data)
 
     # -- inputs ------------------------------------------------------------------------------
     def write_inputs(self, job_url: str, header: Dict[str, Any], child_blobs: List[bytes]) -> str:
         """Write a Batch job's inputs object (format in the module docstring); returns its URL.
 
-        ``header["children"]`` is set to ``len(child_blobs)``.
+        ``header["children"]`` is set to ``len(child_blobs)``; the header and every blob are
+        signed with this Storage's key.
         """
+        if HEADER_MAC_FIELD in header:
+            raise ValueError(f"the inputs header field {HEADER_MAC_FIELD!r} is the signature's")
+        url = self.inputs_url(job_url)
+        name = self.name_of(url)
         header = dict(header, children=len(child_blobs))
-        header_bytes = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+        body = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+        header_mac = self.signer.mac("inputs-header", name, body)
+        header_bytes = b"".join([body[:-1], b"," if body != b"{}" else b"",
+                                 b'"%s":"%s"}' % (HEADER_MAC_FIELD.encode(), header_mac.hex().encode())])
         table_end = 16 + len(header_bytes) + 8 * (len(child_blobs) + 1)
         data_start = max(table_end, PREFIX_READ) if len(child_blobs) > 1 else table_end
         offsets = [data_start]
-        for blob in child_blobs:
-            offsets.append(offsets[-1] + len(blob))
+        ranges: List[bytes] = []
+        for index, blob in enumerate(child_blobs):
+            ranges.append(self.signer.mac("inputs-child", name, _U64.pack(index), header_mac, blob))
+            ranges.append(blob)
+            offsets.append(offsets[-1] + TAG_SIZE + len(blob))
         data = b"".join([INPUTS_MAGIC, _U64.pack(len(header_bytes)), header_bytes,
                          struct.pack(f"<{len(offsets)}Q", *offsets),
-                         bytes(data_start - table_end), *child_blobs])
-        url = self.inputs_url(job_url)
+                         bytes(data_start - table_end), *ranges])
         self.put_bytes(url, data)
         return url
 
     def read_header(self, job_url: str) -> Dict[str, Any]:
+        """The inputs header, once its MAC is checked (IntegrityError otherwise)."""
         return self._read_prefix(job_url)[0]
 
-    def _read_prefix(self, job_url: str) -> Tuple[Dict[str, Any], bytes, int]:
-        """(header, the bytes read so far from offset 0, offset of the index table)."""
+    def _read_prefix(self, job_url: str) -> Tuple[Dict[str, Any], bytes, int, bytes]:
+        """(checked header, the bytes read so far from offset 0, index table offset, header MAC)."""
         url = self.inputs_url(job_url)
         prefix = self.get_bytes(url, 0, PREFIX_READ)
         if prefix is None:
             raise FileNotFoundError(f"the inputs of {job_url} are missing")
         if len(prefix) < 16 or prefix[:8] != INPUTS_MAGIC:
-            raise ValueError(f"{url} is not a batchfutures inputs object ({INPUTS_MAGIC!r})")
+            raise IntegrityError(f"{url} is not a batchfutures inputs object signed as this "
+                                 f"version writes them ({INPUTS_MAGIC!r}); refusing it, nothing "
+                                 f"was unpickled")
         (length,) = _U64.unpack_from(prefix, 8)
         if 16 + length > len(prefix):  # a header longer than the prefix: one more read
             prefix += self._range(url, len(prefix), 16 + length)
-        header = json.loads(prefix[16:16 + length])
-        return header, prefix, 16 + length
+        header, header_mac = self._checked_header(url, prefix[16:16 + length])
+        return header, prefix, 16 + length, header_mac
+
+    def _checked_header(self, url: str, stored: bytes) -> Tuple[Dict[str, Any], bytes]:
+        """Check the header's MAC over the exact bytes it covers, then parse those bytes."""
+        name = self.name_of(url)
+        match = _HEADER_MAC_SUFFIX.search(stored)
+        before = stored[:match.start()] if match else b""
+        if match is None or not (before == b"{" or before.endswith(b",")):
+            raise IntegrityError(f"the inputs object {name} has an unsigned header; refusing it, "
+                                 f"nothing was unpickled")
+        body = before[:-1] + b"}" if before != b"{" else b"{}"
+        header_mac = bytes.fromhex(match.group(1).decode())
+        self.signer.check(header_mac, "inputs-header", name, body)
+        return json.loads(body), header_mac
 
     def _range(self, url: str, start: int, end: int) -> bytes:
         data = self.get_bytes(url, start, end)
-        if data is None or len(data) != end - start:
-            raise ValueError(f"{url} is truncated: bytes [{start}, {end}) are not all there")
+        if data is None or len(data) != end - start:  # a signed object is never short
+            raise IntegrityError(f"{url} is truncated: bytes [{start}, {end}) are not all there")
         return data
 
     def read_child_inputs(self, job_url: str, index: int) -> Tuple[Dict[str, Any], bytes]:
-        """The header and child ``index``'s blob, reading only the prefix and its own range."""
-        header, prefix, table = self._read_prefix(job_url)
+        """The header and child ``index``'s blob, reading only the prefix and its own range.
+
+        Both are checked against their MACs before they are returned (IntegrityError otherwise).
+        """
+        url = self.inputs_url(job_url)
+        header, prefix, table, header_mac = self._read_prefix(job_url)
         children = int(header["children"])
         if not 0 <= index < children:
             raise IndexError(f"child {index} is out of range: the job has {children} children")
@@ -329,22 +401,36 @@ class Storage:
         if entry + 16 <= len(prefix):
             start, stop = _PAIR.unpack_from(prefix, entry)
         else:  # more children than the prefix has index entries for
-            start, stop = _PAIR.unpack(self._range(self.inputs_url(job_url), entry, entry + 16))
-        if stop <= len(prefix):  # a plain job: the prefix already holds its blob
-            return header, prefix[start:stop]
-        return header, self._range(self.inputs_url(job_url), start, stop)
+            start, stop = _PAIR.unpack(self._range(url, entry, entry + 16))
+        if not (table < start and start + TAG_SIZE <= stop):
+            raise IntegrityError(f"the inputs object {self.name_of(url)} has a corrupt index entry "
+                                 f"for child {index}; refusing it")
+        if stop <= len(prefix):  # a plain job: the prefix already holds its range
+            signed = prefix[start:stop]
+        else:
+            signed = self._range(url, start, stop)
+        blob = signed[TAG_SIZE:]
+        self.signer.check(signed[:TAG_SIZE], "inputs-child", self.name_of(url), _U64.pack(index),
+                          header_mac, blob)
+        return header, blob
 
     # -- results -----------------------------------------------------------------------------
     def write_result(self, job_url: str, index: int, data: bytes, *, overwrite: bool = False) -> bool:
-        """Write child ``index``'s result object once.
+        """Write child ``index``'s result object once, sealed.
 
         Returns False, keeping the object that is there, when a result already exists (an
         earlier attempt finished): a retry never replaces a finished result.
         """
-        return self.put_bytes(self.result_url(job_url, index), data, exclusive=not overwrite)
+        url = self.result_url(job_url, index)
+        sealed = self.signer.seal("result", self.name_of(url), data)
+        return self.put_bytes(url, sealed, exclusive=not overwrite)
 
     def read_result(self, job_url: str, index: int) -> Optional[bytes]:
-        return self.get_bytes(self.result_url(job_url, index))
+        """Child ``index``'s result bytes, None when there is none; IntegrityError when its seal
+        does not check (nothing of it must then be unpickled)."""
+        url = self.result_url(job_url, index)
+        data = self.get_bytes(url)
+        return None if data is None else self.signer.unseal("result", self.name_of(url), data)
 
     def has_result(self, job_url: str, index: int) -> bool:
         return self.object_exists(self.result_url(job_url, index))
@@ -377,19 +463,63 @@ class Storage:
 
     # -- job pointers, runs, cleanup ---------------------------------------------------------
     def write_job_pointer(self, job_id: str, job_url: str) -> None:
-        self.put_bytes(self.url("jobs", job_id), job_url.encode())
+        url = self.url("jobs", job_id)
+        self.put_bytes(url, self.signer.seal("pointer", self.name_of(url), job_url.encode()))
 
     def read_job_pointer(self, job_id: str) -> Optional[str]:
-        data = self.get_bytes(self.url("jobs", job_id))
-        return data.decode() if data is not None else None
+        """The job URL recorded for a Batch job (sealed: a pointer cannot be redirected)."""
+        url = self.url("jobs", job_id)
+        data = self.get_bytes(url)
+        return self.signer.unseal("pointer", self.name_of(url), data).decode() if data is not None else None
 
     def delete_job(self, job_url: str) -> None:
         self.delete(job_url)
 
-    def delete_run(self, run_id: str) -> None:
+    def delete_run(self, run_id: str, job_ids: Sequence[str] = ()) -> None:
+        """Remove a run's folder, and the pointers of its Batch jobs ``job_ids``."""
         if not run_id or "/" in run_id or run_id in (".", ".."):
             raise ValueError(f"{run_id!r} is not a run id")
         self.delete(self.run_url(run_id))
+        for job_id in job_ids:
+            self.delete_job_pointer(job_id)
+
+    def delete_job_pointer(self, job_id: str) -> None:
+        if not job_id or "/" in job_id or job_id in (".", ".."):
+            raise ValueError(f"{job_id!r} is not a job id")
+        self.delete(self.url("jobs", job_id))
+
+    def list_job_pointers(self) -> List[Tuple[str, Optional[float]]]:
+        """(Batch job id, time its pointer was written, or None) of every job pointer: one LIST."""
+        path = self._path(self.url("jobs"))
+        if not self.local:
+            self.fs.invalidate_cache(path)
+
+        def entries() -> List[Dict[str, Any]]:
+            try:
+                return self.fs.ls(path, detail=True)
+            except FileNotFoundError:
+                return []
+        found = []
+        for entry in self._retried(entries):
+            name = entry["name"].rstrip("/").rpartition("/")[2]
+            if name and not name.startswith(".") and entry.get("type") != "directory":
+                found.append((name, _epoch(entry.get("mtime") or entry.get("LastModified"))))
+        return sorted(found)
+
+    def run_job_keys(self, run_id: str) -> List[str]:
+        """The job keys a run holds payloads for (``R/runs/<run_id>/jobs/<job_key>``)."""
+        return sorted(name for name in self._names(self.url("runs", run_id, "jobs"))
+                      if not name.startswith("."))
+
+    def split_job_url(self, job_url: str) -> Optional[Tuple[str, str]]:
+        """(run id, job key) of a job URL under this root, or None."""
+        prefix = self.url("runs") + "/"
+        if not job_url.startswith(prefix):
+            return None
+        parts = job_url[len(prefix):].strip("/").split("/")
+        if len(parts) != 3 or parts[1] != "jobs":
+            return None
+        return parts[0], parts[2]
 
     def list_runs(self) -> List[Tuple[str, Optional[float]]]:
         """(run id, newest modification time in the run as epoch seconds, or None) per run.

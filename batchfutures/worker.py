@@ -2,10 +2,12 @@
 
     AWS_BATCH_JOB_ARRAY_INDEX = i (absent: 0, a plain job)
       -> <job_url>/results/<i> already there?  an earlier attempt finished: keep it, exit 0
-      -> read the header and child i's byte range of <job_url>/inputs
+      -> read the header and child i's byte range of <job_url>/inputs, checking their MACs
       -> the client's Python/cloudpickle differ (header stamp)?  every item: a mismatch outcome
+      -> read the functions it needs and check each one's seal, all before running anything
       -> the executor's initializer(*initargs), if any, once; if it raises, every item fails
-      -> load the functions it needs (once each), run each item in order; print goes to the log
+      -> unpickle them (once each), run each item in order; print goes to the log
+         (an argument that is another call's result is read from that call's result object)
       -> one outcome per item: value | exception + traceback | unpicklable | mismatch
       -> write <job_url>/results/<i> once, atomically and only if absent; exit 0
 
@@ -18,6 +20,13 @@ MemoryError). A result already written by an earlier attempt is kept: a retry ne
 a finished result. The worker's own messages go to stderr through the "batchfutures" logger.
 Once the result is written the process ends (``os._exit`` after the atexit handlers), so a
 non-daemon thread left running by the function cannot keep the job alive.
+
+Signing (signing.py): the key is found where the job's BATCHFUTURES_SIGNING_KEY_SOURCE says. An
+inputs object or function that is unsigned, altered or signed with another key is refused before
+any of it is unpickled and before anything runs: the job's log says why, and the result records
+the refusal in its JSON metadata only (never a pickle), so the client raises IntegrityError
+without unpickling. No key at all is a failed container (exit 1) whose log says where the key
+was looked for.
 
 Imports stay light: no boto3 for file:// URLs, s3fs only through fsspec for s3:// URLs.
 """
@@ -32,6 +41,8 @@ import sys
 import time
 import traceback
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
+
+from .errors import IntegrityError
 
 if TYPE_CHECKING:
     from .storage import Storage
@@ -105,8 +116,22 @@ def run_items(storage: "Storage", header: Dict[str, Any], blob: bytes, index: in
         if failure is not None:
             return [failure] * len(items)
 
+    from .dependencies import Resolver, UpstreamFailed, has_refs
+
+    resolver = Resolver(storage)
     functions: Dict[int, Any] = {}
     failed_functions: Dict[int, bytes] = {}  # a function that did not load fails each of its items
+    pickles: Dict[int, bytes] = {}
+    for function_index in sorted({item[0] for item in items}):
+        # every seal is checked before anything runs: IntegrityError refuses the whole child
+        try:
+            pickles[function_index] = storage.get_function(header["functions"][function_index])
+        except (MemoryError, IntegrityError):
+            raise
+        except Exception as error:  # missing: fails only its own items
+            logger.warning("child %d: could not load function %d: %s", index, function_index,
+                           type(error).__name__)
+            failed_functions[function_index] = _load_failure("the function", header, error)
     outcomes: List[bytes] = []
     for function_index, args, kwargs in items:
         if function_index in failed_functions:
@@ -114,8 +139,7 @@ def run_items(storage: "Storage", header: Dict[str, Any], blob: bytes, index: in
             continue
         if function_index not in functions:
             try:
-                data = storage.get_function(header["functions"][function_index])
-                functions[function_index] = serialization.loads(data)
+                functions[function_index] = serialization.loads(pickles.pop(function_index))
             except MemoryError:
                 raise
             except Exception as error:
@@ -124,6 +148,18 @@ def run_items(storage: "Storage", header: Dict[str, Any], blob: bytes, index: in
                 outcome = _load_failure("the function", header, error)
                 failed_functions[function_index] = outcome
                 outcomes.append(outcome)
+                continue
+        if has_refs(args, kwargs):  # other calls' results: read from storage, never the client
+            try:
+                args, kwargs = resolver.resolve(args, kwargs)
+            except UpstreamFailed as failed:
+                outcomes.append(serialization.encode_dependency_failure(failed.ref.job_id,
+                                                                        failed.outcome))
+                continue
+            except MemoryError:
+                raise
+            except Exception as error:
+                outcomes.append(serialization.encode_error(error, traceback.format_exc()))
                 continue
         try:
             value = functions[function_index](*args, **kwargs)
@@ -166,21 +202,27 @@ def _run_initializer(storage: "Storage", header: Dict[str, Any], url: str,
 
 def run_child(job_url: str, index: int, attempt: Optional[str] = None) -> int:
     """Run one child of a Batch job and record its result; the container's exit status."""
-    from . import serialization
+    from . import serialization, signing
     from .storage import Storage
 
-    storage = Storage.from_url(job_url)
+    storage = Storage.from_url(job_url, signer=signing.job_signer())
     if storage.has_result(job_url, index):
         logger.info("child %d: a result is already written (an earlier attempt finished); "
                     "keeping it, not running again", index)
         return 0
-    header, blob = storage.read_child_inputs(job_url, index)
     meta: Dict[str, Any] = {
         "index": index, "attempt": attempt, "started": time.time(), "host": socket.gethostname(),
         "pid": os.getpid(), "worker": serialization.payload_stamp(),
     }
-    outcomes = run_items(storage, header, blob, index)
-    del blob
+    try:
+        header, blob = storage.read_child_inputs(job_url, index)
+        outcomes = run_items(storage, header, blob, index)
+        del blob
+    except IntegrityError as refused:  # raised before any item ran
+        logger.error("child %d: refusing this job (nothing unverified was unpickled, nothing ran): "
+                     "%s", index, refused)
+        meta[signing.REFUSED] = str(refused)
+        outcomes = []
     _flush()
     meta["finished"] = time.time()
     if not storage.write_result(job_url, index, serialization.pack_result(outcomes, meta)):

@@ -174,6 +174,9 @@ def emulator_endpoint(folder, max_vcpus: int) -> Iterator[object]:
         with pytest.MonkeyPatch.context() as patch:
             patch.setenv("AWS_ENDPOINT_URL_BATCH", server.endpoint_url)
             patch.setenv("AWS_ENDPOINT_URL_CLOUDWATCH_LOGS", server.endpoint_url)
+            # AWSBatchEnvironment signs payloads with a key the bucket does not hold (signing.py);
+            # the workers, local processes here, inherit it as a container would get it
+            patch.setenv("BATCHFUTURES_SIGNING_KEY", "aws-path-tests-" + "k" * 32)
             yield emulator
     finally:
         server.stop()

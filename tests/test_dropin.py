@@ -14,7 +14,7 @@ import pytest
 
 from batchfutures import BatchExecutor, EnvironmentMismatchError, InitializerFailedError, serialization
 from batchfutures.emulator.retries import should_retry
-from batchfutures.session import RETRY_RULES
+from batchfutures.submission import RETRY_RULES
 
 pytestmark = pytest.mark.slow
 
@@ -151,3 +151,74 @@ def test_opting_out_of_shipping_makes_a_missing_module_a_mismatch(local_env, tmp
         pytest.fail("the worker imported the client's module: the emulator shares the client's path")
     assert isinstance(error, EnvironmentMismatchError), repr(error)
     assert name in str(error) and "install it in the image" in str(error)
+
+
+# -- max_workers ---------------------------------------------------------------------------------
+def _interval(folder, x):
+    import time
+
+    start = time.time()
+    time.sleep(0.3)
+    (folder / f"{x}").write_text(f"{start} {time.time()}")
+    return x
+
+
+def _most_at_once(folder):
+    spans = [tuple(map(float, p.read_text().split())) for p in folder.iterdir()]
+    events = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])
+    most = running = 0
+    for _, step in events:
+        running += step
+        most = max(most, running)
+    return most
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_max_workers_bounds_the_children_running_at_once(tmp_path, workers):
+    from batchfutures import LocalEnvironment
+
+    env = LocalEnvironment(tmp_path / "work", max_vcpus=4)
+    folder = tmp_path / "spans"
+    folder.mkdir()
+    try:
+        with BatchExecutor(env, max_workers=workers) as ex:
+            mapped = ex.map(_interval, [folder] * 5, range(5))
+            submitted = [ex.submit(_interval, folder, 10 + i) for i in range(2)]
+            assert list(mapped) == list(range(5))
+            assert [f.result(timeout=120) for f in submitted] == [10, 11]
+    finally:
+        env.emulator.close()
+    assert len(list(folder.iterdir())) == 7
+    assert _most_at_once(folder) <= workers
+
+
+# -- no stale references ------------------------------------------------------------------------
+class _Model:
+    def predict(self, x):
+        return _Value(x)
+
+
+class _Value:
+    def __init__(self, x):
+        self.x = x
+
+
+def test_done_futures_leave_no_callable_or_result_behind(executor):
+    import gc
+    import weakref
+
+    model = _Model()
+    model_ref = weakref.ref(model)
+    future = executor.submit(model.predict, 3)
+    assert future.result(timeout=120).x == 3
+    del model
+    gc.collect()
+    assert model_ref() is None, gc.get_referrers(model_ref())
+
+    iterator = executor.map(_Model().predict, range(3))
+    first = next(iterator)
+    first_ref = weakref.ref(first)
+    del first
+    gc.collect()
+    assert first_ref() is None  # the iterator does not keep what it yielded
+    assert [v.x for v in iterator] == [1, 2]

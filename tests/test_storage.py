@@ -16,7 +16,8 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import pytest
 import s3server
 
-from batchfutures import serialization
+from batchfutures import IntegrityError, serialization
+from batchfutures.signing import TAG_SIZE
 from batchfutures.storage import INPUTS_MAGIC, PREFIX_READ, Storage, _transient
 
 # moto S3 fixtures (tests/s3server.py), registered for this module
@@ -148,8 +149,8 @@ def test_thousand_children_each_reads_exactly_its_own_items(storage, s3_requests
     job = storage.job_url("run1", "job1")
     storage.write_inputs(job, {"functions": ["a", "b", "c"], "note": "é"}, blobs)
     offsets = [PREFIX_READ]
-    for blob in blobs:
-        offsets.append(offsets[-1] + len(blob))
+    for blob in blobs:  # each child's range: its 32-byte tag, then its blob
+        offsets.append(offsets[-1] + TAG_SIZE + len(blob))
 
     def check(index: int) -> None:
         header, blob = storage.read_child_inputs(job, index)
@@ -189,7 +190,8 @@ def test_a_local_child_reads_only_the_prefix_and_its_own_range(local, monkeypatc
         assert blob == blobs[index]
         (p_start, p_end, p_len), (b_start, b_end, b_len) = reads.reads
         assert (p_start, p_end) == (0, PREFIX_READ) and p_len <= data_start
-        assert (b_start, b_end) == (offsets[index], offsets[index + 1]) and b_len == len(blobs[index])
+        assert (b_start, b_end) == (offsets[index], offsets[index + 1])
+        assert b_len == TAG_SIZE + len(blobs[index])  # its tag and its blob
 
 
 def test_an_s3_child_sends_two_range_gets(s3_root):
@@ -247,7 +249,8 @@ def test_a_header_over_64_kib_costs_one_more_read_on_s3(s3_root):
     assert length > PREFIX_READ and header["functions"] == big["functions"]
     requests.clear()
     got_header, blob = storage.read_child_inputs(job, 2)
-    assert got_header == header and blob == b"third"
+    # the header as signed: without its own MAC field
+    assert got_header == {k: v for k, v in header.items() if k != "hmac"} and blob == b"third"
     # the prefix, the rest of the header, child 2's index entries, its blob
     assert [rng for _, _, rng in requests.sent] == [
         f"bytes=0-{PREFIX_READ - 1}", f"bytes={PREFIX_READ}-{16 + length - 1}",
@@ -261,7 +264,7 @@ def test_missing_or_foreign_inputs(local):
     with pytest.raises(FileNotFoundError):
         local.read_child_inputs(job, 0)
     local.put_bytes(job + "/inputs", b"not an inputs object at all")
-    with pytest.raises(ValueError, match="not a batchfutures inputs object"):
+    with pytest.raises(IntegrityError, match="not a batchfutures inputs object"):
         local.read_child_inputs(job, 0)
 
 

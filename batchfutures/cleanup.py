@@ -1,0 +1,239 @@
+"""Which stored runs are finished and may be removed, and removing them.
+
+    storage.list_runs() ─────────────────> run id, newest write in the run
+    storage.list_job_pointers() + read ──> Batch job id -> (run id, job key), pointer's time
+    storage.run_job_keys(run) ───────────> the job payloads a run holds
+    DescribeJobs(every recorded job id) ─> ended, still active, or unknown to Batch
+                  │
+                  v
+    decide(states, age, horizon, all_finished)      pure, table-tested
+                  │
+                  v
+    storage.delete_run(run, its job ids)            payloads, results and job pointers
+
+A run is never removed while one of its jobs is active. A run whose jobs have all ended goes
+once it is older than the horizon (or at once with ``all_finished``: `cleanup --all`). A run
+Batch cannot vouch for (a job it no longer knows, a payload with no job id recorded: being
+submitted right now, or a failed submit) goes only once it is older than the horizon and than
+UNCERTAIN_MIN_AGE, whatever ``all_finished`` says: DescribeJobs may miss a job for a while
+after SubmitJob, and a payload is written before its job is submitted.
+
+`remove_finished_runs(env)` is what an executor on `LocalEnvironment` calls when its session
+starts, so local storage stays bounded (BATCHFUTURES_LOCAL_RETENTION_DAYS, default 7). On S3 the
+CloudFormation template's lifecycle rule expires payloads instead.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import enum
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from . import batchapi
+from .errors import ConfigurationError
+from .jobs import TERMINAL
+
+__all__ = ["JobState", "Decision", "RunReport", "decide", "job_state", "survey", "remove",
+           "remove_finished_runs", "local_retention_seconds", "RETENTION_VARIABLE"]
+
+logger = logging.getLogger("batchfutures")
+
+RETENTION_VARIABLE = "BATCHFUTURES_LOCAL_RETENTION_DAYS"
+DEFAULT_RETENTION_DAYS = 7.0
+# A run Batch cannot vouch for is at least this old before it goes (longer than DescribeJobs'
+# lag after SubmitJob, and than any upload-then-submit).
+UNCERTAIN_MIN_AGE = 3600.0
+POINTER_SLACK = 3600.0  # how much later than its run's newest write a pointer may be written
+_POINTER_READERS = 16  # parallel GETs of job pointers on an object store
+
+
+class JobState(enum.Enum):
+    """What cleanup knows of one job payload of a run."""
+
+    ACTIVE = "active"  # Batch says it has not ended
+    ENDED = "ended"  # SUCCEEDED or FAILED
+    UNKNOWN = "unknown"  # a job id is recorded, but Batch does not know it (expired, or too new)
+    UNSUBMITTED = "unsubmitted"  # a payload with no job id recorded (being submitted, or failed)
+
+
+def job_state(status: Optional[str]) -> JobState:
+    """The state of a recorded job from its Batch status (None: DescribeJobs left it out)."""
+    if status is None:
+        return JobState.UNKNOWN
+    return JobState.ENDED if status in TERMINAL else JobState.ACTIVE
+
+
+@dataclass(frozen=True)
+class Decision:
+    remove: bool
+    reason: str
+
+
+def _age_text(seconds: float) -> str:
+    if seconds >= 86400:
+        return f"{seconds / 86400:.1f} days"
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} hours"
+    return f"{seconds / 60:.0f} minutes"
+
+
+def decide(states: Sequence[JobState], age_seconds: Optional[float], horizon_seconds: float, *,
+           all_finished: bool = False) -> Decision:
+    """Whether a run may be removed, and why (the whole cleanup policy; no I/O).
+
+    ``states``: one per job payload of the run; ``age_seconds``: since its newest write (None
+    when storage gives no time); ``all_finished``: remove every run whose jobs have all ended,
+    whatever its age.
+    """
+    active = sum(state is JobState.ACTIVE for state in states)
+    if active:
+        return Decision(False, f"in progress: {active} job(s) have not ended")
+    age = -1.0 if age_seconds is None else age_seconds  # no time known: never "old"
+    uncertain = sum(state in (JobState.UNKNOWN, JobState.UNSUBMITTED) for state in states)
+    if uncertain or not states:
+        what = (f"{uncertain} job(s) Batch does not know or that were never submitted"
+                if states else "no job recorded")
+        wait = max(horizon_seconds, UNCERTAIN_MIN_AGE)
+        if age >= wait:
+            return Decision(True, f"{what}, untouched for {_age_text(age)}")
+        return Decision(False, f"{what}: kept until it is older than {_age_text(wait)}")
+    if all_finished:
+        return Decision(True, f"finished: all {len(states)} job(s) ended")
+    if age >= horizon_seconds:
+        return Decision(True, f"finished {_age_text(age)} ago")
+    return Decision(False, f"finished, but newer than {_age_text(horizon_seconds)}")
+
+
+@dataclass
+class RunReport:
+    """One run, what Batch says of its jobs, and the decision."""
+
+    run_id: str
+    url: str
+    age_seconds: Optional[float]
+    job_ids: List[str] = field(default_factory=list)
+    states: List[JobState] = field(default_factory=list)
+    decision: Decision = Decision(False, "")
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {"run": self.run_id, "url": self.url, "ageSeconds": self.age_seconds,
+                "jobs": self.job_ids, "remove": self.decision.remove,
+                "reason": self.decision.reason}
+
+
+def _read_pointers(storage: Any, job_ids: Sequence[str]) -> Dict[str, Optional[str]]:
+    if storage.local or len(job_ids) < 2:
+        return {job_id: storage.read_job_pointer(job_id) for job_id in job_ids}
+    with concurrent.futures.ThreadPoolExecutor(_POINTER_READERS) as pool:
+        return dict(zip(job_ids, pool.map(storage.read_job_pointer, job_ids)))
+
+
+def _statuses(batch: Any, job_ids: Sequence[str]) -> Dict[str, str]:
+    return {job["jobId"]: job.get("status", "") for job in batchapi.describe_jobs(batch, list(job_ids))}
+
+
+def survey(storage: Any, batch: Any, *, horizon_seconds: float, all_finished: bool = False,
+           now: Optional[float] = None) -> List[RunReport]:
+    """Every stored run with its decision. Only runs that could be removed are asked about.
+
+    A run younger than the horizon is not described to Batch unless ``all_finished`` (the
+    decision keeps it anyway), so the automatic local cleanup costs listings only, mostly.
+    """
+    now = time.time() if now is None else now
+    runs = dict(storage.list_runs())
+    any_old = any(t is not None and now - t >= horizon_seconds for t in runs.values())
+    pointers = storage.list_job_pointers() if all_finished or any_old else []
+    if not all_finished:
+        # A pointer is written right after SubmitJob, right after its inputs: a run old enough
+        # to go has only old pointers, so the young ones (most, in a busy folder) are not read.
+        limit = now - horizon_seconds + POINTER_SLACK
+        pointers = [(job_id, t) for job_id, t in pointers if t is None or t <= limit]
+    targets = _read_pointers(storage, [job_id for job_id, _ in pointers])
+    pointer_time = dict(pointers)
+    jobs_of: Dict[str, Dict[str, str]] = {}  # run -> job key -> job id
+    newest: Dict[str, float] = {}
+    for job_id, job_url in targets.items():
+        where = storage.split_job_url(job_url) if job_url else None
+        if where is None:
+            continue
+        run_id, job_key = where
+        jobs_of.setdefault(run_id, {})[job_key] = job_id
+        written = pointer_time.get(job_id)
+        if written is not None:
+            newest[run_id] = max(newest.get(run_id, written), written)
+    reports: List[RunReport] = []
+    candidates: List[Tuple[RunReport, List[Optional[str]]]] = []
+    for run_id, modified in sorted(runs.items()):
+        times = [t for t in (modified, newest.get(run_id)) if t is not None]
+        age = now - max(times) if times else None
+        report = RunReport(run_id, storage.run_url(run_id), age)
+        reports.append(report)
+        could_go = all_finished or (age is not None and age >= horizon_seconds)
+        if not could_go:
+            report.decision = Decision(False, f"newer than {_age_text(horizon_seconds)}")
+            continue
+        keys = storage.run_job_keys(run_id)
+        recorded = jobs_of.get(run_id, {})
+        report.job_ids = sorted(recorded.values())
+        candidates.append((report, [recorded.get(key) for key in keys]))
+    statuses = _statuses(batch, sorted({j for _, ids in candidates for j in ids if j}))
+    for report, ids in candidates:
+        report.states = [JobState.UNSUBMITTED if job_id is None else job_state(statuses.get(job_id))
+                         for job_id in ids]
+        report.decision = decide(report.states, report.age_seconds, horizon_seconds,
+                                 all_finished=all_finished)
+    return reports
+
+
+def remove(storage: Any, reports: Iterable[RunReport]) -> List[str]:
+    """Delete the runs decided removable (payloads, results, job pointers); their ids."""
+    removed = []
+    for report in reports:
+        if report.decision.remove:
+            storage.delete_run(report.run_id, report.job_ids)
+            removed.append(report.run_id)
+    return removed
+
+
+def local_retention_seconds(environ: Mapping[str, str] = os.environ) -> Optional[float]:
+    """The local horizon from BATCHFUTURES_LOCAL_RETENTION_DAYS (days; "off" keeps everything)."""
+    text = environ.get(RETENTION_VARIABLE, "").strip()
+    if not text:
+        return DEFAULT_RETENTION_DAYS * 86400
+    if text.lower() in ("off", "never", "none"):
+        return None
+    try:
+        days = float(text)
+    except ValueError:
+        days = -1.0
+    if not days >= 0:  # also refuses nan
+        raise ConfigurationError(
+            f"{RETENTION_VARIABLE}={text!r}: give a number of days (0 or more), or 'off'")
+    return days * 86400
+
+
+def remove_finished_runs(env: Any, older_than_seconds: Optional[float] = None) -> List[str]:
+    """Remove the runs of ``env``'s storage that are finished and older than the horizon.
+
+    ``older_than_seconds`` None reads BATCHFUTURES_LOCAL_RETENTION_DAYS (default 7 days; "off"
+    removes nothing). Never removes a run in progress; never raises for a storage or Batch
+    hiccup (it logs and leaves the runs in place). Returns the removed run ids.
+    """
+    horizon = local_retention_seconds() if older_than_seconds is None else older_than_seconds
+    if horizon is None:
+        return []
+    try:
+        reports = survey(env.storage, env.batch, horizon_seconds=horizon)
+        removed = remove(env.storage, reports)
+    except Exception as error:  # housekeeping must never stop the user's work
+        logger.warning("batchfutures: the cleanup of finished runs in %s failed: %s",
+                       env.storage.root_url, error)
+        return []
+    if removed:
+        logger.info("batchfutures: removed %d finished run(s) older than %s from %s",
+                    len(removed), _age_text(horizon), env.storage.root_url)
+    return removed

@@ -1,0 +1,131 @@
+"""Futures as arguments: a call's inputs can be other calls' results, read in the worker.
+
+    client                                              worker
+    ------                                              ------
+    ex.submit(g, fut)   fut -> FutureRef(job_url, child, item)   resolve(args): GET results/<child>
+                        + dependsOn upstream job (N_TO_N when        of the upstream job (once per
+                          child i needs only upstream child i)       child), item's outcome:
+                                                                   ok    -> the value
+                                                                   error -> UpstreamFailed: the item's
+                                                                            outcome is "dependency",
+                                                                            carrying the upstream outcome
+
+Values never travel through the client: the worker reads them from storage. Batch starts the
+dependent job only once its dependencies ended; a dependency that failed as a container makes
+Batch fail the dependent job ("Dependent Job failed"), one whose function raised makes only the
+items that use it fail, each with `DependencyFailedError` whose `__cause__` is that exception.
+
+A FutureRef is found as an argument itself, or inside a list or tuple argument (one level), as
+the contract says; futures nested deeper travel as they are and are refused (not picklable).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+MAX_DEPENDENCIES = 20  # Batch's limit of dependsOn entries per job
+
+
+@dataclass(frozen=True)
+class FutureRef:
+    """Where one item's outcome lives: child ``child`` of the job at ``job_url``, item ``item``."""
+
+    job_url: str
+    child: int
+    item: int
+    job_id: str  # the upstream call's Batch job id (for messages)
+
+
+class UpstreamFailed(Exception):
+    """An argument's upstream item did not succeed; carries its encoded outcome."""
+
+    def __init__(self, ref: FutureRef, outcome: bytes) -> None:
+        super().__init__(ref.job_id)
+        self.ref = ref
+        self.outcome = outcome
+
+
+def substitute(value: Any, replace: Callable[[Any], Optional[Any]]) -> Any:
+    """``value`` with each future in it (itself, or in a list/tuple) replaced by ``replace``."""
+    direct = replace(value)
+    if direct is not None:
+        return direct
+    if isinstance(value, (list, tuple)):
+        replaced = [replace(item) for item in value]
+        if any(r is not None for r in replaced):
+            items = [item if r is None else r for item, r in zip(value, replaced)]
+            return items if isinstance(value, list) else tuple(items)
+    return value
+
+
+def substitute_call(args: tuple, kwargs: Dict[str, Any],
+                    replace: Callable[[Any], Optional[Any]]) -> Tuple[tuple, Dict[str, Any]]:
+    return (tuple(substitute(a, replace) for a in args),
+            {k: substitute(v, replace) for k, v in kwargs.items()})
+
+
+# -- the worker's side ---------------------------------------------------------------------
+class Resolver:
+    """Reads upstream results for a child's items, one GET per upstream child."""
+
+    def __init__(self, storage: Any) -> None:
+        self._storage = storage
+        self._outcomes: Dict[Tuple[str, int], List[bytes]] = {}
+
+    def _outcome(self, ref: FutureRef) -> bytes:
+        from . import serialization
+
+        key = (ref.job_url, ref.child)
+        if key not in self._outcomes:
+            data = self._storage.read_result(ref.job_url, ref.child) if ref.job_url else None
+            if data is None:  # failed as a container, or cancelled: it wrote no result
+                from .errors import JobFailedError
+
+                missing = serialization.encode_error(JobFailedError(
+                    f"{ref.job_id or 'an upstream call'} ended without a result (it failed, or "
+                    f"was cancelled)", job_id=ref.job_id or None))
+                raise UpstreamFailed(ref, missing)
+            self._outcomes[key] = serialization.unpack_result(data)[1]
+        return self._outcomes[key][ref.item]
+
+    def value(self, ref: FutureRef) -> Any:
+        from . import serialization
+
+        outcome = self._outcome(ref)
+        if serialization.outcome_kind(outcome) != serialization.OK:
+            raise UpstreamFailed(ref, outcome)
+        ok, value = serialization.outcome_result(outcome)
+        if not ok:  # it succeeded but cannot be loaded here
+            raise UpstreamFailed(ref, outcome)
+        return value
+
+    def resolve(self, args: tuple, kwargs: Dict[str, Any]) -> Tuple[tuple, Dict[str, Any]]:
+        """The call's arguments with every FutureRef replaced by its value (UpstreamFailed)."""
+
+        def replace(value: Any) -> Optional[Any]:
+            return _Found(self.value(value)) if isinstance(value, FutureRef) else None
+
+        def unwrap(value: Any) -> Any:
+            if isinstance(value, _Found):
+                return value.value
+            if isinstance(value, (list, tuple)) and any(isinstance(v, _Found) for v in value):
+                items = [unwrap(v) for v in value]
+                return items if isinstance(value, list) else tuple(items)
+            return value
+
+        new_args, new_kwargs = substitute_call(args, kwargs, replace)
+        return tuple(unwrap(a) for a in new_args), {k: unwrap(v) for k, v in new_kwargs.items()}
+
+
+@dataclass
+class _Found:
+    value: Any
+
+
+def has_refs(args: tuple, kwargs: Dict[str, Any]) -> bool:
+    def is_ref(value: Any) -> bool:
+        return isinstance(value, FutureRef) or (
+            isinstance(value, (list, tuple)) and any(isinstance(v, FutureRef) for v in value))
+
+    return any(is_ref(a) for a in args) or any(is_ref(v) for v in kwargs.values())

@@ -1,0 +1,331 @@
+"""The Batch job as a whole: status, reason, times, children and log of one job id.
+
+    describe(batch, job_id, logs=..., log_group=...)
+        │ DescribeJobs [job_id] ─────────────> the job (a plain job, an array parent, or a child)
+        │ ListJobs arrayJobId, per status  ──> each child's status, exit code, reason
+        │   (only statuses the parent's statusSummary counts; every page)
+        v
+    JobInfo ── .log(index=None) ──> DescribeJobs [child] + GetLogEvents (the latest attempt)
+            ── failed_calls(storage, info) ──> the result objects: calls whose function raised
+
+`describe` reads Batch only; `failed_calls` reads the result objects in storage (a job whose
+function raised is SUCCEEDED for Batch: only storage knows). `BatchExecutor.job(job_id)` and
+`batchfutures status` show the same object.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional
+
+from botocore.exceptions import ClientError
+
+from . import batchapi, serialization
+from .errors import JobMetadataExpired
+from .jobs import STATUS_ORDER, TERMINAL
+from .session import log_group_of
+
+__all__ = ["JobInfo", "ChildInfo", "FailedCall", "CallFailures", "describe", "describe_in",
+           "failed_calls", "not_found"]
+
+DEFAULT_LOG_GROUP = "/aws/batch/job"
+# status shows at most this many result objects' failed calls (one GET each)
+MAX_RESULTS_READ = 1000
+
+
+def _seconds(epoch_ms: Any) -> Optional[float]:
+    """Batch's epoch milliseconds as epoch seconds; 0 or missing means "not yet"."""
+    if not epoch_ms:
+        return None
+    return float(epoch_ms) / 1000.0
+
+
+def iso(epoch: Optional[float]) -> Optional[str]:
+    if epoch is None:
+        return None
+    return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def duration(start: Optional[float], stop: Optional[float], now: Optional[float] = None) -> Optional[float]:
+    """Seconds from start to stop (or to now while it runs); None before it started."""
+    if start is None:
+        return None
+    end = stop if stop is not None else now
+    return None if end is None else max(0.0, end - start)
+
+
+def not_found(job_id: str) -> JobMetadataExpired:
+    return JobMetadataExpired(
+        f"Batch does not know job {job_id!r} (never submitted, or its metadata expired)",
+        job_id=job_id)
+
+
+@dataclass(frozen=True)
+class ChildInfo:
+    """One child of an array job, as ListJobs summarises it."""
+
+    index: int
+    job_id: str
+    status: str
+    exit_code: Optional[int] = None
+    status_reason: Optional[str] = None
+    started_at: Optional[float] = None
+    stopped_at: Optional[float] = None
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {"index": self.index, "jobId": self.job_id, "status": self.status,
+                "exitCode": self.exit_code, "statusReason": self.status_reason,
+                "startedAt": iso(self.started_at), "stoppedAt": iso(self.stopped_at),
+                "duration": duration(self.started_at, self.stopped_at)}
+
+
+@dataclass
+class JobInfo:
+    """A Batch job (plain, array parent, or one array child) from DescribeJobs and ListJobs."""
+
+    job_id: str
+    name: str
+    status: str
+    status_reason: Optional[str] = None
+    created_at: Optional[float] = None  # epoch seconds
+    started_at: Optional[float] = None
+    stopped_at: Optional[float] = None
+    exit_code: Optional[int] = None  # a plain job's (or child's) last attempt
+    container_reason: Optional[str] = None
+    attempts: int = 0
+    size: int = 0  # children of an array job; 0 for a plain job or a child
+    array_index: Optional[int] = None  # set when job_id names one child "<id>:<i>"
+    status_counts: Dict[str, int] = field(default_factory=dict)
+    children: List[ChildInfo] = field(default_factory=list)
+    job_url: Optional[str] = None  # where batchfutures keeps its payload, if it is ours
+    log_stream: Optional[str] = None
+    log_group: str = DEFAULT_LOG_GROUP
+    _log_reader: Optional[Callable[[Optional[int]], str]] = field(default=None, repr=False,
+                                                                  compare=False)
+
+    @property
+    def is_array(self) -> bool:
+        return self.size > 0
+
+    @property
+    def ended(self) -> bool:
+        return self.status in TERMINAL
+
+    @property
+    def parent_id(self) -> str:
+        return self.job_id.partition(":")[0]
+
+    def duration(self, now: Optional[float] = None) -> Optional[float]:
+        return duration(self.started_at, self.stopped_at, now)
+
+    def log(self, index: Optional[int] = None) -> str:
+        """The console output of the job's latest attempt; of child ``index`` for an array."""
+        if self._log_reader is None:
+            raise RuntimeError("this JobInfo was made without a log reader")
+        if self.is_array and index is None:
+            raise ValueError(f"job {self.job_id} is an array job of {self.size} children: "
+                             f"name a child index")
+        return self._log_reader(index)
+
+    def as_dict(self) -> Dict[str, Any]:
+        """A JSON-ready view (times in ISO 8601 UTC, durations in seconds)."""
+        out: Dict[str, Any] = {
+            "jobId": self.job_id, "jobName": self.name, "status": self.status,
+            "statusReason": self.status_reason, "createdAt": iso(self.created_at),
+            "startedAt": iso(self.started_at), "stoppedAt": iso(self.stopped_at),
+            "duration": self.duration(), "attempts": self.attempts,
+        }
+        if self.is_array:
+            out["size"] = self.size
+            out["statusCounts"] = dict(self.status_counts)
+            out["children"] = [child.as_dict() for child in self.children]
+        else:
+            out["exitCode"] = self.exit_code
+            if self.container_reason:
+                out["containerReason"] = self.container_reason
+        if self.array_index is not None:
+            out["arrayIndex"] = self.array_index
+        return out
+
+
+def _last_container(description: Dict[str, Any]) -> Dict[str, Any]:
+    attempts = description.get("attempts") or []
+    if attempts:
+        return attempts[-1].get("container") or {}
+    return description.get("container") or {}
+
+
+def log_stream_of(description: Dict[str, Any]) -> Optional[str]:
+    """The log stream of the current attempt, else of the latest attempt that has one.
+
+    `container` describes the attempt that runs now (`attempts` lists finished ones only), so
+    it comes first: while a retry runs, the last entry of `attempts` is the previous try.
+    """
+    stream = (description.get("container") or {}).get("logStreamName")
+    if stream:
+        return stream
+    for attempt in reversed(description.get("attempts") or []):
+        stream = (attempt.get("container") or {}).get("logStreamName")
+        if stream:
+            return stream
+    return None
+
+
+def job_url_of(description: Dict[str, Any]) -> Optional[str]:
+    """The payload URL the worker command carries, when the job is one of batchfutures'."""
+    command = (description.get("container") or {}).get("command") or []
+    if command and "/runs/" in str(command[-1]) and "batchfutures.worker" in " ".join(map(str, command)):
+        return str(command[-1])
+    return None
+
+
+def _child(summary: Dict[str, Any], parent_id: str) -> ChildInfo:
+    index = int((summary.get("arrayProperties") or {}).get("index", -1))
+    if index < 0:
+        index = int(summary["jobId"].rpartition(":")[2])
+    container = summary.get("container") or {}
+    return ChildInfo(index=index, job_id=summary.get("jobId") or f"{parent_id}:{index}",
+                     status=summary.get("status", ""), exit_code=container.get("exitCode"),
+                     status_reason=summary.get("statusReason") or container.get("reason"),
+                     started_at=_seconds(summary.get("startedAt")),
+                     stopped_at=_seconds(summary.get("stoppedAt")))
+
+
+def describe(batch_client: Any, job_id: str, *, logs: Any = None,
+             log_group: str = DEFAULT_LOG_GROUP, children: bool = True) -> JobInfo:
+    """The job ``job_id`` (a plain job, an array job, or ``"<array id>:<index>"``) as a whole.
+
+    One DescribeJobs, plus for an array (with ``children``) ListJobs per status its summary
+    counts. ``logs`` (a CloudWatch Logs client) makes ``JobInfo.log()`` work. Raises
+    JobMetadataExpired when Batch does not know the job.
+    """
+    found = batchapi.describe_jobs(batch_client, [job_id])
+    if not found:
+        raise not_found(job_id)
+    description = found[0]
+    container = _last_container(description)
+    array = description.get("arrayProperties") or {}
+    size = int(array.get("size") or 0)
+    parent_id, _, index_text = job_id.partition(":")
+    info = JobInfo(
+        job_id=description.get("jobId", job_id), name=description.get("jobName", ""),
+        status=description.get("status", ""), status_reason=description.get("statusReason"),
+        created_at=_seconds(description.get("createdAt")),
+        started_at=_seconds(description.get("startedAt")),
+        stopped_at=_seconds(description.get("stoppedAt")),
+        exit_code=None if size else container.get("exitCode"),
+        container_reason=None if size else container.get("reason"),
+        attempts=len(description.get("attempts") or []),
+        size=size,
+        array_index=int(index_text) if index_text.isdigit() else array.get("index"),
+        status_counts={status: int((array.get("statusSummary") or {}).get(status, 0))
+                       for status in STATUS_ORDER} if size else {},
+        job_url=job_url_of(description),
+        log_stream=log_stream_of(description),
+        log_group=log_group_of(description, log_group),
+    )
+    if size and children:
+        listed: Dict[int, ChildInfo] = {}
+        wanted = [s for s in STATUS_ORDER if info.status_counts.get(s)] or list(STATUS_ORDER)
+        for status in wanted:
+            for summary in batchapi.list_children(batch_client, parent_id, status):
+                child = _child(summary, parent_id)
+                listed[child.index] = child
+        info.children = [listed[i] for i in sorted(listed)]
+    if logs is not None:
+        info._log_reader = _log_reader(batch_client, logs, info, log_group)
+    return info
+
+
+def describe_in(env: Any, job_id: str, *, children: bool = True) -> JobInfo:
+    """`describe` with an environment's clients (what `BatchExecutor.job` returns)."""
+    return describe(env.batch, job_id, logs=env.logs, log_group=env.log_group, children=children)
+
+
+def _log_reader(batch_client: Any, logs_client: Any, info: JobInfo,
+                default_group: str) -> Callable[[Optional[int]], str]:
+    def read(index: Optional[int]) -> str:
+        target = info.job_id if index is None else f"{info.parent_id}:{int(index)}"
+        if index is not None and not 0 <= int(index) < info.size:
+            raise ValueError(f"job {info.parent_id} has children 0 to {info.size - 1}, not {index}")
+        found = batchapi.describe_jobs(batch_client, [target])
+        if not found:
+            raise not_found(target)
+        stream = log_stream_of(found[0])
+        if not stream:
+            return ""
+        group = log_group_of(found[0], default_group)
+        try:
+            return "\n".join(batchapi.read_log(logs_client, group, stream))
+        except ClientError as error:  # the stream is named before its first line arrives
+            if batchapi.error_code(error) == "ResourceNotFoundException":
+                return ""
+            raise
+    return read
+
+
+# -- calls whose function raised (storage) ------------------------------------------------------
+@dataclass(frozen=True)
+class FailedCall:
+    item: int  # the item's position in the job (map order)
+    child: int
+    error_type: str
+    message: str
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {"item": self.item, "child": self.child, "error": self.error_type,
+                "message": self.message}
+
+
+@dataclass
+class CallFailures:
+    """What the result objects read say about the job's calls."""
+
+    calls_read: int = 0  # items whose outcome was read
+    failed: List[FailedCall] = field(default_factory=list)
+    results_read: int = 0  # result objects read
+    results_skipped: int = 0  # result objects left unread (beyond the limit)
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {"callsRead": self.calls_read, "failedCalls": [f.as_dict() for f in self.failed],
+                "resultsSkipped": self.results_skipped}
+
+
+def failed_calls(storage: Any, info: JobInfo, *, limit: int = MAX_RESULTS_READ) -> Optional[CallFailures]:
+    """The calls of the job whose function raised, from its result objects (at most ``limit``).
+
+    None when the job is not one of batchfutures' (no payload URL) or its payload is gone.
+    """
+    job_url = info.job_url or storage.read_job_pointer(info.parent_id)
+    if not job_url:
+        return None
+    try:
+        header = storage.read_header(job_url)
+    except (FileNotFoundError, ValueError):
+        return None
+    chunksize = int(header.get("chunksize") or 1)
+    if info.array_index is not None:
+        indices = [info.array_index] if storage.has_result(job_url, info.array_index) else []
+    else:
+        indices = sorted(storage.list_results(job_url))
+    report = CallFailures(results_skipped=max(0, len(indices) - limit))
+    for child in indices[:limit]:
+        data = storage.read_result(job_url, child)
+        if data is None:
+            continue
+        try:
+            _, outcomes = serialization.unpack_result(data)
+        except ValueError as error:
+            report.failed.append(FailedCall(child * chunksize, child, "RemoteError",
+                                            f"the result object could not be read: {error}"))
+            continue
+        report.results_read += 1
+        for position, outcome in enumerate(outcomes):
+            report.calls_read += 1
+            if serialization.outcome_kind(outcome) == serialization.OK:
+                continue
+            _, error = serialization.outcome_result(outcome)
+            report.failed.append(FailedCall(child * chunksize + position, child,
+                                            type(error).__name__, str(error)))
+    return report

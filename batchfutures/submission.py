@@ -1,0 +1,361 @@
+"""Submission: a prepared job's children become one Batch job, now or as workers free up.
+
+    PendingJob (settings, function pickles, one blob + futures per child)
+        │  max_workers? wait in the queue until submitting keeps at most max_workers children
+        │  unfinished; then as many children per Batch job as may start (Submitter.submit_paced)
+        v
+    Submitter.submit_now:
+        1. the queue is checked once (ENABLED and VALID) before the first upload
+        2. functions (and the initializer) uploaded content-addressed, once per run
+        3. one inputs object per Batch job (every child's items, indexed by byte range)
+        4. SubmitJob from build_request (a pure function): only the worker command and a
+           pointer to the inputs travel; on failure the inputs are deleted
+        5. a pointer R/jobs/<job id> for attach, and a TrackedJob handed to the poller
+
+Pacing is in the client, the same on the emulator and on AWS (see docs/architecture.md for why
+not SEQUENTIAL arrays). A finished child's futures wake the poller, whose loop calls
+`submit_paced` again.
+"""
+
+from __future__ import annotations
+
+import collections
+import getpass
+import logging
+import math
+import re
+import threading
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable, Deque, Dict, List, Optional
+
+from . import batchapi, serialization
+from ._version import __version__
+from .errors import ABORT_REASON_PREFIX, BatchError, ConfigurationError
+from .jobs import TrackedJob, settle
+from .settings import JobSettings
+
+logger = logging.getLogger("batchfutures")
+
+MAX_ARRAY_SIZE = 10_000  # Batch's arrayProperties.size limit
+_JOB_NAME_BAD = re.compile(r"[^A-Za-z0-9_-]+")
+
+# `retries` means retries: Batch tries a failed attempt again when no rule matches, so a crash
+# (non-zero exit), a lost host, a Spot interruption and Batch's transient start failures (Task
+# failed to start, CannotPullContainer, ResourceInitializationError) are retried by default.
+# What would fail the same way again exits: an out-of-memory kill, a timeout (Batch itself does
+# not retry those) and a termination this client asked for. An exception raised by the function
+# is an outcome, not a failure: the worker exits 0. At most 5 rules (Batch's limit).
+RETRY_RULES = [
+    {"onReason": "OutOfMemoryError*", "action": "EXIT"},
+    {"onStatusReason": "Job attempt duration exceeded timeout*", "action": "EXIT"},
+    {"onStatusReason": f"{ABORT_REASON_PREFIX}*", "action": "EXIT"},
+]
+
+
+def job_name_for(fn: Any) -> str:
+    """A Batch job name from a callable: letters, digits, '-' and '_', at most 128."""
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+    name = _JOB_NAME_BAD.sub("-", str(name)).strip("-_") or "call"
+    return f"bf-{name}"[:128]
+
+
+def user_tag() -> str:
+    try:
+        return _JOB_NAME_BAD.sub("-", getpass.getuser())[:64] or "unknown"
+    except Exception:
+        return "unknown"
+
+
+def build_request(settings: JobSettings, *, name: str, job_queue: str, job_definition: str,
+                  command: List[str], size: int, memory_mib: int, run_id: str,
+                  user: str, depends_on: Optional[List[Dict[str, str]]] = None,
+                  signing_environment: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+    """The SubmitJob request of one Batch job (``size`` children), from its settings alone.
+
+    ``signing_environment``: where the worker finds the signing key (never the key itself, see
+    signing.py); it replaces any user variable of the same name.
+    """
+    resources = [
+        {"type": "VCPU", "value": _number(settings.vcpus)},
+        {"type": "MEMORY", "value": str(memory_mib)},
+    ]
+    if settings.gpus:
+        resources.append({"type": "GPU", "value": str(settings.gpus)})
+    # the worker runs a child's items on this many processes (batchfutures.pool)
+    given = dict(settings.environment)
+    given.setdefault("BATCHFUTURES_VCPUS", _number(settings.vcpus))
+    given.update(signing_environment or {})
+    environment = [{"name": k, "value": v} for k, v in sorted(given.items())]
+    overrides: Dict[str, Any] = {
+        "command": command,
+        "resourceRequirements": resources,
+        "environment": environment,
+    }
+    tags = {
+        "batchfutures:run": run_id,
+        "batchfutures:user": user,
+        "batchfutures:version": __version__,
+    }
+    tags.update(dict(settings.tags))
+    request: Dict[str, Any] = {
+        "jobName": name,
+        "jobQueue": job_queue,
+        "jobDefinition": job_definition,
+        "containerOverrides": overrides,
+        "retryStrategy": {"attempts": settings.retries, "evaluateOnExit": RETRY_RULES},
+        "tags": tags,
+        "propagateTags": True,
+    }
+    if size > 1:
+        request["arrayProperties"] = {"size": size}
+    if depends_on:
+        # N_TO_N pairs equal arrays child by child; anything else waits for the whole job
+        request["dependsOn"] = [
+            dict(entry) if size > 1 or entry.get("type") != "N_TO_N" else {"jobId": entry["jobId"]}
+            for entry in depends_on]
+    if settings.timeout is not None:
+        request["timeout"] = {"attemptDurationSeconds": max(1, int(math.ceil(settings.timeout)))}
+    if settings.share_id is not None:
+        request["shareIdentifier"] = settings.share_id
+    if settings.priority is not None:
+        request["schedulingPriorityOverride"] = settings.priority
+    return request
+
+
+@dataclass
+class PendingJob:
+    """One Batch job's children, ready to be submitted."""
+
+    settings: JobSettings
+    function_pickles: List[bytes]
+    blobs: List[bytes]  # each child's items (serialization's ``encoding``)
+    item_counts: List[int]
+    futures: List[List[Any]]  # per child: one future per item, or with ``per_child`` one
+    chunksize: int
+    name: str
+    encoding: str = serialization.CALLS
+    per_child: bool = False
+    depends_on: List[Dict[str, str]] = field(default_factory=list)  # SubmitJob's dependsOn
+
+    def _with(self, keep: List[int], depends_on: List[Dict[str, str]]) -> "PendingJob":
+        return PendingJob(self.settings, self.function_pickles, [self.blobs[i] for i in keep],
+                          [self.item_counts[i] for i in keep], [self.futures[i] for i in keep],
+                          self.chunksize, self.name, self.encoding, self.per_child, depends_on)
+
+    def take(self, count: int) -> "PendingJob":
+        """The first ``count`` children as a job of their own; this one keeps the rest.
+
+        A part is no longer the upstream array's twin: N_TO_N becomes a wait for the whole job.
+        """
+        if count >= len(self.blobs):
+            part = self._with(list(range(len(self.blobs))), self.depends_on)
+        else:
+            self.depends_on = [{"jobId": entry["jobId"]} for entry in self.depends_on]
+            part = self._with(list(range(count)), self.depends_on)
+        del self.blobs[:count], self.item_counts[:count], self.futures[:count]
+        return part
+
+    def wanted(self) -> "PendingJob":
+        """Without the children whose every future is already done (cancelled while waiting)."""
+        keep = [i for i, group in enumerate(self.futures) if _wanted(group)]
+        if len(keep) == len(self.futures):
+            return self
+        return self._with(keep, [{"jobId": entry["jobId"]} for entry in self.depends_on])
+
+
+def _wanted(group: List[Any]) -> bool:
+    return any(not future.done() for future in group)
+
+
+def fail_all(futures: List[List[Any]], error: BaseException) -> None:
+    """Every future of these children raises ``error`` (wrapped when it is Batch's)."""
+    failure = error if isinstance(error, BatchError) else wrap_submit_error(error)
+    for group in futures:
+        for future in group:
+            settle(future, False, failure)
+
+
+class Submitter:
+    """Uploads and submits a session's jobs; paces them under ``max_workers``."""
+
+    def __init__(self, env: Any, storage: Any, run_id: str, *, track: Callable[[TrackedJob], None],
+                 wake: Callable[[], None], max_workers: Optional[int] = None,
+                 initializer: Optional[bytes] = None) -> None:
+        self._env = env
+        self._storage = storage
+        self._run_id = run_id
+        self._track = track
+        self._wake = wake
+        self.max_workers = max_workers
+        self._initializer = initializer
+        self._initializer_url: Optional[str] = None
+        self._queue_checked = False
+        self._lock = threading.Lock()
+        self._pace_lock = threading.Lock()  # one submitter at a time: free workers stay counted
+        self._waiting: Deque[PendingJob] = collections.deque()
+        self._in_flight: List[List[List[Any]]] = []  # per paced job: its children's futures
+        self.submitted_jobs: List[str] = []
+
+    # -- pacing ----------------------------------------------------------------------------
+    def submit(self, job: PendingJob) -> None:
+        """Submit now, or with ``max_workers`` queue it and submit what may start now."""
+        if self.max_workers is None:
+            self.submit_now(job)
+            return
+        # copies: taking children off a waiting job must not change the caller's lists
+        job = job._with(list(range(len(job.blobs))), list(job.depends_on))
+        with self._lock:
+            self._waiting.append(job)
+        self.submit_paced(raise_errors=True)
+
+    def submit_paced(self, *, raise_errors: bool = False) -> None:
+        """Submit waiting children, oldest first, while fewer than ``max_workers`` are unfinished."""
+        if self.max_workers is None:
+            return
+        with self._pace_lock:
+            while True:
+                with self._lock:
+                    if not self._waiting:
+                        return
+                    free = self.max_workers - self._unfinished_children()
+                    if free <= 0:
+                        return
+                    head = self._waiting[0]
+                    part = head.take(min(free, MAX_ARRAY_SIZE)).wanted()
+                    if not head.blobs:
+                        self._waiting.popleft()
+                    if not part.blobs:
+                        continue
+                    self._in_flight.append(part.futures)
+                for group in part.futures:  # a finished child frees a worker: submit the next
+                    for future in group:
+                        future.add_done_callback(self._on_child_done)
+                try:
+                    self.submit_now(part)
+                except BaseException as error:
+                    fail_all(part.futures, error)
+                    if raise_errors or not isinstance(error, Exception):
+                        raise
+                    logger.warning("batchfutures: could not submit %d waiting children: %s",
+                                   len(part.futures), error)
+
+    def _unfinished_children(self) -> int:
+        self._in_flight = [job for job in self._in_flight if any(_wanted(g) for g in job)]
+        return sum(1 for job in self._in_flight for group in job if _wanted(group))
+
+    def _on_child_done(self, _future: Any) -> None:
+        self._wake()
+
+    def has_waiting(self) -> bool:
+        with self._lock:
+            return bool(self._waiting)
+
+    def waiting_futures(self) -> List[Any]:
+        with self._lock:
+            return [f for job in self._waiting for group in job.futures for f in group]
+
+    def drop_waiting(self) -> List[Any]:
+        """Forget the children not sent yet; their futures (for the caller to cancel)."""
+        with self._lock:
+            futures = [f for job in self._waiting for group in job.futures for f in group]
+            self._waiting.clear()
+        return futures
+
+    # -- one Batch job -----------------------------------------------------------------------
+    def submit_now(self, job: PendingJob) -> TrackedJob:
+        """Upload one Batch job's payload, submit it, and hand it to the poller."""
+        self._check_queue_once()
+        storage = self._storage
+        try:
+            function_urls = [storage.put_function(self._run_id, data)  # content-addressed
+                             for data in job.function_pickles]
+        except (FileNotFoundError, PermissionError) as error:
+            raise storage_error(storage, error) from error
+        job_key = uuid.uuid4().hex
+        job_url = storage.job_url(self._run_id, job_key)
+        items = sum(job.item_counts)
+        header: Dict[str, Any] = {
+            "functions": function_urls,
+            "children": len(job.blobs),
+            "items": items,
+            "chunksize": job.chunksize,
+            "encoding": job.encoding,
+            "run_id": self._run_id,
+            "job_key": job_key,
+        }
+        if self._initializer is not None:
+            header["initializer"] = self._initializer_location()
+        header.update(serialization.payload_stamp())  # the worker checks its versions against these
+        try:
+            storage.write_inputs(job_url, header, job.blobs)
+        except (FileNotFoundError, PermissionError) as error:
+            raise storage_error(storage, error) from error
+        memory = job.settings.memory_mib(self._env.definition_memory())
+        request = build_request(job.settings, name=job.name, job_queue=self._env.job_queue,
+                                job_definition=self._env.job_definition,
+                                command=self._env.worker_command(job_url), size=len(job.blobs),
+                                memory_mib=memory, run_id=self._run_id, user=user_tag(),
+                                depends_on=job.depends_on,
+                                signing_environment=_signing_environment(storage))
+        try:
+            response = batchapi.submit_job(self._env.batch, request)
+        except Exception as error:
+            storage.delete_job(job_url)
+            raise wrap_submit_error(error) from error
+        job_id = response["jobId"]
+        try:
+            storage.write_job_pointer(job_id, job_url)
+        except Exception:  # only attach-after-expiry needs it; the job itself is fine
+            logger.warning("batchfutures: could not record the storage pointer of job %s", job_id)
+        for group in job.futures:  # where each future's outcome sits in its child's result
+            for position, future in enumerate(group):
+                future._item = position
+        tracked = TrackedJob(job_id, job_url, job.futures, array=len(job.blobs) > 1,
+                             memory_mib=memory,
+                             item_counts=job.item_counts if job.per_child else None)
+        with self._lock:
+            self.submitted_jobs.append(job_id)
+        logger.debug("submitted Batch job %s (%d children, %d items)", job_id, len(job.blobs),
+                     items)
+        self._track(tracked)
+        return tracked
+
+    def _check_queue_once(self) -> None:
+        if self._queue_checked:
+            return
+        self._env.check_queue()
+        self._queue_checked = True
+
+    def _initializer_location(self) -> str:
+        if self._initializer_url is None:
+            try:
+                self._initializer_url = self._storage.put_function(self._run_id, self._initializer)
+            except (FileNotFoundError, PermissionError) as error:
+                raise storage_error(self._storage, error) from error
+        return self._initializer_url
+
+
+def _signing_environment(storage: Any) -> Dict[str, str]:
+    signer = getattr(storage, "signer", None)
+    return signer.job_environment() if signer is not None else {}
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def storage_error(storage: Any, error: BaseException) -> ConfigurationError:
+    return ConfigurationError(
+        f"cannot write job payloads to {storage.root_url}: {error}. Check that the bucket (or "
+        f"folder) exists and that these credentials may write to it.")
+
+
+def wrap_submit_error(error: BaseException) -> BaseException:
+    if isinstance(error, BatchError):
+        return error
+    code = batchapi.error_code(error)
+    if code == "ClientException":
+        message = error.response.get("Error", {}).get("Message", str(error))
+        return ConfigurationError(f"Batch rejected the job: {message}")
+    return error
