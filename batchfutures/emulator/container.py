@@ -8,7 +8,9 @@ so an attempt gets:
     command      the job's, a leading `python`/`python3`/`python3.X` meaning this interpreter
     environment  PATH, HOME, locale and temp-dir variables (what an image defines), the AWS
                  endpoint, region and credential variables and proxy/CA settings (what reaching
-                 storage needs), then the definition's and overrides' `environment`, then Batch's
+                 storage needs), BATCHFUTURES_SIGNING_KEY (the local stand-in for the secret
+                 a job definition would inject), then the definition's and overrides'
+                 `environment`, then Batch's
                  AWS_BATCH_* variables; nothing else of the client's environment
     import path  the interpreter's own (plus the folder holding batchfutures when this
                  interpreter cannot import it by itself, e.g. a checkout run in place): never
@@ -38,6 +40,9 @@ _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 # What an image defines, or the host passes to every container.
 _IMAGE_VARIABLES = frozenset({"PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR"})
+# The signing key, when the user keeps it in the environment: the local stand-in for the secret a
+# job definition would hand the container on AWS (signing.py's "env" source).
+_SECRET_VARIABLES = frozenset({"BATCHFUTURES_SIGNING_KEY"})
 # What reaching storage needs (besides AWS_*).
 _NETWORK_VARIABLES = frozenset({
     "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "http_proxy", "https_proxy",
@@ -57,7 +62,8 @@ def passed_from_host(name: str) -> bool:
     """Whether the client's variable `name` reaches the container."""
     if name.startswith("AWS_"):
         return not name.startswith("AWS_BATCH_")
-    return name in _IMAGE_VARIABLES or name in _NETWORK_VARIABLES or name.startswith("LC_")
+    return (name in _IMAGE_VARIABLES or name in _NETWORK_VARIABLES or name in _SECRET_VARIABLES
+            or name.startswith("LC_"))
 
 
 def environment(host: Mapping[str, str], job: Iterable[Mapping[str, Any]],
