@@ -125,15 +125,22 @@ def test_another_nodes_failure_does_not_decide_the_job(make_emulator, tmp_path):
 
 def test_node_ranges_and_overrides_give_each_node_its_own_container(make_emulator, tmp_path):
     emu = make_emulator(max_vcpus=4)
+    marker = tmp_path / "other-ran"
+    main_code = ("import os, time\n"  # the main node waits for the other one (bounded)
+                 f"deadline = time.time() + 60\n"
+                 f"while not os.path.exists({str(marker)!r}) and time.time() < deadline:\n"
+                 "    time.sleep(0.01)\n"
+                 "print('main')\n")
+    other_code = f"print('overridden'); open({str(marker)!r}, 'w').close()"
     ranges = [{"targetNodes": "0:", "container": container(py("print('worker')"))},
-              {"targetNodes": "0", "container": container(py("print('main')"), memory=256)}]
+              {"targetNodes": "0", "container": container(py(main_code), memory=256)}]
     definition = register(emu, num_nodes=3, ranges=ranges)
     job_id = submit(emu, definition, nodeOverrides={
         "numNodes": 2, "nodePropertyOverrides": [
-            {"targetNodes": "1:", "containerOverrides": {"command": py("print('overridden')")}}]})
+            {"targetNodes": "1:", "containerOverrides": {"command": py(other_code)}}]})
     detail = emu.wait(job_id)
     assert detail["status"] == "SUCCEEDED" and detail["nodeProperties"]["numNodes"] == 2
-    main, other = emu.detail(f"{job_id}#0"), emu.detail(f"{job_id}#1")
+    main, other = emu.detail(f"{job_id}#0"), emu.wait(f"{job_id}#1")
     assert emu.log_lines(main) == ["main"] and emu.log_lines(other) == ["overridden"]
     assert {"type": "MEMORY", "value": "256"} in main["container"]["resourceRequirements"]
     assert emu.describe_jobs(jobs=[f"{job_id}#2"])["jobs"] == []
