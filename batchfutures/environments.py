@@ -154,25 +154,50 @@ class Environment:
 
 
 class LocalEnvironment(Environment):
-    """The embedded default: the Batch emulator running jobs as local processes, storage on disk."""
+    """The embedded default: the Batch emulator running jobs as local processes, storage on disk.
+
+    `max_vcpus` (default: the CPU count) bounds the vCPUs of jobs running at once, `gpus` (default:
+    the machine's NVIDIA GPUs, detected) is what jobs can ask for, `metadata_ttl` is how long a
+    finished job stays describable. Each attempt runs in the container's world (see
+    docs/emulator.md): the interpreter's own import path, a fresh working directory, only the job's
+    environment. `inherit_client_path=True` is the explicit way back for quick local iteration:
+    attempts then get this process's sys.path on their PYTHONPATH and its working directory, so
+    functions of modules that exist only here import by reference; a container on AWS has neither.
+    Settings of one emulator folder are those of the first environment that started it.
+    """
 
     job_queue = "batchfutures"
     poll_intervals = (0.02, 0.5)  # the emulator also wakes the poller on every change
     describe_grace = 5.0
 
     def __init__(self, workdir: Union[str, os.PathLike, None] = None, *,
-                 max_vcpus: Optional[float] = None, metadata_ttl: float = 86400) -> None:
+                 max_vcpus: Optional[float] = None, gpus: Optional[int] = None,
+                 metadata_ttl: float = 86400, inherit_client_path: bool = False) -> None:
         super().__init__()
         if max_vcpus is not None and (isinstance(max_vcpus, bool) or not max_vcpus > 0):
             raise ConfigurationError(f"max_vcpus={max_vcpus!r} must be positive")
+        if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0):
+            raise ConfigurationError(f"gpus={gpus!r} must be a whole number >= 0")
         if not metadata_ttl > 0:
             raise ConfigurationError(f"metadata_ttl={metadata_ttl!r} must be positive")
         self.workdir = Path(workdir).expanduser() if workdir is not None else default_workdir()
         self.workdir = self.workdir.resolve()
         self.max_vcpus = max_vcpus
+        self._gpus = gpus
+        self._gpus_given = gpus is not None
         self.metadata_ttl = metadata_ttl
+        self.inherit_client_path = bool(inherit_client_path)
         self._emulator: Any = None
         self._storage: Optional[Storage] = None
+
+    @property
+    def gpus(self) -> int:
+        """GPUs jobs may use: as given, else the machine's (detected once)."""
+        if self._gpus is None:
+            from .emulator.host import gpu_count
+
+            self._gpus = gpu_count()
+        return self._gpus
 
     @property
     def emulator(self) -> Any:
@@ -182,8 +207,9 @@ class LocalEnvironment(Environment):
             with self._lock:
                 if self._emulator is None:
                     self._emulator = BatchEmulator.shared(
-                        self.workdir / "emulator", max_vcpus=self.max_vcpus,
-                        metadata_ttl=self.metadata_ttl)
+                        self.workdir / "emulator", max_vcpus=self.max_vcpus, gpus=self.gpus,
+                        metadata_ttl=self.metadata_ttl,
+                        inherit_client_path=self.inherit_client_path)
         return self._emulator
 
     @property
@@ -205,11 +231,34 @@ class LocalEnvironment(Environment):
     def job_definition(self) -> str:
         return "batchfutures-worker"
 
+    def validate_settings(self, settings: JobSettings) -> None:
+        """Refuse a job this machine can never place (it would wait RUNNABLE forever)."""
+        from .emulator import host
+
+        vcpus = self.max_vcpus if self.max_vcpus is not None else host.cpu_count()
+        if settings.vcpus > vcpus:
+            raise ConfigurationError(
+                f"vcpus={settings.vcpus:g} can never run here: this LocalEnvironment runs at most "
+                f"{vcpus:g} vCPUs at once (max_vcpus={self.max_vcpus!r}; the machine has "
+                f"{host.cpu_count()} CPUs)")
+        if settings.gpus > self.gpus:
+            raise ConfigurationError(
+                f"gpus={settings.gpus} can never run here: this LocalEnvironment has "
+                f"{self.gpus} GPU{'s' if self.gpus != 1 else ''}"
+                + (" (none detected; pass gpus= to LocalEnvironment to say otherwise)"
+                   if not self._gpus_given else ""))
+        memory = host.memory_mib()
+        wanted = settings.memory_mib(self.definition_memory())
+        if memory is not None and wanted > memory:
+            raise ConfigurationError(
+                f"memory={wanted} MiB can never run here: this machine has {memory} MiB")
+
     def subscribe(self, callback: Callable[[], None]) -> None:
         self.emulator.add_listener(callback)
 
     def __repr__(self) -> str:
-        return f"LocalEnvironment(workdir={str(self.workdir)!r}, max_vcpus={self.max_vcpus!r})"
+        return (f"LocalEnvironment(workdir={str(self.workdir)!r}, max_vcpus={self.max_vcpus!r}, "
+                f"gpus={self._gpus!r})")
 
 
 class AWSBatchEnvironment(Environment):

@@ -16,6 +16,14 @@ Fixture names (import the ones you use *and* the ones they depend on):
 And `emulator_endpoint(folder, max_vcpus)`, a context manager: an emulator behind its HTTP
 endpoint with boto3 pointed at it (for module-scoped fixtures of the AWS-path tests).
 
+S3's harshness on demand: `S3FaultProxy(upstream, rate=..., seed=...)`, a loopback HTTP proxy in
+front of the moto server that answers a chosen fraction of requests with S3's `503 SlowDown`
+(its XML error body) and forwards the rest unchanged; `.endpoint`, `.set(rate, seed=...,
+methods=...)`, `.injected`, `.forwarded`, `.start()`, `.stop()` (also a context manager).
+
+    s3_faults     (function)  a proxy (rate 0 until `.set`) in front of moto_server, with
+                              AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL pointing at it for the test
+
     from s3server import aws_env, moto_server, s3_bucket, s3_root  # noqa: F401  (fixtures)
 
 tests/ has no __init__.py; pytest puts it on sys.path (rootdir-relative "prepend" import mode),
@@ -30,11 +38,15 @@ AWS_ENDPOINT_URL_S3 by themselves; batchfutures.storage also passes it to s3fs e
 from __future__ import annotations
 
 import contextlib
+import http.client
 import logging
 import os
+import random
 import threading
 import uuid
-from typing import Dict, Iterator, Optional
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Dict, FrozenSet, Iterable, Iterator, Optional
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -169,3 +181,149 @@ def emulator_endpoint(folder, max_vcpus: int) -> Iterator[object]:
     finally:
         server.stop()
         emulator.close()
+
+
+SLOW_DOWN = ('<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
+             '<Message>Please reduce your request rate.</Message>'
+             '<RequestId>{request_id}</RequestId><HostId>{host_id}</HostId></Error>')
+_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade",
+               "proxy-connection", "content-length"}
+
+
+class _ProxyHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: "_ProxyServer"
+
+    def log_message(self, format: str, *args: object) -> None:  # no line per request
+        pass
+
+    def _body(self) -> bytes:
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            chunks = []
+            while True:
+                size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline().strip():
+                        pass
+                    return b"".join(chunks)
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _handle(self) -> None:
+        body = self._body()
+        proxy = self.server.proxy
+        if proxy.should_fail(self.command):
+            request_id = uuid.uuid4().hex[:16].upper()
+            answer = SLOW_DOWN.format(request_id=request_id, host_id=uuid.uuid4().hex).encode()
+            self.send_response(503, "Slow Down")
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("x-amz-request-id", request_id)
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(answer)
+            return
+        upstream = http.client.HTTPConnection(proxy.upstream_host, proxy.upstream_port, timeout=60)
+        try:
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
+            upstream.request(self.command, self.path, body=body, headers=headers)
+            response = upstream.getresponse()
+            data = response.read()
+            self.send_response(response.status, response.reason)
+            for key, value in response.getheaders():
+                if key.lower() not in _HOP_BY_HOP:
+                    self.send_header(key, value)
+            length = response.getheader("Content-Length")
+            self.send_header("Content-Length", length if self.command == "HEAD" and length
+                             else str(len(data)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
+        finally:
+            upstream.close()
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = do_PATCH = _handle
+
+
+class _ProxyServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, proxy: "S3FaultProxy") -> None:
+        self.proxy = proxy
+        super().__init__(("127.0.0.1", 0), _ProxyHandler)
+
+
+class S3FaultProxy:
+    """A loopback proxy in front of an S3 endpoint answering `rate` of requests 503 SlowDown."""
+
+    def __init__(self, upstream: str, rate: float = 0.0, *, seed: Optional[int] = None,
+                 methods: Optional[Iterable[str]] = None) -> None:
+        parts = urlsplit(upstream)
+        self.upstream_host, self.upstream_port = parts.hostname or "127.0.0.1", parts.port or 80
+        self.injected = 0
+        self.forwarded = 0
+        self._lock = threading.Lock()
+        self._server: Optional[_ProxyServer] = None
+        self._thread: Optional[threading.Thread] = None
+        self.set(rate, seed=seed, methods=methods)
+
+    def set(self, rate: float, *, seed: Optional[int] = None,
+            methods: Optional[Iterable[str]] = None) -> None:
+        """Fail `rate` of the requests (of `methods` only, e.g. {"GET"}), seeded for repeatability."""
+        if not 0 <= rate <= 1:
+            raise ValueError(f"rate {rate!r} must be between 0 and 1")
+        with self._lock:
+            self.rate = rate
+            self.methods: Optional[FrozenSet[str]] = frozenset(methods) if methods else None
+            self._random = random.Random(seed)
+
+    def should_fail(self, method: str) -> bool:
+        with self._lock:
+            if self.rate and (self.methods is None or method in self.methods) \
+                    and self._random.random() < self.rate:
+                self.injected += 1
+                return True
+            self.forwarded += 1
+            return False
+
+    @property
+    def endpoint(self) -> str:
+        assert self._server is not None, "the proxy is not started"
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def start(self) -> "S3FaultProxy":
+        if self._server is None:
+            self._server = _ProxyServer(self)
+            self._thread = threading.Thread(target=self._server.serve_forever,
+                                            kwargs={"poll_interval": 0.05}, daemon=True,
+                                            name="s3-fault-proxy")
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+            if self._thread is not None:
+                self._thread.join()
+
+    def __enter__(self) -> "S3FaultProxy":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@pytest.fixture
+def s3_faults(moto_server: str, aws_env: Dict[str, str],
+              monkeypatch: pytest.MonkeyPatch) -> Iterator[S3FaultProxy]:
+    """A fault proxy in front of the moto server (no faults until `.set`), S3 pointed at it."""
+    with S3FaultProxy(moto_server) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.endpoint)
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        aws_env.update(AWS_ENDPOINT_URL_S3=proxy.endpoint, AWS_ENDPOINT_URL=proxy.endpoint)
+        yield proxy

@@ -447,8 +447,11 @@ def test_failure_carries_the_tail_of_the_log(executor):
 def test_log_of_a_job_that_has_not_started_says_so(tmp_path):
     env = LocalEnvironment(tmp_path, max_vcpus=1)
     with BatchExecutor(env) as executor:
-        waiting = executor.with_settings(vcpus=2).submit(square, 2)  # never fits: stays RUNNABLE
+        running = executor.submit(time.sleep, 30)  # holds the only vCPU
+        wait_until(running.running, timeout=30)
+        waiting = executor.submit(square, 2)  # stays RUNNABLE behind it
         executor._session.flush_all()
         wait_until(lambda: waiting.status == "RUNNABLE")
         assert "no log yet" in waiting.log() and "RUNNABLE" in waiting.log()
         waiting.cancel()
+        running.abort()

@@ -1,7 +1,14 @@
 """`python -m batchfutures.emulator`: the AWS Batch emulator as a local HTTP endpoint.
 
     python -m batchfutures.emulator [--port N] [--host H] [--folder DIR] [--max-vcpus N]
-                                    [--metadata-ttl S]
+                                    [--gpus N] [--metadata-ttl S] [--isolation auto|cgroups|rlimit]
+                                    [--inherit-client-path]
+                                    [--summary-lag S] [--throttle-rate F] [--server-error-rate F]
+                                    [--lost-reply-rate F] [--host-loss-rate F]
+                                    [--host-loss-after S] [--fault-operations A,B]
+                                    [--fault-seed N]
+
+The fault flags set the emulator's FaultProfile (faults.py); all are off by default.
 
 Prints one line, the endpoint URL, then serves until SIGINT or SIGTERM; jobs still running then
 are ended and recorded FAILED. Point a stock boto3 client at it:
@@ -19,7 +26,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 
 def default_folder() -> Path:
@@ -44,9 +51,46 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         help=f"where job records and logs live (default {default_folder()})")
     parser.add_argument("--max-vcpus", type=float, default=None,
                         help="vCPUs of running jobs at once (default: this machine's CPU count)")
+    parser.add_argument("--gpus", type=int, default=None,
+                        help="GPUs jobs may use (default: this machine's NVIDIA GPUs)")
     parser.add_argument("--metadata-ttl", type=float, default=None,
                         help="seconds a finished job stays describable (default: one day)")
+    parser.add_argument("--isolation", choices=["auto", "cgroups", "rlimit"], default=None,
+                        help="how memory and CPU are limited: cgroups where they can be made "
+                             "(auto, the default), cgroups or fail, or RLIMIT_DATA and sampling")
+    parser.add_argument("--inherit-client-path", action="store_true",
+                        help="give attempts this process's sys.path and working directory")
+    faults = parser.add_argument_group("faults", "AWS's harshness on demand (all off by default)")
+    faults.add_argument("--summary-lag", type=float, default=0.0, metavar="S",
+                        help="refresh an array's statusSummary at most every S seconds")
+    faults.add_argument("--throttle-rate", type=float, default=0.0, metavar="F",
+                        help="answer fraction F of API calls with 429 TooManyRequestsException")
+    faults.add_argument("--server-error-rate", type=float, default=0.0, metavar="F",
+                        help="answer fraction F of API calls with 500 ServerException")
+    faults.add_argument("--lost-reply-rate", type=float, default=0.0, metavar="F",
+                        help="answer fraction F of SubmitJob calls with 500 after creating the job")
+    faults.add_argument("--host-loss-rate", type=float, default=0.0, metavar="F",
+                        help="lose the host of fraction F of attempts while they run")
+    faults.add_argument("--host-loss-after", type=float, default=0.5, metavar="S",
+                        help="a lost host goes within S seconds of RUNNING (default 0.5)")
+    faults.add_argument("--fault-operations", default=None, metavar="A,B",
+                        help="throttle and fail only these operations (e.g. ListJobs,DescribeJobs)")
+    faults.add_argument("--fault-seed", type=int, default=None, metavar="N",
+                        help="seed of the fault random streams, for reproducible runs")
     return parser.parse_args(argv)
+
+
+def fault_profile(args: argparse.Namespace) -> Any:
+    from .faults import FaultProfile
+
+    operations = None
+    if args.fault_operations:
+        operations = frozenset(p.strip() for p in args.fault_operations.split(",") if p.strip())
+    return FaultProfile(summary_lag=args.summary_lag, throttle_rate=args.throttle_rate,
+                        server_error_rate=args.server_error_rate,
+                        lost_reply_rate=args.lost_reply_rate, host_loss_rate=args.host_loss_rate,
+                        host_loss_after=args.host_loss_after, operations=operations,
+                        seed=args.fault_seed)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -67,8 +111,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         options["max_vcpus"] = args.max_vcpus
     if args.metadata_ttl is not None:
         options["metadata_ttl"] = args.metadata_ttl
+    if args.gpus is not None:
+        options["gpus"] = args.gpus
     try:
-        emulator = BatchEmulator(args.folder or default_folder(), **options)
+        emulator = BatchEmulator(args.folder or default_folder(), isolation=args.isolation,
+                                 inherit_client_path=args.inherit_client_path,
+                                 faults=fault_profile(args), **options)
     except (ValueError, TypeError, OSError) as error:  # a bad option or an unusable folder
         print(f"batchfutures emulator: {error}", file=sys.stderr)
         return 2

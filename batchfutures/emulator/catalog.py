@@ -1,22 +1,23 @@
 """Job definitions and job queues: what SubmitJob refers to by name or ARN.
 
-Definitions persist as one file per revision, `<folder>/definitions/<name>/<revision>.json`,
-created exclusively (O_EXCL), so two processes registering the same name get two revisions, as
-Batch gives. `batchfutures-worker` revision 1 (`python -m batchfutures.worker`, 1 vCPU, 2048 MiB)
-is always there. Queues live in memory: the ones the emulator was made with, ENABLED, one compute
+Definitions persist as one file per revision (records.DefinitionStore), created exclusively, so
+two processes registering the same name get two revisions, as Batch gives.
+`batchfutures-worker` revision 1 (`python -m batchfutures.worker`, 1 vCPU, 2048 MiB) is always
+there. Queues are files too (records.QueueStore), so their state is shared by every instance on
+the folder: the ones an emulator is made with are created ENABLED when missing, one compute
 environment each.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import threading
+import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from .model import arn_resource, compute_environment_arn, definition_arn, queue_arn
+from .records import DefinitionStore, QueueStore
 
 DEFAULT_DEFINITION = "batchfutures-worker"
 DEFAULT_BODY: Dict[str, Any] = {
@@ -40,12 +41,11 @@ class Rejected(Exception):
 
 
 class Definitions:
-    """Registered job definitions, read from and written to the folder."""
+    """Registered job definitions (records.DefinitionStore)."""
 
     def __init__(self, folder: Path) -> None:
-        self.folder = Path(folder) / "definitions"
+        self.store = DefinitionStore(folder)
         self._lock = threading.Lock()
-        self._cache: Dict[Path, Tuple[int, Dict[str, Any]]] = {}
         if not self.revisions(DEFAULT_DEFINITION):
             self._create(DEFAULT_DEFINITION, 1, DEFAULT_BODY)
 
@@ -54,15 +54,7 @@ class Definitions:
         definition.update(jobDefinitionName=name, revision=revision, status="ACTIVE",
                           jobDefinitionArn=definition_arn(name, revision),
                           containerOrchestrationType="ECS")
-        folder = self.folder / name
-        folder.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(folder / f"{revision}.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            return None
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(definition, handle)
-        return definition
+        return definition if self.store.create(name, revision, definition) else None
 
     def register(self, name: str, body: Dict[str, Any]) -> Dict[str, Any]:
         with self._lock:
@@ -73,37 +65,11 @@ class Definitions:
                 if definition is not None:
                     return definition
 
-    def _read(self, path: Path) -> Optional[Dict[str, Any]]:
-        try:
-            stamp = path.stat().st_mtime_ns
-        except FileNotFoundError:
-            return None
-        cached = self._cache.get(path)
-        if cached is not None and cached[0] == stamp:
-            return cached[1]
-        try:
-            with open(path, encoding="utf-8") as handle:
-                definition = json.load(handle)
-        except (OSError, ValueError):
-            return None  # being written by another process
-        self._cache[path] = (stamp, definition)
-        return definition
-
     def names(self) -> List[str]:
-        try:
-            return sorted(n for n in os.listdir(self.folder) if NAME.fullmatch(n))
-        except FileNotFoundError:
-            return []
+        return [n for n in self.store.names() if NAME.fullmatch(n)]
 
     def revisions(self, name: str) -> List[Dict[str, Any]]:
-        if not NAME.fullmatch(name):
-            return []
-        try:
-            files = [f for f in os.listdir(self.folder / name) if f.endswith(".json") and f[:-5].isdigit()]
-        except FileNotFoundError:
-            return []
-        found = [self._read(self.folder / name / f) for f in files]
-        return sorted((d for d in found if d), key=lambda d: d["revision"])
+        return self.store.revisions(name) if NAME.fullmatch(name) else []
 
     def resolve(self, reference: str, *, active_only: bool = True) -> Optional[Dict[str, Any]]:
         """A definition from `name` (latest ACTIVE revision), `name:revision` or its ARN."""
@@ -119,51 +85,83 @@ class Definitions:
         return active[-1] if active else None
 
     def set_status(self, definition: Dict[str, Any], status: str) -> None:
-        path = self.folder / definition["jobDefinitionName"] / f"{definition['revision']}.json"
-        updated = dict(definition, status=status)
-        temporary = path.with_name(f".{path.name}.tmp{os.getpid()}")
-        with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump(updated, handle)
-        os.replace(temporary, path)
+        self.store.write(definition["jobDefinitionName"], definition["revision"],
+                         dict(definition, status=status))
 
 
 class Queues:
-    """The emulator's job queues, each ENABLED with one compute environment unless updated."""
+    """The job queues of a folder (records.QueueStore), shared by every instance on it.
 
-    def __init__(self, names: Any, compute_environment: str) -> None:
+    The queues an emulator is made with are created ENABLED unless they exist already; a
+    queue's state, priority and jobStateTimeLimitActions are whatever was last written.
+    """
+
+    def __init__(self, store: QueueStore, names: Any, compute_environment: str) -> None:
+        self.store = store
         self.compute_environment = compute_environment
-        self._queues: Dict[str, Dict[str, Any]] = {}
         for name in names:
             self.create(name)
 
-    def create(self, name: str, state: str = "ENABLED", priority: int = 1) -> None:
-        self._queues[name] = {"state": state, "priority": priority}
+    def create(self, name: str, state: str = "ENABLED", priority: int = 1,
+               actions: Optional[List[Dict[str, Any]]] = None) -> bool:
+        """A new queue; False when one of that name exists."""
+        return self.store.create(name, {"state": state, "priority": priority,
+                                        "jobStateTimeLimitActions": list(actions or []),
+                                        "order": time.time_ns()})
 
     def resolve(self, reference: str) -> Optional[str]:
         name = arn_resource(reference, "job-queue") or reference
-        return name if name in self._queues else None
+        return name if NAME.fullmatch(name) and self.store.load(name) is not None else None
 
     def names(self) -> List[str]:
-        return list(self._queues)
+        return self.store.names()
+
+    def _record(self, name: str) -> Dict[str, Any]:
+        return self.store.load(name) or {"state": "DISABLED", "priority": 1}
 
     def state(self, name: str) -> str:
-        return self._queues[name]["state"]
+        return self._record(name)["state"]
 
-    def update(self, name: str, state: Optional[str], priority: Optional[int]) -> None:
+    def actions(self, name: str) -> List[Dict[str, Any]]:
+        return list(self._record(name).get("jobStateTimeLimitActions") or [])
+
+    def update(self, name: str, state: Optional[str], priority: Optional[int],
+               actions: Optional[List[Dict[str, Any]]] = None) -> None:
+        record = dict(self._record(name))
         if state is not None:
-            self._queues[name]["state"] = state
+            record["state"] = state
         if priority is not None:
-            self._queues[name]["priority"] = priority
+            record["priority"] = priority
+        if actions is not None:
+            record["jobStateTimeLimitActions"] = list(actions)
+        self.store.write(name, record)
 
     def detail(self, name: str) -> Dict[str, Any]:
-        queue = self._queues[name]
-        return {
+        queue = self._record(name)
+        detail = {
             "jobQueueName": name, "jobQueueArn": queue_arn(name), "state": queue["state"],
             "status": "VALID", "statusReason": "JobQueue Healthy", "priority": queue["priority"],
             "computeEnvironmentOrder": [{
                 "order": 1, "computeEnvironment": compute_environment_arn(self.compute_environment)}],
             "jobQueueType": "ECS", "tags": {},
         }
+        if queue.get("jobStateTimeLimitActions"):
+            detail["jobStateTimeLimitActions"] = [dict(a) for a in queue["jobStateTimeLimitActions"]]
+        return detail
+
+
+def check_time_limit_actions(actions: Optional[List[Dict[str, Any]]]) -> Optional[str]:
+    """The ClientException message for invalid jobStateTimeLimitActions, or None."""
+    for action in actions or []:
+        if action.get("state") != "RUNNABLE":
+            return f"jobStateTimeLimitActions state must be RUNNABLE, got {action.get('state')!r}"
+        if action.get("action") != "CANCEL":
+            return f"jobStateTimeLimitActions action must be CANCEL, got {action.get('action')!r}"
+        seconds = action.get("maxTimeSeconds")
+        # AWS takes 600 to 86400; the emulator takes any positive time, so tests need not wait
+        if not isinstance(seconds, (int, float)) or not 0 < seconds <= 86400:
+            return f"jobStateTimeLimitActions maxTimeSeconds must be 1 to 86400, got {seconds!r}"
+    return None
 
 
 def resolve_resources(properties: Dict[str, Any], overrides: Dict[str, Any]

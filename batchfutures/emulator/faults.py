@@ -1,44 +1,134 @@
-"""Faults on demand: answer a fraction of API calls with an error, so retry paths run for real."""
+"""AWS's harshness on demand: lag, throttling, server errors, lost replies and lost hosts.
+
+    FaultProfile(...)                  what to inject; all off by default (the kind emulator)
+    FaultInjector(profile)             decides call by call and attempt by attempt, from seeded
+                                       random streams (one per kind of fault), so a test with a
+                                       seed sees the same faults every run
+      .maybe_raise(operation)          raise 429 TooManyRequestsException or 500 ServerException
+      .reply_lost(operation)           True: act on the call (SubmitJob did create the job),
+                                       then answer 500, as when AWS's reply is lost
+      .host_loss_delay()               None, or seconds after RUNNING at which the attempt's host
+                                       goes: killed, reason `Host EC2 (instance i-...) terminated.`
+      .summary_lag_ms                  an array parent's statusSummary is refreshed at most this
+                                       often (statusSummaryLastUpdatedAt says when it was)
+
+`BatchEmulator(folder, faults=FaultProfile(...))` sets a profile per instance;
+`emulator.set_faults(profile)` changes it; `emulator.inject_faults(rate, code=..., operations=...,
+seed=...)` is the older one-code form (it sets `throttle_rate` or `server_error_rate`). The
+HTTP endpoint takes the same as flags of `python -m batchfutures.emulator` (see __main__.py).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import threading
-from typing import Iterable, Optional, Set
+from typing import FrozenSet, Iterable, Optional
 
 from .model import client_error
 
+THROTTLED = "TooManyRequestsException"
+SERVER_ERROR = "ServerException"
+
+
+@dataclasses.dataclass(frozen=True)
+class FaultProfile:
+    """What the emulator does to its callers and jobs; the defaults inject nothing."""
+
+    summary_lag: float = 0.0         # seconds between refreshes of an array's statusSummary
+    throttle_rate: float = 0.0       # fraction of API calls answered 429 TooManyRequestsException
+    server_error_rate: float = 0.0   # fraction answered 500 ServerException (nothing done)
+    lost_reply_rate: float = 0.0     # fraction of SubmitJob calls that create the job, then 500
+    host_loss_rate: float = 0.0      # fraction of attempts whose host is lost while RUNNING
+    host_loss_after: float = 0.5     # at most this many seconds after RUNNING (uniform)
+    operations: Optional[FrozenSet[str]] = None  # throttle/5xx only these ("DescribeJobs"...)
+    seed: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        for name in ("throttle_rate", "server_error_rate", "lost_reply_rate", "host_loss_rate"):
+            value = getattr(self, name)
+            if not 0 <= value <= 1:
+                raise ValueError(f"{name}={value!r} must be between 0 and 1")
+        for name in ("summary_lag", "host_loss_after"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}={getattr(self, name)!r} must not be negative")
+        if self.operations is not None and not isinstance(self.operations, frozenset):
+            object.__setattr__(self, "operations", frozenset(self.operations))
+
 
 class FaultInjector:
-    """Decides, call by call, whether to fail it; off (rate 0) until `configure` says otherwise."""
+    """Applies a FaultProfile; `injected` counts the API faults so far (tests read it)."""
 
-    def __init__(self) -> None:
-        self.rate = 0.0
-        self.code = "TooManyRequestsException"
-        self.operations: Optional[Set[str]] = None
-        self.injected = 0  # how many calls were failed so far (tests read it)
-        self._random = random.Random()
+    def __init__(self, profile: Optional[FaultProfile] = None) -> None:
         self._lock = threading.Lock()
+        self.injected = 0
+        self.hosts_lost = 0
+        self._code: Optional[str] = None  # a throttling code other than Batch's (inject_faults)
+        self.set(profile or FaultProfile())
 
-    def configure(self, rate: float, *, code: str = "TooManyRequestsException",
-                  operations: Optional[Iterable[str]] = None, seed: Optional[int] = None) -> None:
-        if not 0 <= rate <= 1:
-            raise ValueError(f"fault rate {rate!r} must be between 0 and 1")
+    def set(self, profile: FaultProfile) -> None:
         with self._lock:
-            self.rate, self.code = float(rate), code
-            self.operations = set(operations) if operations is not None else None
-            if seed is not None:
-                self._random.seed(seed)
+            self.profile = profile
+            seed = profile.seed
+            # one stream per kind: how many calls were made does not shift which attempts fail
+            self._calls = random.Random(None if seed is None else f"{seed}/calls")
+            self._replies = random.Random(None if seed is None else f"{seed}/replies")
+            self._hosts = random.Random(None if seed is None else f"{seed}/hosts")
+
+    # the older form: one error code at one rate
+    def configure(self, rate: float, *, code: str = THROTTLED,
+                  operations: Optional[Iterable[str]] = None, seed: Optional[int] = None) -> None:
+        throttle = code != SERVER_ERROR
+        base = self.profile
+        self.set(dataclasses.replace(
+            base, throttle_rate=rate if throttle else 0.0,
+            server_error_rate=0.0 if throttle else rate,
+            operations=frozenset(operations) if operations is not None else None,
+            seed=seed if seed is not None else base.seed))
+        self._code = code if throttle and code != THROTTLED else None
+
+    @property
+    def summary_lag_ms(self) -> int:
+        return int(self.profile.summary_lag * 1000)
+
+    def _applies(self, operation: str) -> bool:
+        operations = self.profile.operations
+        return operations is None or operation in operations
 
     def maybe_raise(self, operation: str) -> None:
-        """Raise the configured ClientError for this call of `operation`, or return."""
+        """Raise the ClientError of a throttled or failed call of `operation`, or return."""
         with self._lock:
-            if not self.rate or (self.operations is not None and operation not in self.operations):
+            profile = self.profile
+            if not (profile.throttle_rate or profile.server_error_rate) or not self._applies(operation):
                 return
-            if self._random.random() >= self.rate:
+            draw = self._calls.random()
+            if draw < profile.throttle_rate:
+                code, status, message = self._code or THROTTLED, 429, "Too Many Requests"
+            elif draw < profile.throttle_rate + profile.server_error_rate:
+                code, status, message = SERVER_ERROR, 500, "Internal Server Error"
+            else:
                 return
             self.injected += 1
-            code = self.code
-        # Throttling is HTTP 429 whatever its code; the service's own error codes keep theirs.
-        status = {"ServerException": 500, "ClientException": 400}.get(code, 429)
-        raise client_error(f"Rate exceeded (fault injected into {operation})", code, status, operation)
+        if code not in (THROTTLED, SERVER_ERROR):  # a code given to inject_faults
+            status = {"ClientException": 400}.get(code, 429)
+        raise client_error(f"{message} (fault injected into {operation})", code, status, operation)
+
+    def reply_lost(self, operation: str) -> bool:
+        """Whether this call, already done, answers 500 as if its reply had been lost."""
+        with self._lock:
+            if not self.profile.lost_reply_rate or self._replies.random() >= self.profile.lost_reply_rate:
+                return False
+            self.injected += 1
+            return True
+
+    def lost_reply_error(self, operation: str) -> Exception:
+        return client_error(f"Internal Server Error (fault injected into {operation}: the call "
+                            "took effect, its reply was lost)", SERVER_ERROR, 500, operation)
+
+    def host_loss_delay(self) -> Optional[float]:
+        with self._lock:
+            profile = self.profile
+            if not profile.host_loss_rate or self._hosts.random() >= profile.host_loss_rate:
+                return None
+            self.hosts_lost += 1
+            return self._hosts.uniform(0, profile.host_loss_after)

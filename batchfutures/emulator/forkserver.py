@@ -4,12 +4,16 @@ A fresh interpreter importing fsspec and cloudpickle takes ~200 ms; Batch's own 
 that too, but a local emulator need not. The server is one single-threaded process that has
 imported the worker once; for each attempt it forks, and the child becomes the attempt:
 
-    emulator ── {"id", "url", "env", "cwd", "log", "memory_mib", "preload"} ──> server (stdin)
+    emulator ── {"id", "url", "env", "cwd", "log", "memory_mib", "cgroup", "preload"} ──> server
              <── {"id", "pid"} ─────────────────────────────── fork(): child runs the worker
              <── {"pid", "returncode"} ────────────────────── SIGCHLD: the child ended
 
-Every attempt is still its own process: its own session (killed as a group), its own log file
-on stdout/stderr, its own RLIMIT_DATA, its own environment. The server dies when the emulator
+Every attempt is still its own process, and indistinguishable from `python -m batchfutures.worker
+<url>` exec'd with the request's environment in the request's directory: it joins its cgroup
+first (or sets RLIMIT_DATA, in the fallback), then has its own session (killed as a group), its
+log file on stdout/stderr, exactly the request's environment and working directory, the
+`sys.path` `-m` would build there, `sys.argv`/`sys.orig_argv` of that command, and a fresh
+`__main__` running the worker's code through runpy as `-m` does. The server dies when the emulator
 closes its stdin (or dies), killing the attempts it started.
 
 What the server holds is what no attempt should pay for again, and nothing that runs:
@@ -40,6 +44,8 @@ import sys
 import sysconfig
 import threading
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
+
+from .attempts import AttemptHandle, LaunchRequest
 
 WORKER_MODULE = "batchfutures.worker"
 
@@ -110,12 +116,41 @@ def is_worker_command(argv: List[str]) -> bool:
 
 
 # -- the server process -------------------------------------------------------------------------
-def _child(request: Dict[str, Any], server_fds: Tuple[int, ...]) -> None:
-    """In the forked child: become the attempt, run the worker, exit with its status."""
+def _fresh_sys_path(cwd: str, python_path: str, base: List[str]) -> List[str]:
+    """sys.path of `python -m ...` started in `cwd` with PYTHONPATH `python_path`.
+
+    The interpreter puts the working directory first, then the PYTHONPATH entries (made
+    absolute), then its own library and site folders (`base`), duplicates after the first
+    removed except the leading directory (as site.removeduppaths leaves it).
+    """
+    rest: List[str] = []
+    for entry in [e for e in python_path.split(os.pathsep) if e] + base:
+        entry = os.path.abspath(os.path.join(cwd, entry))
+        if entry not in rest:
+            rest.append(entry)
+    return [cwd] + rest
+
+
+def _join_cgroup(procs: List[str]) -> None:
+    for path in procs:
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.write(fd, str(os.getpid()).encode())
+        finally:
+            os.close(fd)
+
+
+def _child(request: Dict[str, Any], server_fds: Tuple[int, ...], base_path: List[str]) -> None:
+    """In the forked child: become `python -m batchfutures.worker <url>`, exit with its status."""
     code = 1
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        try:
+            _join_cgroup(request.get("cgroup") or [])  # before the attempt allocates anything
+        except OSError as error:
+            os.write(2, f"batchfutures emulator: cannot join the attempt's cgroup: {error}\n".encode())
+            os._exit(125)
         for fd in server_fds:
             os.close(fd)
         os.setsid()
@@ -127,6 +162,7 @@ def _child(request: Dict[str, Any], server_fds: Tuple[int, ...]) -> None:
         for fd in (null, log):
             if fd > 2:
                 os.close(fd)
+        sys.stdin = open(0, "r", closefd=False)
         sys.stdout = open(1, "w", buffering=1, closefd=False)
         sys.stderr = open(2, "w", buffering=1, closefd=False)
         environment = request["env"]
@@ -135,34 +171,66 @@ def _child(request: Dict[str, Any], server_fds: Tuple[int, ...]) -> None:
         for name, value in environment.items():  # the server's is nearly the same: set the rest
             if os.environ.get(name) != value:
                 os.environ[name] = value
-        for entry in reversed(request["env"].get("PYTHONPATH", "").split(os.pathsep)):
-            if entry and entry not in sys.path:
-                sys.path.insert(0, entry)
-        if request.get("cwd"):
-            os.chdir(request["cwd"])
+        cwd = os.path.abspath(request["cwd"])
+        os.chdir(cwd)
+        sys.path[:] = _fresh_sys_path(cwd, environment.get("PYTHONPATH", ""), base_path)
+        importlib.invalidate_caches()
         memory = request.get("memory_mib")
         if memory:
             import resource
 
             limit = int(memory) * 1024 * 1024
             resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
-        sys.argv = [WORKER_MODULE, request["url"]]
-        from batchfutures import worker
+        # As `python -m`: a fresh __main__ runs the worker's code; batchfutures.worker itself is
+        # not imported (the server preloaded it only for what it imports).
+        sys.modules.pop(WORKER_MODULE, None)
+        package = sys.modules.get(WORKER_MODULE.rpartition(".")[0])
+        if package is not None and hasattr(package, "worker"):
+            delattr(package, "worker")
+        import types
 
-        code = worker.main([request["url"]])
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        sys.argv = ["-m", request["url"]]  # runpy puts the module's file in argv[0]
+        sys.orig_argv = [sys.executable, "-m", WORKER_MODULE, request["url"]]
+        import runpy
+
+        runpy._run_module_as_main(WORKER_MODULE, alter_argv=True)  # what -m itself calls
+        code = 0
     except SystemExit as exit_:
-        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
-    except BaseException:  # the attempt fails like a container whose command crashed
+        if exit_.code is None or isinstance(exit_.code, int):
+            code = exit_.code or 0
+        else:
+            print(exit_.code, file=sys.stderr)
+            code = 1
+    except BaseException:  # an uncaught exception: the interpreter prints it and exits 1
         import traceback
 
         traceback.print_exc()
         code = 1
     finally:
         try:
-            sys.stdout.flush()
-            sys.stderr.flush()
+            _finalize()
         finally:
             os._exit(code)
+
+
+def _finalize() -> None:
+    """What the interpreter does at exit: wait for non-daemon threads, atexit, flush."""
+    try:
+        threading._shutdown()  # type: ignore[attr-defined]
+    except BaseException:
+        pass
+    try:
+        import atexit
+
+        atexit._run_exitfuncs()
+    except BaseException:
+        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
 
 
 def serve() -> None:
@@ -184,6 +252,9 @@ def serve() -> None:
     os.dup2(null, 1)
     os.close(null)
     folders = _library_folders()
+    # the interpreter's own folders: what follows the directory and PYTHONPATH entries
+    own = {os.path.abspath(e) for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e}
+    base_path = [e for e in sys.path[1:] if os.path.abspath(e) not in own]
     s3_loaded = False
     gc.freeze()
 
@@ -246,67 +317,25 @@ def serve() -> None:
                     gc.freeze()
                 pid = os.fork()
                 if pid == 0:
-                    _child(request, server_fds)
+                    _child(request, server_fds, base_path)
                 children[pid] = request["id"]
                 send({"id": request["id"], "pid": pid})
         reap()
 
 
 # -- the emulator's side ------------------------------------------------------------------------
-class ForkedAttempt:
-    """An attempt started by the fork server: the same interface as launcher.AttemptProcess."""
-
-    def __init__(self, pid: int, memory_mib: Optional[int],
-                 on_exit: Callable[["ForkedAttempt"], None]) -> None:
-        self.pid = pid
-        self.memory_mib = memory_mib
-        self.kill_reason: Optional[str] = None
-        self.returncode: Optional[int] = None
-        self._on_exit = on_exit
-        self._done = threading.Event()
-
-    @property
-    def running(self) -> bool:
-        return self.returncode is None
-
-    def kill(self, reason: str) -> None:
-        if self.returncode is not None:
-            return
-        if self.kill_reason is None:
-            self.kill_reason = reason
-        try:
-            os.killpg(self.pid, signal.SIGKILL)
-        except OSError:
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-            except OSError:
-                pass
-
-    def exit_code(self) -> int:
-        from .launcher import docker_exit_code
-
-        return docker_exit_code(self.returncode)
-
-    def wait(self, timeout: Optional[float] = None) -> Optional[int]:
-        self._done.wait(timeout)
-        return self.returncode
-
-    def resident_mib(self) -> float:
-        from .monitor import resident_bytes, session_members
-
-        return resident_bytes(session_members([self.pid]).get(self.pid, [])) / (1024 * 1024)
+class ForkedAttempt(AttemptHandle):
+    """An attempt started by the fork server; the server reports its end."""
 
     def _exited(self, returncode: int) -> None:
-        self.returncode = returncode
-        self._done.set()
-        self._on_exit(self)
+        self.finish(returncode)
 
 
 class ForkServer:
     """Starts the server lazily and turns its messages into ForkedAttempt events."""
 
-    def __init__(self, python_path: str) -> None:
-        self._python_path = python_path
+    def __init__(self, python_path: str = "") -> None:
+        self._python_path = python_path  # the server's own: where batchfutures itself is found
         self._process: Optional[subprocess.Popen] = None
         self._lock = threading.Lock()
         self._next_id = 0
@@ -330,7 +359,7 @@ class ForkServer:
     def _ensure(self) -> subprocess.Popen:
         if self._process is None or self._process.poll() is not None:
             self._modules_seen, self._modules_sent = 0, set()  # a new server knows none
-            env = dict(os.environ)
+            env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
             if self._python_path:
                 env["PYTHONPATH"] = self._python_path
             self._process = subprocess.Popen(
@@ -363,16 +392,18 @@ class ForkServer:
         for attempt in orphans:  # the server died: so did its children's reports
             attempt._exited(-signal.SIGKILL)
 
-    def spawn(self, url: str, env: Dict[str, str], log_path: str, memory_mib: Optional[int],
-              on_exit: Callable[[ForkedAttempt], None]) -> ForkedAttempt:
-        os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    def spawn(self, launch: LaunchRequest, on_exit: Callable[[AttemptHandle], None]) -> ForkedAttempt:
         with self._lock:
             process = self._ensure()
             self._next_id += 1
             request_id = self._next_id
             event = self._pids[request_id] = threading.Event()
-            request = {"id": request_id, "url": url, "env": env, "cwd": os.getcwd(),
-                       "log": log_path, "memory_mib": memory_mib, "preload": self._new_modules()}
+            cgroup = launch.cgroup
+            request = {"id": request_id, "url": launch.argv[3], "env": launch.env,
+                       "cwd": launch.cwd, "log": launch.log_path,
+                       "memory_mib": launch.memory_mib if cgroup is None else None,
+                       "cgroup": cgroup.procs if cgroup is not None else [],
+                       "preload": self._new_modules()}
             process.stdin.write((json.dumps(request) + "\n").encode())
             process.stdin.flush()
         if not event.wait(10):
@@ -380,7 +411,7 @@ class ForkServer:
             raise OSError("the emulator's fork server did not answer")
         with self._lock:
             pid = self._started.pop(request_id)
-            attempt = ForkedAttempt(pid, memory_mib, on_exit)
+            attempt = ForkedAttempt(pid, launch, on_exit)
             early = self._early_exits.pop(pid, None)
             if early is None:
                 self._attempts[pid] = attempt

@@ -14,14 +14,39 @@ call) and the set of dirty record chunks (so the persister rewrites only what ch
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Optional, Set
+import enum
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
 from .model import job_arn, queue_arn
 
-STATUSES = ("SUBMITTED", "PENDING", "RUNNABLE", "STARTING", "RUNNING", "SUCCEEDED", "FAILED")
-FINAL = frozenset(("SUCCEEDED", "FAILED"))
-BEFORE_START = frozenset(("SUBMITTED", "PENDING", "RUNNABLE"))
-ACTIVE = frozenset(("STARTING", "RUNNING"))
+
+class JobStatus(str, enum.Enum):
+    """Batch's job statuses, in lifecycle order (equal to, and shown as, their names)."""
+
+    SUBMITTED = "SUBMITTED"
+    PENDING = "PENDING"
+    RUNNABLE = "RUNNABLE"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+
+class DependencyKind(enum.Enum):
+    """How a job waits for another (Batch's dependsOn types; WHOLE: no type given)."""
+
+    WHOLE = "whole"
+    N_TO_N = "N_TO_N"
+    SEQUENTIAL = "SEQUENTIAL"
+
+
+STATUSES = tuple(JobStatus)
+FINAL = frozenset((JobStatus.SUCCEEDED, JobStatus.FAILED))
+BEFORE_START = frozenset((JobStatus.SUBMITTED, JobStatus.PENDING, JobStatus.RUNNABLE))
+ACTIVE = frozenset((JobStatus.STARTING, JobStatus.RUNNING))
 CHUNK = 500  # children per record file
 
 # The strings Batch itself writes.
@@ -31,6 +56,8 @@ TIMEOUT_REASON = "Job attempt duration exceeded timeout"
 DEPENDENCY_FAILED = "Dependent Job failed"
 CHILD_FAILED = "Array Child Job failed"
 START_FAILED = "Task failed to start"
+HOST_TERMINATED = "Host EC2 (instance i-0123456789abcdef0) terminated."
+MAX_TAGS = 50  # tags a job may propagate to its task (its own and its definition's)
 MISCONFIGURED = ("MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT - The job resource requirement "
                  "(vCPU/memory/GPU) is higher than that can be met by the CE(s) attached to the "
                  "job queue.")
@@ -39,8 +66,13 @@ SPEC_FIELDS = (
     "job_id", "name", "queue", "definition_arn", "definition_name", "image", "command",
     "environment", "resource_requirements", "vcpus", "memory", "retry_strategy", "timeout",
     "tags", "propagate_tags", "share_identifier", "scheduling_priority", "parameters",
-    "depends_on", "array_size", "created", "seq", "platform_capabilities",
+    "depends_on", "array_size", "created", "seq", "platform_capabilities", "tag_total",
+    "log_configuration", "gpus", "num_nodes", "main_node", "nodes", "node_ranges",
 )
+# What each node of a multi-node job may have of its own (JobSpec.nodes[i]).
+NODE_FIELDS = ("image", "command", "environment", "resource_requirements", "vcpus", "memory",
+               "gpus", "log_configuration")
+MAIN_NODE_EXITED = "The main node exited"
 
 
 class JobSpec:
@@ -67,6 +99,19 @@ class JobSpec:
     def exit_rules(self) -> List[Dict[str, str]]:
         return list((self.retry_strategy or {}).get("evaluateOnExit") or [])
 
+    def node(self, index: Optional[int]) -> Dict[str, Any]:
+        """The container settings of node `index` of a multi-node job (else the job's own)."""
+        own = {name: getattr(self, name) for name in NODE_FIELDS}
+        if self.nodes and index is not None and 0 <= index < len(self.nodes):
+            own.update(self.nodes[index])
+        return own
+
+    def total_vcpus(self) -> float:
+        """vCPUs the job needs at once: a multi-node job's nodes all run together."""
+        if self.num_nodes:
+            return sum(float(self.node(i)["vcpus"] or 1) for i in range(self.num_nodes))
+        return float(self.vcpus or 1)
+
 
 class Unit:
     """A plain job or one array child: the thing that has attempts and processes."""
@@ -76,13 +121,13 @@ class Unit:
         "current", "cancelled", "terminated",
         # not persisted: the scheduler's working state
         "unmet", "dependents", "handle", "deadline", "tick", "stop_reason", "kill_pending",
-        "reserved",
+        "reserved", "runnable_since", "host_loss_in", "host_loss_at",
     )
 
     def __init__(self, job: "Job", index: Optional[int]) -> None:
         self.job = job
         self.index = index
-        self.status = "SUBMITTED"
+        self.status = JobStatus.SUBMITTED
         self.reason: Optional[str] = None
         self.created: Optional[int] = None
         self.started: Optional[int] = None
@@ -97,12 +142,21 @@ class Unit:
         self.deadline: Optional[float] = None
         self.tick = 0
         self.stop_reason: Optional[str] = None
-        self.kill_pending: Optional[str] = None
+        self.kill_pending: Any = None  # a KillReason to apply once the process exists
         self.reserved = 0.0
+        self.runnable_since: Optional[float] = None  # held RUNNABLE for a reason, since (monotonic)
+        self.host_loss_in: Optional[float] = None  # a fault: seconds after RUNNING the host goes
+        self.host_loss_at: Optional[float] = None
 
     @property
     def job_id(self) -> str:
-        return self.job.job_id if self.index is None else f"{self.job.job_id}:{self.index}"
+        if self.index is None:
+            return self.job.job_id
+        return f"{self.job.job_id}{'#' if self.job.is_multinode else ':'}{self.index}"
+
+    @property
+    def is_main_node(self) -> bool:
+        return self.job.is_multinode and self.index == self.job.spec.main_node
 
     @property
     def attempt_number(self) -> int:
@@ -124,7 +178,7 @@ class Unit:
         return record
 
     def load(self, record: Dict[str, Any]) -> None:
-        self.status = record.get("status", "SUBMITTED")
+        self.status = JobStatus(record.get("status", JobStatus.SUBMITTED))
         self.reason = record.get("statusReason")
         self.created = record.get("createdAt")
         self.started = record.get("startedAt")
@@ -142,23 +196,28 @@ class Job:
         self.spec = spec
         self.job_id: str = spec.job_id
         self.is_array = spec.array_size is not None
-        self.status = "SUBMITTED"
+        self.is_multinode = spec.num_nodes is not None
+        self.has_children = self.is_array or self.is_multinode  # children "id:i" / nodes "id#i"
+        self.status = JobStatus.SUBMITTED
         self.reason: Optional[str] = None
         self.started: Optional[int] = None
         self.stopped: Optional[int] = None
         self.cancelled = False
         self.terminated = False
         self.summary_updated: Optional[int] = spec.created
-        if self.is_array:
-            self.units = [Unit(self, i) for i in range(spec.array_size)]
+        self.childless = False  # an array failed before it spawned children
+        self.shown_summary: Optional[Dict[str, int]] = None  # what a lagging statusSummary shows
+        self.shown_summary_at: Optional[int] = None
+        if self.has_children:
+            self.units = [Unit(self, i) for i in range(spec.array_size or spec.num_nodes)]
         else:
             self.units = [Unit(self, None)]
         self.counts = {status: 0 for status in STATUSES}
-        self.counts["SUBMITTED"] = len(self.units)
+        self.counts[JobStatus.SUBMITTED] = len(self.units)
         # per-status child indexes, for ListJobs(arrayJobId, jobStatus)
         self.by_status: Dict[str, Set[int]] = {status: set() for status in STATUSES}
-        if self.is_array:
-            self.by_status["SUBMITTED"] = set(range(len(self.units)))
+        if self.has_children:
+            self.by_status[JobStatus.SUBMITTED] = set(range(len(self.units)))
         # the scheduler's working state
         self.owner: Any = None
         self.unmet = 0  # an array's unresolved whole-job dependencies (its "gate")
@@ -184,17 +243,19 @@ class Job:
             unit.status = status
             if status in FINAL:
                 unit.stopped = now
-            if self.is_array:
+            if self.has_children:
                 self.counts[old] -= 1
                 self.counts[status] += 1
                 self.by_status[old].discard(unit.index)
                 self.by_status[status].add(unit.index)
                 self.summary_updated = now
-                if status == "RUNNING" and self.started is None:
+                if status == JobStatus.RUNNING and self.started is None:
                     self.started = now
+                if unit.is_main_node and status not in FINAL and self.status not in FINAL:
+                    self.status = status  # a multi-node job is where its main node is
             else:
                 self.status, self.stopped = status, unit.stopped
-        if not self.is_array:
+        if not self.has_children:
             self.reason, self.started = unit.reason, unit.started
         self.touch(unit)
 
@@ -202,26 +263,33 @@ class Job:
         self.status, self.reason, self.stopped = status, reason, now
         self.touch()
 
+    def drop_children(self) -> None:
+        """An array that failed before spawning children has none to show."""
+        self.units = []
+        self.reindex()
+        self.childless = True
+        self.touch()
+
     @property
     def all_children_done(self) -> bool:
-        return self.counts["SUCCEEDED"] + self.counts["FAILED"] == len(self.units)
+        return self.counts[JobStatus.SUCCEEDED] + self.counts[JobStatus.FAILED] == len(self.units)
 
     def unit(self, index: Optional[int]) -> Optional[Unit]:
         if index is None:
-            return None if self.is_array else self.units[0]
-        if not self.is_array or not 0 <= index < len(self.units):
+            return None if self.has_children else self.units[0]
+        if not self.has_children or not 0 <= index < len(self.units):
             return None
         return self.units[index]
 
     # -- records -----------------------------------------------------------------------------
     @property
     def chunk_count(self) -> int:
-        return (len(self.units) + CHUNK - 1) // CHUNK if self.is_array else 0
+        return (len(self.units) + CHUNK - 1) // CHUNK if self.has_children else 0
 
     def parent_record(self, owner: Any) -> Dict[str, Any]:
         record: Dict[str, Any] = {"format": 2, "owner": owner, "spec": self.spec.to_record(),
                                   "chunks": self.chunk_count, "chunkSize": CHUNK}
-        if self.is_array:
+        if self.has_children:
             job: Dict[str, Any] = {"status": self.status}
             for key, value in (("statusReason", self.reason), ("startedAt", self.started),
                                ("stoppedAt", self.stopped),
@@ -232,6 +300,8 @@ class Job:
                 job["isCancelled"] = True
             if self.terminated:
                 job["isTerminated"] = True
+            if self.childless:
+                job["childless"] = True
             record["job"] = job
         else:
             record["unit"] = self.units[0].to_record()
@@ -245,15 +315,17 @@ class Job:
     def from_record(cls, record: Dict[str, Any], chunks: Iterable[Dict[str, Any]]) -> "Job":
         job = cls(JobSpec.from_record(record["spec"]))
         job.owner = record.get("owner")
-        if job.is_array:
+        if job.has_children:
             parent = record.get("job") or {}
-            job.status = parent.get("status", "SUBMITTED")
+            job.status = JobStatus(parent.get("status", JobStatus.SUBMITTED))
             job.reason = parent.get("statusReason")
             job.started = parent.get("startedAt")
             job.stopped = parent.get("stoppedAt")
             job.summary_updated = parent.get("statusSummaryLastUpdatedAt")
             job.cancelled = bool(parent.get("isCancelled"))
             job.terminated = bool(parent.get("isTerminated"))
+            if parent.get("childless"):
+                job.units, job.childless = [], True
             for chunk in chunks:
                 start = chunk.get("start", 0)
                 for offset, unit_record in enumerate(chunk.get("units") or []):
@@ -272,20 +344,27 @@ class Job:
         self.by_status = {status: set() for status in STATUSES}
         for unit in self.units:
             self.counts[unit.status] += 1
-            if self.is_array:
+            if self.has_children:
                 self.by_status[unit.status].add(unit.index)
+
+
+def too_many_tags(spec: JobSpec) -> bool:
+    """More tags than Batch propagates: the job moves to FAILED (see JobSpec.tag_total)."""
+    return (spec.tag_total or 0) > MAX_TAGS
 
 
 # -- rendering: Batch's response shapes ------------------------------------------------------
 def _container(job: Job, unit: Optional[Unit]) -> Dict[str, Any]:
-    spec = job.spec
+    spec = job.spec.node(unit.index if unit is not None and job.is_multinode else None)
     container: Dict[str, Any] = {
-        "image": spec.image or "batchfutures-local",
-        "command": list(spec.command or []),
-        "environment": [dict(item) for item in spec.environment or []],
-        "resourceRequirements": [dict(item) for item in spec.resource_requirements or []],
+        "image": spec["image"] or "batchfutures-local",
+        "command": list(spec["command"] or []),
+        "environment": [dict(item) for item in spec["environment"] or []],
+        "resourceRequirements": [dict(item) for item in spec["resource_requirements"] or []],
         "volumes": [], "mountPoints": [], "ulimits": [],
     }
+    if spec["log_configuration"]:
+        container["logConfiguration"] = _copy(spec["log_configuration"])
     if unit is not None:
         attempt = unit.current or (unit.attempts[-1] if unit.attempts else None)
         if attempt is not None:
@@ -314,10 +393,25 @@ def _dependencies(job: Job, unit: Optional[Unit]) -> List[Dict[str, str]]:
     return shown
 
 
-def describe(job: Job, unit: Optional[Unit] = None) -> Dict[str, Any]:
+def status_summary(job: Job, lag_ms: int, now: int) -> Tuple[Dict[str, int], int]:
+    """An array's statusSummary and when it was last updated.
+
+    Without lag (0) it is the live count. With a lag, as on AWS, the summary shown is a
+    snapshot refreshed at most every `lag_ms`: counts are hints, not the truth.
+    """
+    live = {status.value: n for status, n in job.counts.items()}
+    if lag_ms <= 0:
+        return live, job.summary_updated or job.spec.created
+    if job.shown_summary is None or now - (job.shown_summary_at or 0) >= lag_ms:
+        job.shown_summary, job.shown_summary_at = live, now
+    return dict(job.shown_summary), job.shown_summary_at or now
+
+
+def describe(job: Job, unit: Optional[Unit] = None, *, summary_lag_ms: int = 0,
+             now: int = 0) -> Dict[str, Any]:
     """The JobDetail of a job (unit None: the job itself; for an array, the parent)."""
     spec = job.spec
-    shown = unit if unit is not None else (None if job.is_array else job.units[0])
+    shown = unit if unit is not None else (None if job.has_children else job.units[0])
     job_id = shown.job_id if shown is not None else job.job_id
     detail: Dict[str, Any] = {
         "jobArn": job_arn(job_id), "jobName": spec.name, "jobId": job_id,
@@ -353,12 +447,18 @@ def describe(job: Job, unit: Optional[Unit] = None) -> Dict[str, Any]:
         detail["shareIdentifier"] = spec.share_identifier
     if spec.scheduling_priority is not None:
         detail["schedulingPriority"] = spec.scheduling_priority
+    if job.is_multinode:
+        if shown is None:  # the parent: its nodes, no container of its own
+            detail.pop("container")
+            detail["nodeProperties"] = {"numNodes": spec.num_nodes, "mainNode": spec.main_node,
+                                        "nodeRangeProperties": _copy(spec.node_ranges or [])}
+        else:
+            detail["nodeDetails"] = {"nodeIndex": shown.index, "isMainNode": shown.is_main_node}
     if job.is_array:
         if shown is None:
-            detail["arrayProperties"] = {
-                "statusSummary": dict(job.counts), "size": len(job.units),
-                "statusSummaryLastUpdatedAt": job.summary_updated or spec.created,
-            }
+            counts, updated = status_summary(job, summary_lag_ms, now)
+            detail["arrayProperties"] = {"statusSummary": counts, "size": spec.array_size,
+                                         "statusSummaryLastUpdatedAt": updated}
         else:
             detail["arrayProperties"] = {"index": shown.index}
     return detail
@@ -367,7 +467,7 @@ def describe(job: Job, unit: Optional[Unit] = None) -> Dict[str, Any]:
 def summary(job: Job, unit: Optional[Unit] = None) -> Dict[str, Any]:
     """The JobSummary (ListJobs) of a job or of one child."""
     spec = job.spec
-    shown = unit if unit is not None else (None if job.is_array else job.units[0])
+    shown = unit if unit is not None else (None if job.has_children else job.units[0])
     source: Any = shown if shown is not None else job
     job_id = shown.job_id if shown is not None else job.job_id
     item: Dict[str, Any] = {
@@ -387,7 +487,11 @@ def summary(job: Job, unit: Optional[Unit] = None) -> Dict[str, Any]:
         if container:
             item["container"] = container
     if job.is_array:
-        item["arrayProperties"] = {"size": len(job.units)} if shown is None else {"index": shown.index}
+        item["arrayProperties"] = {"size": spec.array_size} if shown is None else {"index": shown.index}
+    if job.is_multinode:
+        item["nodeProperties"] = ({"numNodes": spec.num_nodes} if shown is None else
+                                  {"isMainNode": shown.is_main_node, "numNodes": spec.num_nodes,
+                                   "nodeIndex": shown.index})
     if spec.share_identifier is not None:
         item["shareIdentifier"] = spec.share_identifier
     item["isCancelled"] = bool(source.cancelled)

@@ -1,27 +1,30 @@
-"""Starting one attempt's process, as a container runtime would, and the handle to it.
+"""Starting one attempt's process, as a container runtime would.
 
-    ProcessLauncher().start(argv, env, log_path, memory_mib, on_exit) -> ProcessHandle
+    ProcessLauncher(cgroups).start(LaunchRequest, on_exit) -> AttemptHandle (attempts.py)
 
 Each attempt is a fresh process in its own session (so its process group can be killed as a
-whole), stdin from /dev/null, stdout and stderr appended to the attempt's log file. It gets
-RLIMIT_DATA (soft and hard) at the job's MEMORY, so an allocation over the limit fails at once
-inside the process (the worker turns that MemoryError into exit status 137, as the kernel's OOM
-killer would), and PR_SET_PDEATHSIG=SIGKILL, so it dies with the thread that launched it: the
-emulator's scheduler thread, which lives as long as the emulator.
+whole), stdin from /dev/null, stdout and stderr appended to the attempt's log file, its working
+directory and environment those of the request (the container's, see scheduler.py), and
+PR_SET_PDEATHSIG=SIGKILL, so it dies with the thread that launched it: the emulator's scheduler
+thread, which lives as long as the emulator.
+
+Memory, as Docker: where the emulator may create cgroups (cgroups.py) the attempt joins its own
+group before its command's first instruction (a `sh -c` prologue writes its pid to the group's
+`cgroup.procs`, then execs the command: one pid throughout), and the kernel enforces the limit.
+Elsewhere it gets RLIMIT_DATA (soft and hard) at the job's MEMORY, so an allocation over the
+limit fails at once inside the process (the worker turns that MemoryError into exit status
+137), and the sampling monitor (monitor.py) kills what grows past the limit otherwise.
 
 No Python code runs between fork and exec, so subprocess takes its vfork path and a launch costs
 a few ms whatever the client's size (a preexec_fn forces a real fork, which copies the client's
 page tables: ~30 ms in a test process, ~200 ms in a 1 GiB one, all on the scheduler thread).
-util-linux's `setpriv --pdeathsig KILL` sets the death signal and execs util-linux's `prlimit
---data=N:N`, which sets RLIMIT_DATA and execs the command (one pid throughout), so the limit is
-in force before the command's own exec. Without the `prlimit` command, RLIMIT_DATA is set with
-prlimit(2) from outside right after the spawn (before the command has run for more than a
-moment); without setpriv the emulator falls back to the preexec_fn.
+util-linux's `setpriv --pdeathsig KILL` sets the death signal and execs (util-linux's `prlimit
+--data=N:N` and then) the command, so the limits are in force before the command's own exec.
+Without the `prlimit` command, RLIMIT_DATA is set with prlimit(2) from outside right after the
+spawn; without setpriv the emulator falls back to the preexec_fn.
 
-A handle (this one, or the fork server's `ForkedAttempt`) has `pid` (also its session and group
-id), `returncode` (None while running, negative for death by signal), `running`, `kill_reason`
-(set by the first `kill(reason)`), `exit_code()` (Docker's: 128+N for signal N) and
-`resident_mib()`. `on_exit(handle)` is called from a waiter thread once the process has ended.
+The worker command (`python -m batchfutures.worker <url>`) is forked from a preloaded fork
+server instead (forkserver.py): still one fresh process per attempt, started in milliseconds.
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
-import re
 import resource
 import shutil
 import signal
@@ -38,11 +40,10 @@ import sys
 import threading
 from typing import Any, Callable, Dict, List, Optional
 
-from .monitor import PAGE, process_tree, resident_bytes, session_members
+from .attempts import AttemptHandle, LaunchRequest
+from .forkserver import ForkServer, is_worker_command
 
-_PAGE = PAGE  # the fork server imports these two names
 _PR_SET_PDEATHSIG = 1
-_PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 
 
 def _load_prctl() -> Optional[Callable[..., int]]:
@@ -62,8 +63,11 @@ _prctl = _load_prctl()
 _python_path_cache: Dict[Any, str] = {}
 
 
-def python_path_for_children() -> str:
-    """PYTHONPATH that lets a child import what this process imports (local code included)."""
+def client_python_path() -> str:
+    """PYTHONPATH that lets a child import what this client imports (its local code included).
+
+    Only for `inherit_client_path=True`: a container has none of the client's folders.
+    """
     key = (tuple(sys.path), os.environ.get("PYTHONPATH"), os.getcwd())
     cached = _python_path_cache.get(key)
     if cached is None:
@@ -86,13 +90,6 @@ def _python_path() -> str:
     if existing:
         entries.extend(e for e in existing.split(os.pathsep) if e and e not in entries)
     return os.pathsep.join(entries)
-
-
-def container_argv(command: List[str]) -> List[str]:
-    """The job's command, a leading `python`, `python3` or `python3.X` meaning this interpreter."""
-    if command and _PYTHON.fullmatch(command[0]):
-        return [sys.executable] + list(command[1:])
-    return list(command)
 
 
 def _data_cap(memory_mib: int) -> int:
@@ -162,14 +159,21 @@ def _limit_data(pid: int, memory_mib: int) -> None:
         pass  # already gone
 
 
-def _child_setup(memory_mib: Optional[int], parent: int) -> Callable[[], None]:
+def _child_setup(memory_mib: Optional[int], parent: int, procs: List[str]) -> Callable[[], None]:
     limit = int(memory_mib) * 1024 * 1024 if memory_mib else None
+    own_pid = str  # bound here: nothing is looked up between fork and exec
 
     def setup() -> None:  # runs in the child between fork and exec: no imports, no locks
         if _prctl is not None:
             _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
             if os.getppid() != parent:  # the emulator died before the line above
                 os._exit(137)
+        for path in procs:  # join the attempt's cgroup
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.write(fd, own_pid(os.getpid()).encode())
+            finally:
+                os.close(fd)
         if limit is not None:
             hard = resource.getrlimit(resource.RLIMIT_DATA)[1]
             cap = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
@@ -178,24 +182,19 @@ def _child_setup(memory_mib: Optional[int], parent: int) -> Callable[[], None]:
     return setup
 
 
-def docker_exit_code(returncode: Optional[int]) -> int:
-    """The code Docker reports for a process: 128+N for death by signal N."""
-    code = returncode if returncode is not None else -signal.SIGKILL
-    return 128 - code if code < 0 else code
+# Writes its own pid into each of the first $1 files (the cgroup's), then execs the rest; the
+# shell's own PWD is not left behind (a container's environment has none).
+_JOIN_CGROUP = ('n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; '
+                'n=$((n - 1)); done; {unset}exec "$@"')
 
 
-class ProcessHandle:
-    """One attempt's process."""
+class ProcessHandle(AttemptHandle):
+    """One attempt's exec'd process: a waiter thread reports its end."""
 
-    def __init__(self, popen: subprocess.Popen, memory_mib: Optional[int],
-                 on_exit: Optional[Callable[["ProcessHandle"], None]]) -> None:
+    def __init__(self, popen: subprocess.Popen, request: LaunchRequest,
+                 on_exit: Optional[Callable[[AttemptHandle], None]]) -> None:
+        super().__init__(popen.pid, request, on_exit)
         self._popen = popen
-        self.pid = popen.pid
-        self.memory_mib = memory_mib
-        self.kill_reason: Optional[str] = None
-        self.returncode: Optional[int] = None
-        self._on_exit = on_exit
-        self._lock = threading.Lock()
         self._waiter = threading.Thread(target=self._wait, name=f"bf-emulator-wait-{self.pid}",
                                         daemon=True)
         self._waiter.start()
@@ -205,114 +204,73 @@ class ProcessHandle:
             os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT)
         except (ChildProcessError, OSError, AttributeError):
             pass
-        self._kill_group()  # the container's other processes end with its main process
-        code = self._popen.wait()
-        with self._lock:
-            self.returncode = code
-        if self._on_exit is not None:
-            self._on_exit(self)
-
-    @property
-    def running(self) -> bool:
-        return self.returncode is None
-
-    def _kill_group(self) -> None:
-        try:
+        try:  # the container's other processes end with its main process
             os.killpg(self.pid, signal.SIGKILL)
         except OSError:
             pass
-
-    def kill(self, reason: str) -> None:
-        """SIGKILL every process of the attempt; the first reason given is kept."""
-        with self._lock:
-            if self.returncode is not None:
-                return
-            if self.kill_reason is None:
-                self.kill_reason = reason
-        self._kill_group()
-        # processes that moved to another group but stayed in the session go too
-        for pid in session_members([self.pid]).get(self.pid, []):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-
-    def wait(self, timeout: Optional[float] = None) -> Optional[int]:
-        self._waiter.join(timeout)
-        return self.returncode
-
-    def exit_code(self) -> int:
-        return docker_exit_code(self.returncode)
-
-    def resident_mib(self) -> float:
-        """Resident memory of every process of the attempt, in MiB (0 once gone)."""
-        pids = session_members([self.pid]).get(self.pid, [])
-        return resident_bytes(pids) / (1024 * 1024)
-
-
-AttemptProcess = ProcessHandle  # the name the fork server's docstring uses
+        self.finish(self._popen.wait())
 
 
 class ProcessLauncher:
-    """Starts attempts as fresh processes.
+    """Starts attempts as fresh processes (the worker's from the fork server)."""
 
-    The worker command (`python -m batchfutures.worker <url>`) is forked from a preloaded fork
-    server (forkserver.py): still one fresh process per attempt, but started in milliseconds.
-    Any other command, or every command when BATCHFUTURES_EMULATOR_FORKSERVER=0, is exec'd.
-    """
-
-    def __init__(self) -> None:
-        self._forkserver: Any = None
+    def __init__(self, *, use_forkserver: Optional[bool] = None) -> None:
+        if use_forkserver is None:
+            use_forkserver = os.environ.get("BATCHFUTURES_EMULATOR_FORKSERVER", "1") != "0"
+        self.use_forkserver = use_forkserver
+        self._forkserver: Optional[ForkServer] = None
         self._lock = threading.Lock()
 
-    def _fork_server(self) -> Any:
-        if os.environ.get("BATCHFUTURES_EMULATOR_FORKSERVER", "1") == "0":
+    def _fork_server(self) -> Optional[ForkServer]:
+        if not self.use_forkserver:
             return None
         with self._lock:
             if self._forkserver is None:
-                from .forkserver import ForkServer
-
-                self._forkserver = ForkServer(python_path_for_children())
+                self._forkserver = ForkServer()
             return None if self._forkserver.broken else self._forkserver
 
-    def start(self, argv: List[str], env: Dict[str, str], log_path: str,
-              memory_mib: Optional[int],
-              on_exit: Optional[Callable[[ProcessHandle], None]] = None) -> Any:
+    def start(self, request: LaunchRequest,
+              on_exit: Optional[Callable[[AttemptHandle], None]] = None) -> AttemptHandle:
         """Start the attempt; OSError when the command cannot be run at all."""
-        from .forkserver import is_worker_command
-
+        argv, env = list(request.argv), request.env
+        os.makedirs(os.path.dirname(request.log_path), exist_ok=True)
         if is_worker_command(argv):
             server = self._fork_server()
             if server is not None:
                 try:
-                    return server.spawn(argv[3], env, log_path, memory_mib,
-                                        on_exit or (lambda _handle: None))
+                    return server.spawn(request, on_exit or (lambda _handle: None))
                 except OSError:  # the server is gone: fall back to a plain start
                     pass
-        os.makedirs(os.path.dirname(log_path), exist_ok=True)
+        if not argv or shutil.which(argv[0], path=env.get("PATH")) is None:
+            # what exec would have said (rather than setpriv's or sh's exit status 127)
+            raise FileNotFoundError(f"{argv[0] if argv else ''!r}: no such executable")
+        cgroup = request.cgroup
+        memory_mib = request.memory_mib if cgroup is None else None  # cgroup: no RLIMIT_DATA
         setpriv = _setpriv()
-        with open(log_path, "ab", buffering=0) as log:
+        with open(request.log_path, "ab", buffering=0) as log:
             if setpriv is not None:  # vfork + exec: see the module doc
-                if not argv or shutil.which(argv[0], path=env.get("PATH")) is None:
-                    # what exec would have said, rather than setpriv's exit status 127
-                    raise FileNotFoundError(f"{argv[0] if argv else ''!r}: no such executable")
                 prefix = [setpriv, "--pdeathsig", "KILL", "--"]
+                if cgroup is not None:
+                    script = _JOIN_CGROUP.format(unset="" if "PWD" in env else "unset PWD; ")
+                    prefix += ["/bin/sh", "-c", script, "sh", str(len(cgroup.procs)),
+                               *cgroup.procs]
                 prlimit = _prlimit() if memory_mib else None
                 if prlimit is not None:  # the limit holds from the command's first instruction
                     cap = _data_cap(memory_mib)
                     prefix += [prlimit, f"--data={cap}:{cap}", "--"]
                 popen = subprocess.Popen(
-                    prefix + list(argv), env=env,
+                    prefix + argv, env=env, cwd=request.cwd,
                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                     close_fds=True, start_new_session=True)
                 if memory_mib and prlimit is None:
                     _limit_data(popen.pid, memory_mib)
             else:  # a real fork, to run _child_setup between fork and exec
                 popen = subprocess.Popen(
-                    argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    close_fds=True, start_new_session=True,
-                    preexec_fn=_child_setup(memory_mib, os.getpid()))
-        return ProcessHandle(popen, memory_mib, on_exit)
+                    argv, env=env, cwd=request.cwd, stdin=subprocess.DEVNULL, stdout=log,
+                    stderr=subprocess.STDOUT, close_fds=True, start_new_session=True,
+                    preexec_fn=_child_setup(memory_mib, os.getpid(),
+                                            cgroup.procs if cgroup is not None else []))
+        return ProcessHandle(popen, request, on_exit)
 
     def close(self) -> None:
         """Stop the fork server (and with it any attempt it still runs)."""
@@ -320,6 +278,3 @@ class ProcessLauncher:
             server, self._forkserver = self._forkserver, None
         if server is not None:
             server.close()
-
-
-_tree = process_tree  # the fork server's handles use this name

@@ -5,6 +5,8 @@
                                             "job": ... (array parent), "chunks": n}
     <folder>/jobs/<job id>.d/<k>.json     children k*500 .. k*500+499 of an array
     <folder>/control/<instance>/<x>.json  CancelJob/TerminateJob requests from other processes
+    <folder>/queues/<name>.json           a job queue: state, priority, time limit actions
+    <folder>/definitions/<name>/<r>.json  revision r of a job definition
 
 Every file is written atomically (temporary name, then os.replace). The `Persister` writes the
 records of jobs that changed at most every 0.2 s, and only the chunks of children that changed,
@@ -25,7 +27,7 @@ import shutil
 import threading
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 logger = logging.getLogger("batchfutures")
 
@@ -87,6 +89,11 @@ def write_atomically(path: Path, text: str) -> None:
 
 def _dumps(record: Dict[str, Any]) -> str:
     return json.dumps(record, separators=(",", ":"))
+
+
+def job_texts(job: Any, owner: Any, chunks: Iterable[int]) -> Tuple[str, Dict[int, str]]:
+    """The one serialisation of a job's record: its parent file and the given chunks' files."""
+    return _dumps(job.parent_record(owner)), {k: _dumps(job.chunk_record(k)) for k in chunks}
 
 
 class RecordStore:
@@ -182,6 +189,120 @@ class RecordStore:
 
     def drop_control(self, instance: str) -> None:
         shutil.rmtree(self.control / instance, ignore_errors=True)
+
+
+class DefinitionStore:
+    """Job definitions, one file per revision (<folder>/definitions/<name>/<revision>.json),
+    created exclusively (O_EXCL) so two processes registering one name get two revisions; reads
+    are cached by file version."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder) / "definitions"
+        self._cache: Dict[Path, Tuple[int, Dict[str, Any]]] = {}
+        self._lock = threading.Lock()
+
+    def create(self, name: str, revision: int, definition: Dict[str, Any]) -> bool:
+        """Write a new revision; False when another writer took that revision first."""
+        folder = self.folder / name
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(folder / f"{revision}.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(_dumps(definition))
+        return True
+
+    def write(self, name: str, revision: int, definition: Dict[str, Any]) -> None:
+        write_atomically(self.folder / name / f"{revision}.json", _dumps(definition))
+
+    def _read(self, path: Path) -> Optional[Dict[str, Any]]:
+        try:
+            stamp = path.stat().st_mtime_ns
+        except FileNotFoundError:
+            return None
+        with self._lock:
+            cached = self._cache.get(path)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        try:
+            with open(path, encoding="utf-8") as handle:
+                definition = json.load(handle)
+        except (OSError, ValueError):
+            return None  # being written by another process
+        with self._lock:
+            self._cache[path] = (stamp, definition)
+        return definition
+
+    def names(self) -> List[str]:
+        try:
+            return sorted(os.listdir(self.folder))
+        except FileNotFoundError:
+            return []
+
+    def revisions(self, name: str) -> List[Dict[str, Any]]:
+        """Every readable revision of `name`, oldest first."""
+        try:
+            files = [f for f in os.listdir(self.folder / name)
+                     if f.endswith(".json") and f[:-5].isdigit()]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        found = [self._read(self.folder / name / f) for f in files]
+        return sorted((d for d in found if d), key=lambda d: d["revision"])
+
+
+class QueueStore:
+    """Job queues, one file each (<folder>/queues/<name>.json), so every instance on a folder
+    sees the same queues and states; reads are cached by file version."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder) / "queues"
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._cache: Dict[str, Tuple[Any, Dict[str, Any]]] = {}
+        self._lock = threading.Lock()
+
+    def create(self, name: str, record: Dict[str, Any]) -> bool:
+        """Write a new queue's file; False when the queue exists already."""
+        try:
+            fd = os.open(self.folder / f"{name}.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(_dumps(record))
+        return True
+
+    def write(self, name: str, record: Dict[str, Any]) -> None:
+        write_atomically(self.folder / f"{name}.json", _dumps(record))
+
+    def load(self, name: str) -> Optional[Dict[str, Any]]:
+        path = self.folder / f"{name}.json"
+        try:
+            stat = path.stat()
+        except OSError:
+            return None
+        version = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+        with self._lock:
+            cached = self._cache.get(name)
+            if cached is not None and cached[0] == version:
+                return cached[1]
+        try:
+            with open(path, encoding="utf-8") as handle:
+                record = json.load(handle)
+        except (OSError, ValueError):
+            return cached[1] if cached is not None else None  # being replaced right now
+        with self._lock:
+            self._cache[name] = (version, record)
+        return record
+
+    def names(self) -> List[str]:
+        try:
+            files = [n[:-5] for n in os.listdir(self.folder)
+                     if n.endswith(".json") and not n.startswith(".")]
+        except OSError:
+            return []
+        records = [(self.load(n) or {}, n) for n in files]
+        return [n for record, n in sorted(records, key=lambda item: (item[0].get("order", 0), item[1]))
+                if record]
 
 
 class Persister:

@@ -11,8 +11,12 @@ thread sleeps until something wakes it (a submission, a process's exit, a stop),
 nearest attempt timeout, or for IDLE (housekeeping). The work of a tick is proportional to what
 changes, never to the number of jobs: units move between queues (`_new`, `_ready`, the RUNNABLE
 heap ordered by submission, `_launched`, `_running`), dependencies are counters decremented by
-the job they wait for (no re-scan of waiting jobs), and an array's status summary is maintained
-incrementally by `Job.move`.
+the job they wait for (dependencies.py: no re-scan of waiting jobs), and an array's status
+summary is maintained incrementally by `Job.move`. What an attempt's end means is decided by
+outcomes.attempt_outcome; what its process gets (environment, path, directory) by container.py;
+its memory and CPU limits by its cgroup (cgroups.py) or, without one, RLIMIT_DATA and the
+monitor (monitor.py). Jobs held RUNNABLE for a reason are cancelled by their queue's
+jobStateTimeLimitActions; attempts marked by the fault profile lose their host while RUNNING.
 
 All state is guarded by the emulator's lock; processes are launched outside it. Launching
 happens on this thread only: PR_SET_PDEATHSIG ties each process's life to the thread that
@@ -24,7 +28,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-import math
 import os
 import threading
 import time
@@ -33,7 +36,10 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 
-from . import retries
+from . import container, retries
+from .attempts import KillReason, LaunchRequest
+from .dependencies import Dependencies
+from .faults import FaultInjector
 from .jobs import (
     ACTIVE,
     BEFORE_START,
@@ -41,28 +47,35 @@ from .jobs import (
     DEPENDENCY_FAILED,
     EXITED,
     FINAL,
+    MAIN_NODE_EXITED,
+    MAX_TAGS,
     MISCONFIGURED,
-    OOM_REASON,
-    START_FAILED,
-    TIMEOUT_REASON,
     Job,
+    JobStatus,
     Unit,
+    too_many_tags,
 )
-from .launcher import container_argv, python_path_for_children
+from .launcher import client_python_path
 from .model import task_arn
+from .outcomes import AttemptEnd, attempt_outcome
 
 logger = logging.getLogger("batchfutures")
 
 TICK = 0.002
 IDLE = 0.25
 HOUSEKEEPING_EVERY = 0.25
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
-Request = Tuple[List[str], Dict[str, str], str, Optional[int]]
+
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _vcpus(unit: Unit) -> float:
+    """The vCPUs one unit holds while it runs (a node's own, in a multi-node job)."""
+    spec = unit.job.spec
+    return float(spec.node(unit.index)["vcpus"] or 1) if unit.job.is_multinode else spec.vcpus
 
 
 class Scheduler:
@@ -70,26 +83,37 @@ class Scheduler:
 
     def __init__(self, *, lock: Any, launcher: Any, monitor: Any, max_vcpus: float,
                  host_memory_mib: Optional[int], compute_environment: str, logs_folder: Path,
+                 host_gpus: int = 0,
                  on_change: Callable[[], None], housekeeping: Callable[[], None],
-                 foreign_status: Callable[[str], Optional[str]]) -> None:
+                 foreign_status: Callable[[str], Optional[str]], cgroups: Any = None,
+                 scratch: Optional[container.Scratch] = None, inherit_client_path: bool = False,
+                 faults: Optional[FaultInjector] = None,
+                 queue_actions: Callable[[str], List[Dict[str, Any]]] = lambda queue: []) -> None:
         self.lock = lock
         self.launcher = launcher
         self.monitor = monitor
+        self.cgroups = cgroups  # cgroups.Cgroups, or None: RLIMIT_DATA and the monitor
+        self.scratch = scratch
+        self.inherit_client_path = inherit_client_path
+        self.faults = faults or FaultInjector()
+        self._queue_actions = queue_actions
+        self._stuck: List[Unit] = []  # RUNNABLE with a reason that keeps them there
         self.max_vcpus = float(max_vcpus)
         self.host_memory_mib = host_memory_mib
+        self.host_gpus = host_gpus
         self.compute_environment = compute_environment
         self.logs_folder = Path(logs_folder)
         self._on_change = on_change
         self._housekeeping = housekeeping
-        self._foreign_status = foreign_status
         self._new: List[Job] = []
         self._ready: List[Unit] = []
         self._heap: List[Tuple[int, int, int, Unit]] = []
         self._order = itertools.count()
         self._launched: List[Unit] = []
         self._running: Set[Unit] = set()
-        self._foreign: List[Tuple[Any, str]] = []
-        self._events: Deque[Tuple[Any, bool]] = deque()
+        self.dependencies = Dependencies(
+            foreign_status=foreign_status, ready=self._ready.append,
+            fail=lambda unit: self._finalize(unit, JobStatus.FAILED, DEPENDENCY_FAILED))
         self.finished: Deque[Job] = deque()  # own jobs in the order they ended (for the TTL)
         self.used_vcpus = 0.0
         self._tick_no = 0
@@ -120,22 +144,22 @@ class Scheduler:
 
     def _stop(self, job: Job, unit: Optional[Unit], reason: str, *, terminate: bool) -> None:
         flag = "terminated" if terminate else "cancelled"
-        if unit is None and job.is_array and job.status not in FINAL:
+        if unit is None and job.has_children and job.status not in FINAL:
             setattr(job, flag, True)
             job.stop_reason = reason
             job.touch()
         for target in ([unit] if unit is not None else job.units):
             if target.status in BEFORE_START:
                 setattr(target, flag, True)
-                self._finalize(target, "FAILED", reason)
+                self._finalize(target, JobStatus.FAILED, reason)
             elif terminate and target.status in ACTIVE:
                 target.terminated, target.stop_reason = True, reason
                 job.touch(target)
                 if target.handle is not None:
-                    target.handle.kill("terminate")
+                    target.handle.kill(KillReason.TERMINATE)
                 else:  # being launched right now: killed as soon as it exists
-                    target.kill_pending = "terminate"
-        self._drain()
+                    target.kill_pending = KillReason.TERMINATE
+        self.dependencies.drain()
         self._wake.set()
 
     # -- the thread --------------------------------------------------------------------------
@@ -143,13 +167,13 @@ class Scheduler:
         """How long the thread may sleep: TICK while a step is due, else until a deadline."""
         if self._new or self._ready or self._launched:
             return TICK
-        while self._heap and self._heap[0][3].status != "RUNNABLE":
+        while self._heap and self._heap[0][3].status != JobStatus.RUNNABLE:
             heapq.heappop(self._heap)  # cancelled while queued
         if self._heap:
             unit = self._heap[0][3]  # strict FIFO: only the head can start next
-            if self.used_vcpus + unit.job.spec.vcpus <= self.max_vcpus + 1e-9:
+            if self.used_vcpus + _vcpus(unit) <= self.max_vcpus + 1e-9:
                 return TICK
-        deadlines = [u.deadline for u in self._running if u.deadline is not None]
+        deadlines = [d for u in self._running for d in (u.deadline, u.host_loss_at) if d is not None]
         if deadlines:
             return min(IDLE, max(0.0, min(deadlines) - time.monotonic()))
         return IDLE
@@ -178,6 +202,27 @@ class Scheduler:
             if changed:
                 self._on_change()
 
+    def check_time_limits(self) -> None:
+        """The queues' jobStateTimeLimitActions: cancel jobs held RUNNABLE for their reason."""
+        with self.lock:
+            if not self._stuck:
+                return
+            now = time.monotonic()
+            still = []
+            for unit in self._stuck:
+                if unit.status != JobStatus.RUNNABLE or unit.runnable_since is None:
+                    continue
+                action = next((a for a in self._queue_actions(unit.job.spec.queue)
+                               if a.get("state") == "RUNNABLE" and a.get("action") == "CANCEL"
+                               and (unit.reason or "").startswith(str(a.get("reason") or ""))), None)
+                if action is not None and now - unit.runnable_since >= action["maxTimeSeconds"]:
+                    unit.cancelled = True
+                    self._finalize(unit, JobStatus.FAILED, str(action["reason"]))
+                else:
+                    still.append(unit)
+            self._stuck = still
+            self.dependencies.drain()
+
     def _tick(self) -> None:
         with self.lock:
             self._tick_no += 1
@@ -186,7 +231,7 @@ class Scheduler:
             launches = self._dispatch()  # RUNNABLE -> STARTING
             self._make_runnable()      # PENDING -> RUNNABLE
             self._admit()              # SUBMITTED -> PENDING
-            self._drain()
+            self.dependencies.drain()
         for unit, request in launches:
             self._launch(unit, request)
 
@@ -197,121 +242,82 @@ class Scheduler:
         for job in jobs:
             if job.status in FINAL:
                 continue
-            live = [u for u in job.units if u.status == "SUBMITTED"]
-            if job.is_array:
-                job.status = "PENDING"
+            live = [u for u in job.units if u.status == JobStatus.SUBMITTED]
+            if too_many_tags(job.spec):  # as Batch: FAILED before any child exists
+                self._fail_unspawned(job, now)
+                continue
+            if job.has_children:
+                job.status = JobStatus.PENDING
                 job.touch()
             for unit in live:
                 if unit.index is not None:
                     unit.created = now  # a child is created when its parent spawns it
-                job.move(unit, "PENDING", now)
+                job.move(unit, JobStatus.PENDING, now)
                 unit.tick = self._tick_no
             self.changed = True
-            whole = [target for kind, target in job.targets if kind == "whole"]
-            if job.is_array:
-                outcomes = [self._watch(target, job) for target in whole]
-                if "failed" in outcomes:
-                    job.gate_failed = True
-                    for unit in live:
-                        self._finalize(unit, "FAILED", DEPENDENCY_FAILED)
-                    continue
-                job.unmet = outcomes.count("waiting")
-                for unit in live:
-                    unit.unmet = 1 if job.unmet else 0
-                for kind, target in job.targets:
-                    if kind != "n_to_n":
-                        continue
-                    for unit in live:
-                        member = (f"{target}:{unit.index}" if isinstance(target, str)
-                                  else target.units[unit.index])
-                        self._count(unit, self._watch(member, unit))
-                if any(kind == "sequential" for kind, _ in job.targets):
-                    for unit in live:
-                        if unit.index > 0:
-                            self._count(unit, self._watch(job.units[unit.index - 1], unit))
-            else:
-                for unit in live:
-                    for target in whole:
-                        self._count(unit, self._watch(target, unit))
-            for unit in live:
-                if unit.status == "PENDING" and unit.unmet == 0:
-                    self._ready.append(unit)
+            for unit in self.dependencies.wire(job, live):
+                self._ready.append(unit)
 
-    def _count(self, unit: Unit, outcome: str) -> None:
-        if unit.status != "PENDING":
-            return
-        if outcome == "waiting":
-            unit.unmet += 1
-        elif outcome == "failed":
-            self._finalize(unit, "FAILED", DEPENDENCY_FAILED)
-
-    def _watch(self, target: Any, dependent: Any) -> str:
-        """'ok', 'failed', or 'waiting' (then `dependent` hears when `target` ends)."""
-        if isinstance(target, str):  # a job of another process: polled from its record
-            status = self._foreign_status(target)
-            if status in FINAL or status is None:
-                return "ok" if status == "SUCCEEDED" else "failed"
-            self._foreign.append((dependent, target))
-            return "waiting"
-        if target.status in FINAL:
-            return "ok" if target.status == "SUCCEEDED" else "failed"
-        target.dependents.append(dependent)
-        return "waiting"
-
-    def poll_foreign(self) -> None:
-        """Resolve dependencies on other processes' jobs (called from housekeeping)."""
-        with self.lock:
-            waits = list(self._foreign)
-        if not waits:
-            return
-        statuses = {target: self._foreign_status(target) for _, target in waits}
-        with self.lock:
-            still = []
-            for dependent, target in self._foreign:
-                status = statuses.get(target, "PENDING")
-                if status in FINAL or status is None:
-                    self._resolve(dependent, status == "SUCCEEDED")
-                else:
-                    still.append((dependent, target))
-            self._foreign = still
-            self._drain()
+    def _fail_unspawned(self, job: Job, now: int) -> None:
+        """Fail a job at admission, before it has children (an array keeps none)."""
+        reason = (f"ClientException: the job and its job definition have more than {MAX_TAGS} "
+                  "tags to propagate")
+        if job.has_children:
+            job.drop_children()
+            job.finish_parent(JobStatus.FAILED, reason, now)
+            self.dependencies.ended(job, False)
+            self.finished.append(job)
+            self.changed = True
+        else:
+            self._finalize(job.units[0], JobStatus.FAILED, reason)
 
     # -- PENDING -> RUNNABLE -----------------------------------------------------------------
+    def poll_foreign(self) -> None:
+        """Resolve dependencies on other processes' jobs (called from housekeeping)."""
+        self.dependencies.poll_foreign(self.lock)
+
     def _make_runnable(self) -> None:
-        ready, self._ready = self._ready, []
+        ready = list(self._ready)
+        self._ready.clear()  # in place: the dependency graph appends to this very list
         for unit in ready:
-            if unit.status == "PENDING" and unit.tick < self._tick_no:
+            if unit.status == JobStatus.PENDING and unit.tick < self._tick_no:
                 self._queue(unit)
-            elif unit.status == "PENDING":
+            elif unit.status == JobStatus.PENDING:
                 self._ready.append(unit)
 
     def _queue(self, unit: Unit) -> None:
         spec = unit.job.spec
+        node = spec.node(unit.index if unit.job.is_multinode else None)
         now = now_ms()
         unit.tick = self._tick_no
         self.changed = True
-        too_big = spec.vcpus > self.max_vcpus + 1e-9 or (
-            spec.memory and self.host_memory_mib and spec.memory > self.host_memory_mib)
+        # a multi-node job's nodes run together: all of their vCPUs must fit at once
+        too_big = (spec.total_vcpus() > self.max_vcpus + 1e-9 or (node["gpus"] or 0) > self.host_gpus
+                   or (node["memory"] and self.host_memory_mib
+                       and node["memory"] > self.host_memory_mib))
         if too_big:  # as Batch: stays RUNNABLE, saying why, until cancelled or terminated
-            unit.job.move(unit, "RUNNABLE", now, MISCONFIGURED)
+            unit.job.move(unit, JobStatus.RUNNABLE, now, MISCONFIGURED)
+            unit.runnable_since = time.monotonic()
+            self._stuck.append(unit)
             return
-        unit.job.move(unit, "RUNNABLE", now, None)
-        heapq.heappush(self._heap, (spec.seq, unit.index or 0, next(self._order), unit))
+        unit.job.move(unit, JobStatus.RUNNABLE, now, None)
+        place = -1 if unit.is_main_node else unit.index or 0  # a main node starts first
+        heapq.heappush(self._heap, (spec.seq, place, next(self._order), unit))
 
     # -- RUNNABLE -> STARTING: vCPUs, in submission order ------------------------------------
-    def _dispatch(self) -> List[Tuple[Unit, Request]]:
-        launches: List[Tuple[Unit, Request]] = []
+    def _dispatch(self) -> List[Tuple[Unit, LaunchRequest]]:
+        launches: List[Tuple[Unit, LaunchRequest]] = []
         if self._stopping:
             return launches
         now = now_ms()
         while self._heap:
             unit = self._heap[0][3]
-            if unit.status != "RUNNABLE":
+            if unit.status != JobStatus.RUNNABLE:
                 heapq.heappop(self._heap)  # cancelled while queued
                 continue
             if unit.tick == self._tick_no:
                 break  # became RUNNABLE in this tick: next tick
-            need = unit.job.spec.vcpus
+            need = _vcpus(unit)
             if self.used_vcpus + need > self.max_vcpus + 1e-9:
                 break
             heapq.heappop(self._heap)
@@ -321,39 +327,63 @@ class Scheduler:
             stream = f"{unit.job.spec.definition_name}/default/{task_id}"
             unit.current = {"container": {"logStreamName": stream,
                                           "taskArn": task_arn(self.compute_environment, task_id)}}
-            unit.job.move(unit, "STARTING", now, None)
+            unit.job.move(unit, JobStatus.STARTING, now, None)
             unit.tick = self._tick_no
+            unit.host_loss_in = self.faults.host_loss_delay()
             self.changed = True
             launches.append((unit, self._request(unit, stream)))
         return launches
 
-    def _request(self, unit: Unit, stream: str) -> Request:
+    def _request(self, unit: Unit, stream: str) -> LaunchRequest:
+        """What the attempt's process gets: the container's world (container.py)."""
         spec = unit.job.spec
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_BATCH_")}
-        python_path = python_path_for_children()
-        if python_path:
-            env["PYTHONPATH"] = python_path
-        env.setdefault("PYTHONUNBUFFERED", "1")  # a killed attempt's output is still in its log
-        threads = str(max(1, math.ceil(spec.vcpus)))
-        for name in THREAD_VARIABLES:  # no 64 thread pools (and their memory) on a 1-vCPU job
-            env.setdefault(name, threads)
-        for item in spec.environment or []:
-            env[item["name"]] = item.get("value", "")
-        env.update(AWS_BATCH_JOB_ID=unit.job_id, AWS_BATCH_JOB_ATTEMPT=str(unit.attempt_number),
-                   AWS_BATCH_JQ_NAME=spec.queue, AWS_BATCH_CE_NAME=self.compute_environment)
-        if unit.index is not None:
-            env["AWS_BATCH_JOB_ARRAY_INDEX"] = str(unit.index)
-            env["AWS_BATCH_JOB_ARRAY_SIZE"] = str(spec.array_size)
+        node = spec.node(unit.index if unit.job.is_multinode else None)
+        batch = dict(AWS_BATCH_JOB_ID=unit.job_id, AWS_BATCH_JOB_ATTEMPT=str(unit.attempt_number),
+                     AWS_BATCH_JQ_NAME=spec.queue, AWS_BATCH_CE_NAME=self.compute_environment)
+        if unit.job.is_array:
+            batch["AWS_BATCH_JOB_ARRAY_INDEX"] = str(unit.index)
+            batch["AWS_BATCH_JOB_ARRAY_SIZE"] = str(spec.array_size)
+        if unit.job.is_multinode:  # every node on this machine: the main node is 127.0.0.1
+            batch.update(AWS_BATCH_JOB_NODE_INDEX=str(unit.index),
+                         AWS_BATCH_JOB_NUM_NODES=str(spec.num_nodes),
+                         AWS_BATCH_JOB_MAIN_NODE_INDEX=str(spec.main_node))
+            if not unit.is_main_node:  # as Batch: only the other nodes are told its address
+                batch["AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"] = "127.0.0.1"
+        if self.inherit_client_path:  # the explicit way back to the client's world
+            python_path, cwd = [client_python_path()], os.getcwd()
+        else:
+            python_path, cwd = container.image_python_path(), ""  # "": a scratch folder
+        vcpus = float(node["vcpus"] or 1)
+        env = container.environment(os.environ, node["environment"] or [], batch, vcpus=vcpus,
+                                    python_path=python_path)
         log_path = str(self.logs_folder.joinpath(*stream.split("/")))
-        return container_argv(list(spec.command or [])), env, log_path, spec.memory
+        return LaunchRequest(argv=container.container_argv(list(node["command"] or [])), env=env,
+                             cwd=cwd, log_path=log_path, memory_mib=node["memory"], vcpus=vcpus)
 
-    def _launch(self, unit: Unit, request: Request) -> None:
-        argv, env, log_path, memory = request
+    def _prepare(self, request: LaunchRequest) -> None:
+        """Outside the lock: the attempt's scratch folder (named for its task) and cgroup."""
+        if not request.cwd:
+            if self.scratch is not None:
+                request.cwd = request.scratch = self.scratch.make(os.path.basename(request.log_path))
+            else:
+                request.cwd = os.path.abspath(os.sep)
+        if self.cgroups is not None:
+            try:
+                request.cgroup = self.cgroups.create(request.memory_mib, request.vcpus)
+            except OSError as error:  # e.g. the cgroup folder went away: this attempt falls back
+                logger.warning("batchfutures emulator: cannot create a cgroup (%s); this attempt "
+                               "runs with RLIMIT_DATA and sampling", error)
+
+    def _launch(self, unit: Unit, request: LaunchRequest) -> None:
         handle, error = None, None
         try:
-            handle = self.launcher.start(argv, env, log_path, memory, self._exited)
+            self._prepare(request)
+            handle = self.launcher.start(request, self._exited)
         except Exception as exc:  # the "image" cannot run this command
             error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            if request.cgroup is not None:
+                request.cgroup.remove(timeout=0.5)
+            container.Scratch.remove(request.scratch)
         with self.lock:
             if handle is None:
                 self._end_attempt(unit, start_error=error)
@@ -361,11 +391,11 @@ class Scheduler:
                 unit.handle = handle
                 self._running.add(unit)
                 self._launched.append(unit)
-                if memory:
-                    self.monitor.watch(handle, memory)
+                if request.memory_mib and request.cgroup is None:
+                    self.monitor.watch(handle, request.memory_mib)
                 if unit.kill_pending:
                     handle.kill(unit.kill_pending)
-            self._drain()
+            self.dependencies.drain()
             self.changed = True
         self._wake.set()
 
@@ -376,17 +406,19 @@ class Scheduler:
     def _mark_running(self) -> None:
         launched, self._launched = self._launched, []
         for unit in launched:
-            if unit.status == "STARTING":
+            if unit.status == JobStatus.STARTING:
                 self._to_running(unit)
 
     def _to_running(self, unit: Unit) -> None:
         now = now_ms()
         unit.started = now
         unit.current["startedAt"] = now
-        unit.job.move(unit, "RUNNING", now)
+        unit.job.move(unit, JobStatus.RUNNING, now)
         unit.tick = self._tick_no
         timeout = unit.job.spec.timeout
         unit.deadline = time.monotonic() + timeout if timeout else None
+        if unit.host_loss_in is not None:
+            unit.host_loss_at = time.monotonic() + unit.host_loss_in
         self.changed = True
 
     # -- the end of an attempt ---------------------------------------------------------------
@@ -397,8 +429,11 @@ class Scheduler:
             if not handle.running:
                 self._end_attempt(unit)
             elif unit.deadline is not None and now >= unit.deadline:
-                handle.kill("timeout")
+                handle.kill(KillReason.TIMEOUT)
                 unit.deadline = None  # killed: its exit wakes the thread (no tick until then)
+            elif unit.host_loss_at is not None and now >= unit.host_loss_at:
+                handle.kill(KillReason.HOST_LOST)  # a fault: the instance went away
+                unit.host_loss_at = None
 
     def _end_attempt(self, unit: Unit, start_error: Optional[str] = None) -> None:
         spec = unit.job.spec
@@ -406,6 +441,7 @@ class Scheduler:
         handle = unit.handle
         self._running.discard(unit)
         unit.handle, unit.deadline, unit.kill_pending = None, None, None
+        unit.host_loss_in = unit.host_loss_at = None
         if handle is not None:
             self.monitor.unwatch(handle)
         self.used_vcpus = max(0.0, self.used_vcpus - unit.reserved)
@@ -416,40 +452,25 @@ class Scheduler:
         self._close_log(container.get("logStreamName"))
         if start_error is None and "startedAt" not in attempt:
             unit.started = attempt["startedAt"] = now  # ended before it was seen running
-        killed = handle.kill_reason if handle is not None else None
-        code = handle.exit_code() if handle is not None else None
-        retry = True
-        if start_error is not None:
-            container["reason"] = f"CannotStartContainerError: {start_error}"
-            status_reason = START_FAILED
-        elif killed in ("terminate", "shutdown"):
-            container["exitCode"] = code
-            status_reason = unit.stop_reason or EXITED
-            retry = False
-        elif killed == "timeout":
-            container["exitCode"] = 137
-            status_reason = TIMEOUT_REASON
-            retry = False  # as Batch: an attempt stopped for its timeout is not retried
-        elif killed == "memory" or (code == 137 and spec.memory):
-            container["exitCode"] = 137
-            container["reason"] = OOM_REASON
-            status_reason = EXITED
-        else:
-            container["exitCode"] = code
-            status_reason = EXITED
+        outcome = attempt_outcome(AttemptEnd(
+            exit_code=handle.exit_code() if handle is not None else None,
+            killed=handle.kill_reason if handle is not None else None,
+            memory_exceeded=handle.memory_exceeded if handle is not None else False,
+            start_error=start_error, stop_reason=unit.stop_reason))
+        container.update(outcome.container)
         attempt["stoppedAt"] = now
-        attempt["statusReason"] = status_reason
+        attempt["statusReason"] = outcome.status_reason
         unit.attempts.append(attempt)
-        succeeded = start_error is None and killed is None and code == 0
-        if succeeded:
-            self._finalize(unit, "SUCCEEDED", EXITED)
-        elif (retry and not unit.cancelled and not unit.terminated and not self._stopping
-              and len(unit.attempts) < spec.max_attempts
+        if outcome.succeeded:
+            self._finalize(unit, JobStatus.SUCCEEDED, EXITED)
+        elif (outcome.retryable and not unit.job.is_multinode and not unit.cancelled and not unit.terminated
+              and not self._stopping and len(unit.attempts) < spec.max_attempts
               and retries.should_retry(spec.exit_rules, exit_code=container.get("exitCode"),
-                                       reason=container.get("reason"), status_reason=status_reason)):
+                                       reason=container.get("reason"),
+                                       status_reason=outcome.status_reason)):
             self._queue(unit)
         else:
-            self._finalize(unit, "FAILED", status_reason)
+            self._finalize(unit, JobStatus.FAILED, outcome.status_reason)
         self.changed = True
 
     def _close_log(self, stream: Optional[str]) -> None:
@@ -470,56 +491,44 @@ class Scheduler:
         job = unit.job
         now = now_ms()
         job.move(unit, status, now, reason)
-        self._events.append((unit, status == "SUCCEEDED"))
+        self.dependencies.ended(unit, status == JobStatus.SUCCEEDED)
         if job.is_array:
             if job.status not in FINAL and job.all_children_done:
-                failed = job.counts["FAILED"] > 0
+                failed = job.counts[JobStatus.FAILED] > 0
                 parent_reason = None
                 if failed:
                     parent_reason = job.stop_reason or (
                         DEPENDENCY_FAILED if job.gate_failed else CHILD_FAILED)
-                job.finish_parent("FAILED" if failed else "SUCCEEDED", parent_reason, now)
-                self._events.append((job, not failed))
+                job.finish_parent(JobStatus.FAILED if failed else JobStatus.SUCCEEDED, parent_reason, now)
+                self.dependencies.ended(job, not failed)
                 self.finished.append(job)
+        elif job.is_multinode:
+            if unit.is_main_node and job.status not in FINAL:
+                self._end_multinode(job, unit, status, reason, now)
         else:
             self.finished.append(job)
         self.changed = True
 
-    def _drain(self) -> None:
-        """Tell dependents that what they wait for ended (iteratively: chains can be long)."""
-        while self._events:
-            node, succeeded = self._events.popleft()
-            dependents, node.dependents = node.dependents, []
-            for dependent in dependents:
-                self._resolve(dependent, succeeded)
-
-    def _resolve(self, dependent: Any, succeeded: bool) -> None:
-        if isinstance(dependent, Unit):
-            if dependent.status != "PENDING":
-                return
-            if not succeeded:
-                self._finalize(dependent, "FAILED", DEPENDENCY_FAILED)
-                return
-            dependent.unmet -= 1
-            if dependent.unmet <= 0:
-                self._ready.append(dependent)
-            return
-        job: Job = dependent  # an array waiting as a whole (its children hold one count each)
-        if job.status in FINAL or job.gate_failed:
-            return
-        if not succeeded:
-            job.gate_failed = True
-            for unit in job.units:
-                if unit.status == "PENDING":
-                    self._finalize(unit, "FAILED", DEPENDENCY_FAILED)
-            return
-        job.unmet -= 1
-        if job.unmet == 0:
-            for unit in job.units:
-                if unit.status == "PENDING":
-                    unit.unmet -= 1
-                    if unit.unmet <= 0:
-                        self._ready.append(unit)
+    def _end_multinode(self, job: Job, main: Unit, status: str, reason: Optional[str],
+                       now: int) -> None:
+        """The main node's end is the job's: its status and reason; the other nodes stop."""
+        job.cancelled = job.cancelled or main.cancelled
+        job.terminated = job.terminated or main.terminated
+        job.finish_parent(status, reason, now)
+        self.dependencies.ended(job, status == JobStatus.SUCCEEDED)
+        self.finished.append(job)
+        why = job.stop_reason or MAIN_NODE_EXITED  # CancelJob/TerminateJob's, else the main's end
+        for node in job.units:
+            if node is main or node.status in FINAL:
+                continue
+            if node.status in BEFORE_START:
+                self._finalize(node, JobStatus.FAILED, why)
+            else:
+                node.stop_reason = why
+                if node.handle is not None:
+                    node.handle.kill(KillReason.TERMINATE)
+                else:
+                    node.kill_pending = KillReason.TERMINATE
 
     # -- shutdown ----------------------------------------------------------------------------
     def shutdown(self, jobs: List[Job], reason: str) -> None:
@@ -530,12 +539,12 @@ class Scheduler:
             for unit in list(self._running) + self._launched:
                 unit.stop_reason = reason
                 if unit.handle is not None:
-                    unit.handle.kill("shutdown")
+                    unit.handle.kill(KillReason.SHUTDOWN)
                     handles.append(unit.handle)
             for job in jobs:  # attempts being launched right now are killed when they exist
                 for unit in job.units:
-                    if unit.status == "STARTING" and unit.handle is None:
-                        unit.stop_reason, unit.kill_pending = reason, "shutdown"
+                    if unit.status == JobStatus.STARTING and unit.handle is None:
+                        unit.stop_reason, unit.kill_pending = reason, KillReason.SHUTDOWN
         self._wake.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=10)
@@ -557,7 +566,7 @@ class Scheduler:
                             unit.attempts.append(attempt)
                         self.used_vcpus = max(0.0, self.used_vcpus - unit.reserved)
                         unit.reserved = 0.0
-                        self._finalize(unit, "FAILED", reason)
-                if job.is_array and job.status not in FINAL:  # (a parent of no live children)
-                    job.finish_parent("FAILED", reason, now)
-            self._drain()
+                        self._finalize(unit, JobStatus.FAILED, reason)
+                if job.has_children and job.status not in FINAL:  # (a parent of no live children)
+                    job.finish_parent(JobStatus.FAILED, reason, now)
+            self.dependencies.drain()

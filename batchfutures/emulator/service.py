@@ -4,56 +4,84 @@ It has the methods of a boto3 `batch` client (keyword arguments and response dic
 botocore's model), validates each request as botocore does (`ParamValidationError`) and as Batch
 does (`ClientError` with code ClientException), and hands jobs to the scheduler:
 
-    submit_job ─> Job (jobs.py) ─> Scheduler (scheduler.py) ─> ProcessLauncher (launcher.py)
-                       │                 │                        MemoryMonitor (monitor.py)
-                       └─ Persister / RecordStore (records.py): <folder>/jobs/...
+    submit_job ─> Job (jobs.py) ─> JobTable (table.py) ─> records (records.py): <folder>/jobs
+                       └────────────> Scheduler (scheduler.py) ─> ProcessLauncher (launcher.py)
+                                         │  cgroups.py (or monitor.py), container.py
+    describe_jobs, list_jobs <─ JobTable.find / in_queue <─ jobs.describe / summary
     logs.get_log_events ─> LogsService (logs.py): <folder>/logs/...
 
-Jobs this instance submitted live in memory (and are written to disk at most every 0.2 s);
-jobs of other instances or processes on the same folder are read from their records, so
-`describe_jobs` works across processes; an unfinished job whose owner process is gone is
-recovered as FAILED; a finished job is forgotten `metadata_ttl` seconds after it stopped.
+This module is the API facade: botocore's validation, Batch's own checks, rendering, and the
+fault profile (faults.py). What a job id means, own or foreign, alive, recovered or forgotten,
+is the job table's business (table.py).
 """
 
 from __future__ import annotations
 
 import atexit
-import base64
+import enum
 import functools
 import itertools
 import json
 import logging
 import os
-import re
 import threading
 import uuid
 import weakref
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from .catalog import DEFAULT_DEFINITION, NAME, Definitions, Queues, Rejected, resolve_resources
-from .faults import FaultInjector
-from .jobs import FINAL, STATUSES, Job, JobSpec, Unit, describe, summary
+from . import cgroups as cgroups_module
+from . import host
+from .catalog import (
+    DEFAULT_DEFINITION,
+    NAME,
+    Definitions,
+    Queues,
+    Rejected,
+    check_time_limit_actions,
+    resolve_resources,
+)
+from .container import Scratch
+from .faults import FaultInjector, FaultProfile
+from .jobs import FINAL, STATUSES, DependencyKind, Job, JobStatus, Unit, describe, summary
 from .launcher import ProcessLauncher
+from .listing import job_filter, token, untoken
 from .logs import LogsService
 from .model import arn_resource, client_error, job_arn, validate_request
 from .monitor import MemoryMonitor
-from .records import Persister, RecordStore, owner_token, process_alive
-from .retries import check_strategy, normalized
+from .records import QueueStore, owner_token, process_alive
+from .retries import normalized
 from .scheduler import Scheduler, now_ms
+from .submission import (
+    build_spec,
+    check_array_size,
+    check_common,
+    check_environment,
+    check_node_properties,
+    check_request,
+)
+from .table import EXIT_REASON, JobTable
 
 logger = logging.getLogger("batchfutures")
 
 __all__ = ["BatchEmulator", "client_error", "DEFAULT_DEFINITION"]
 
-MAX_REQUEST_BYTES = 30 * 1024
-MAX_ARRAY_SIZE = 10_000
 MAX_DESCRIBE = 100
 MAX_DEPENDENCIES = 20
-JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
-JOB_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 SHUTDOWN_REASON = "batchfutures emulator: shut down (pid {pid}) before the job finished"
-EXIT_REASON = "batchfutures emulator: the process that ran this job (pid {pid}) exited before it finished"
+
+
+class Isolation(enum.Enum):
+    """How an attempt's memory and CPU are limited."""
+
+    AUTO = "auto"        # cgroups where this process may create them, else RLIMIT
+    CGROUPS = "cgroups"  # cgroups, or ValueError when they cannot be made
+    RLIMIT = "rlimit"    # RLIMIT_DATA and /proc sampling (the fallback), even where cgroups work
+
+
+class StopAction(enum.Enum):
+    CANCEL = "cancel"
+    TERMINATE = "terminate"
 
 
 def _api(operation: str) -> Callable[[Callable[..., Dict[str, Any]]], Callable[..., Dict[str, Any]]]:
@@ -65,43 +93,17 @@ def _api(operation: str) -> Callable[[Callable[..., Dict[str, Any]]], Callable[.
             validate_request(operation, params)
             self.faults.maybe_raise(operation)
             try:
-                return method(self, params)
+                response = method(self, params)
             except Rejected as error:
                 raise client_error(str(error), error.code, operation=operation) from None
+            if operation == "SubmitJob" and self.faults.reply_lost(operation):
+                raise self.faults.lost_reply_error(operation)  # the job exists all the same
+            return response
 
         call.operation = operation  # type: ignore[attr-defined]
         return call
 
     return decorate
-
-
-def _host_memory_mib() -> Optional[int]:
-    try:
-        with open("/proc/meminfo", "rb") as handle:
-            for line in handle:
-                if line.startswith(b"MemTotal:"):
-                    return int(line.split()[1]) // 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
-def _token(position: Any) -> str:
-    return base64.urlsafe_b64encode(json.dumps(position).encode()).decode()
-
-
-def _untoken(token: Optional[str]) -> Any:
-    if not token:
-        return None
-    try:
-        return json.loads(base64.urlsafe_b64decode(token.encode()))
-    except (ValueError, TypeError):
-        raise Rejected("The nextToken is not valid")
-
-
-def _glob(pattern: str, value: str) -> bool:
-    pattern, value = pattern.lower(), value.lower()
-    return value.startswith(pattern[:-1]) if pattern.endswith("*") else value == pattern
 
 
 class BatchEmulator:
@@ -113,42 +115,54 @@ class BatchEmulator:
 
     def __init__(self, folder: Union[str, "os.PathLike[str]"], *, max_vcpus: Optional[float] = None,
                  metadata_ttl: float = 86400, job_queues: Sequence[str] = ("batchfutures",),
-                 compute_environment: str = "batchfutures-local") -> None:
+                 compute_environment: str = "batchfutures-local",
+                 isolation: Union[Isolation, str, None] = None, inherit_client_path: bool = False,
+                 faults: Optional[FaultProfile] = None, gpus: Optional[int] = None) -> None:
         if max_vcpus is not None and not max_vcpus > 0:
             raise ValueError(f"max_vcpus={max_vcpus!r} must be positive")
         if not metadata_ttl > 0:
             raise ValueError(f"metadata_ttl={metadata_ttl!r} must be positive")
+        isolation = Isolation(isolation or os.environ.get("BATCHFUTURES_EMULATOR_ISOLATION") or "auto")
+        found = None if isolation is Isolation.RLIMIT else cgroups_module.detect()
+        if isolation is Isolation.CGROUPS and found is None:
+            raise ValueError("isolation='cgroups': this process cannot create cgroups here "
+                             "(it needs Linux and a writable cgroup v1 memory or v2 hierarchy)")
         self.folder = Path(folder).expanduser().resolve()
         self.folder.mkdir(parents=True, exist_ok=True)
         self.instance_id = uuid.uuid4().hex
-        self.max_vcpus = float(max_vcpus) if max_vcpus else float(os.cpu_count() or 1)
+        self.max_vcpus = float(max_vcpus) if max_vcpus else float(host.cpu_count())
+        self.gpus = host.gpu_count() if gpus is None else int(gpus)
         self.metadata_ttl = float(metadata_ttl)
         self.compute_environment = compute_environment
-        self.faults = FaultInjector()
+        self.cgroups = found  # None: RLIMIT_DATA and sampling
+        self.inherit_client_path = bool(inherit_client_path)
+        self.faults = FaultInjector(faults)
         self.logs = LogsService(self.folder / "logs", self)
-        self.store = RecordStore(self.folder)
         self.definitions = Definitions(self.folder)
-        self.queues = Queues(job_queues, compute_environment)
+        self.queues = Queues(QueueStore(self.folder), job_queues, compute_environment)
         self._lock = threading.RLock()
-        self._jobs: Dict[str, Job] = {}  # the jobs this instance runs
-        self._foreign: Dict[str, Tuple[Any, Job]] = {}  # other instances' jobs, by record version
-        self._foreign_lock = threading.Lock()
+        self._owner = owner_token(self.instance_id)
+        self.table = JobTable(self.folder, self._lock, self._owner, self.metadata_ttl)
+        self.store = self.table.store
         self._listeners: List[Callable[[], None]] = []
         self._seq = itertools.count()
-        self._owner = owner_token(self.instance_id)
         self._closed = False
-        self.persister = Persister(self.store, self._lock, self._snapshot)
+        self.scratch = Scratch(self.folder, self._owner)
         self.monitor = MemoryMonitor()
         self.launcher = ProcessLauncher()
         self.scheduler = Scheduler(
             lock=self._lock, launcher=self.launcher, monitor=self.monitor, max_vcpus=self.max_vcpus,
-            host_memory_mib=_host_memory_mib(), compute_environment=compute_environment,
+            host_memory_mib=host.memory_mib(), host_gpus=self.gpus,
+            compute_environment=compute_environment,
             logs_folder=self.folder / "logs", on_change=self._notify,
-            housekeeping=self._housekeeping, foreign_status=self._foreign_status)
+            housekeeping=self._housekeeping, foreign_status=self.table.status_of,
+            cgroups=self.cgroups, scratch=self.scratch,
+            inherit_client_path=self.inherit_client_path, faults=self.faults,
+            queue_actions=self.queues.actions)
         self.scheduler.start()
         BatchEmulator._live[self.instance_id] = self
         atexit.register(_close_at_exit, weakref.ref(self))
-        # records left unfinished by dead processes are recovered in the background
+        # leftovers of dead processes (records, cgroups, scratch folders) go in the background
         threading.Thread(target=self._sweep, name="bf-emulator-sweep", daemon=True).start()
 
     @classmethod
@@ -177,8 +191,17 @@ class BatchEmulator:
 
     def inject_faults(self, rate: float, *, code: str = "TooManyRequestsException",
                       operations: Optional[Any] = None, seed: Optional[int] = None) -> None:
-        """Answer `rate` of the calls (of `operations` only, e.g. {"DescribeJobs"}) with `code`."""
+        """Answer `rate` of the calls (of `operations` only, e.g. {"DescribeJobs"}) with `code`
+        (429 for throttling codes, 500 for ServerException); the rest of the profile stays."""
         self.faults.configure(rate, code=code, operations=operations, seed=seed)
+
+    def set_faults(self, profile: Optional[FaultProfile]) -> None:
+        """Replace the fault profile (None: no faults); random streams restart from its seed."""
+        self.faults.set(profile or FaultProfile())
+
+    @property
+    def fault_profile(self) -> FaultProfile:
+        return self.faults.profile
 
     def invoke(self, operation: str, params: Dict[str, Any]) -> Dict[str, Any]:
         """Call an operation by its API name ("SubmitJob", "GetLogEvents"), as a server would."""
@@ -205,12 +228,12 @@ class BatchEmulator:
             wanted = params.get("jobQueues")
             names = [self.queues.resolve(q) for q in wanted] if wanted else self.queues.names()
             names = [n for n in names if n is not None]
-            start = int(_untoken(params.get("nextToken")) or 0)
+            start = int(untoken(params.get("nextToken")) or 0)
             size = int(params.get("maxResults") or 100)
             page = names[start:start + size]
             response: Dict[str, Any] = {"jobQueues": [self.queues.detail(n) for n in page]}
             if start + size < len(names):
-                response["nextToken"] = _token(start + size)
+                response["nextToken"] = token(start + size)
             return response
 
     @_api("CreateJobQueue")
@@ -219,9 +242,12 @@ class BatchEmulator:
         if not NAME.fullmatch(name):
             raise Rejected(f"jobQueueName {name!r} must be 1-128 letters, digits, hyphens and underscores")
         with self._lock:
-            if self.queues.resolve(name) is not None:
+            problem = check_time_limit_actions(params.get("jobStateTimeLimitActions"))
+            if problem:
+                raise Rejected(problem)
+            if not self.queues.create(name, params.get("state") or "ENABLED", params.get("priority") or 1,
+                                      params.get("jobStateTimeLimitActions")):
                 raise Rejected(f"Object already exists: job queue {name}")
-            self.queues.create(name, params.get("state") or "ENABLED", params.get("priority") or 1)
             detail = self.queues.detail(name)
         return {"jobQueueName": name, "jobQueueArn": detail["jobQueueArn"]}
 
@@ -234,7 +260,10 @@ class BatchEmulator:
             name = self.queues.resolve(params["jobQueue"])
             if name is None:
                 raise Rejected(f"Job queue {params['jobQueue']} does not exist")
-            self.queues.update(name, state, params.get("priority"))
+            problem = check_time_limit_actions(params.get("jobStateTimeLimitActions"))
+            if problem:
+                raise Rejected(problem)
+            self.queues.update(name, state, params.get("priority"), params.get("jobStateTimeLimitActions"))
             detail = self.queues.detail(name)
         return {"jobQueueName": name, "jobQueueArn": detail["jobQueueArn"]}
 
@@ -245,18 +274,26 @@ class BatchEmulator:
         if not NAME.fullmatch(name):
             raise Rejected(f"jobDefinitionName {name!r} must be 1-128 letters, digits, hyphens "
                            "and underscores")
-        if params["type"] != "container":
-            raise Rejected(f"job definition type {params['type']!r}: the emulator runs only "
-                           "'container' jobs")
-        for unsupported in ("nodeProperties", "eksProperties", "ecsProperties"):
+        if params["type"] not in ("container", "multinode"):
+            raise Rejected(f"job definition type {params['type']!r}: the emulator runs "
+                           "'container' and 'multinode' jobs")
+        for unsupported in ("eksProperties", "ecsProperties"):
             if params.get(unsupported):
-                raise Rejected(f"{unsupported}: the emulator runs only single-container jobs")
-        properties = params.get("containerProperties")
-        if properties is None:
-            raise Rejected("containerProperties is required for a container job definition")
-        _check_environment(properties.get("environment"))
-        resolve_resources(properties, {})
-        _check_common(params.get("retryStrategy"), params.get("timeout"))
+                raise Rejected(f"{unsupported}: the emulator runs only container jobs")
+        if params["type"] == "multinode":
+            if params.get("containerProperties"):
+                raise Rejected("a multinode job definition takes nodeProperties, not "
+                               "containerProperties")
+            check_node_properties(params.get("nodeProperties"))
+        else:
+            if params.get("nodeProperties"):
+                raise Rejected("nodeProperties needs a job definition of type multinode")
+            properties = params.get("containerProperties")
+            if properties is None:
+                raise Rejected("containerProperties is required for a container job definition")
+            check_environment(properties.get("environment"))
+            resolve_resources(properties, {})
+        check_common(params.get("retryStrategy"), params.get("timeout"))
         body = {key: value for key, value in params.items() if key != "jobDefinitionName"}
         if body.get("retryStrategy"):
             body["retryStrategy"] = normalized(body["retryStrategy"])
@@ -285,12 +322,12 @@ class BatchEmulator:
         if status:
             found = [d for d in found if d.get("status") == status]
         found.sort(key=lambda d: (d["jobDefinitionName"], d["revision"]))
-        start = int(_untoken(params.get("nextToken")) or 0)
+        start = int(untoken(params.get("nextToken")) or 0)
         size = int(params.get("maxResults") or 100)
         response: Dict[str, Any] = {"jobDefinitions": [json.loads(json.dumps(d))
                                                        for d in found[start:start + size]]}
         if start + size < len(found):
-            response["nextToken"] = _token(start + size)
+            response["nextToken"] = token(start + size)
         return response
 
     @_api("DeregisterJobDefinition")
@@ -306,15 +343,8 @@ class BatchEmulator:
     def submit_job(self, params: Dict[str, Any]) -> Dict[str, Any]:
         if self._closed:
             raise Rejected("The batchfutures emulator is closed", "ServerException")
-        size = len(json.dumps(params, separators=(",", ":")).encode())
-        if size > MAX_REQUEST_BYTES:
-            raise Rejected(f"SubmitJob request size {size} bytes exceeds the 30 KiB limit "
-                           f"({MAX_REQUEST_BYTES} bytes)")
+        check_request(params)
         name = params["jobName"]
-        if not JOB_NAME.fullmatch(name):
-            raise Rejected(f"jobName {name!r} is invalid: up to 128 letters (uppercase and "
-                           "lowercase), numbers, hyphens and underscores, starting with a letter "
-                           "or number")
         with self._lock:
             queue = self.queues.resolve(params["jobQueue"])
             if queue is None:
@@ -324,56 +354,17 @@ class BatchEmulator:
         definition = self.definitions.resolve(params["jobDefinition"])
         if definition is None:
             raise Rejected(f"Job definition {params['jobDefinition']} does not exist or is not ACTIVE")
-        array_size = (params.get("arrayProperties") or {}).get("size")
-        if params.get("arrayProperties") is not None and (
-                array_size is None or not 2 <= array_size <= MAX_ARRAY_SIZE):
-            raise Rejected(f"arrayProperties.size must be between 2 and {MAX_ARRAY_SIZE}, "
-                           f"got {array_size}")
-        strategy = params.get("retryStrategy") or definition.get("retryStrategy")
-        timeout = params.get("timeout") or definition.get("timeout")
-        _check_common(strategy, timeout)
-        overrides = params.get("containerOverrides") or {}
-        _check_environment(overrides.get("environment"))
-        properties = definition.get("containerProperties") or {}
-        requirements, vcpus, memory = resolve_resources(properties, overrides)
-        if memory is None:
-            raise Rejected("The job needs a MEMORY resource requirement (its definition has none)")
-        parameters = dict(definition.get("parameters") or {})
-        parameters.update(params.get("parameters") or {})
-        command = [_substitute(arg, parameters)
-                   for arg in (overrides.get("command") or properties.get("command") or [])]
-        environment = {}  # the definition's variables, then the overrides'
-        for item in (properties.get("environment") or []) + (overrides.get("environment") or []):
-            environment[item["name"]] = item.get("value", "")
+        array_size = check_array_size(params)
         targets = self._dependency_targets(params.get("dependsOn") or [], array_size)
         job_id = str(uuid.uuid4())
-        spec = JobSpec(
-            job_id=job_id, name=name, queue=queue, definition_arn=definition["jobDefinitionArn"],
-            definition_name=definition["jobDefinitionName"],
-            image=properties.get("image") or "batchfutures-local", command=command,
-            environment=[{"name": k, "value": v} for k, v in environment.items()],
-            resource_requirements=requirements, vcpus=vcpus, memory=memory,
-            retry_strategy=normalized(strategy),
-            timeout=(timeout or {}).get("attemptDurationSeconds"),
-            tags=dict(params.get("tags") or {}),
-            propagate_tags=params.get("propagateTags", definition.get("propagateTags")),
-            share_identifier=params.get("shareIdentifier"),
-            scheduling_priority=params.get("schedulingPriorityOverride",
-                                           definition.get("schedulingPriority")),
-            parameters=parameters or None,
-            depends_on=[dict(d) for d in params.get("dependsOn") or []],
-            array_size=array_size, created=now_ms(), seq=next(self._seq),
-            platform_capabilities=definition.get("platformCapabilities") or ["EC2"])
+        spec = build_spec(params, definition, job_id=job_id, queue=queue, created=now_ms(),
+                          seq=next(self._seq))
         job = Job(spec)
         job.targets = targets
-        job.owner = self._owner
         with self._lock:
             if self._closed:
                 raise Rejected("The batchfutures emulator is closed", "ServerException")
-            job.sink = self.persister.dirty
-            job.dirty.update(range(job.chunk_count))
-            job.touch()
-            self._jobs[job_id] = job
+            self.table.add(job)
             self.scheduler.add(job)
         return {"jobArn": job_arn(job_id), "jobName": name, "jobId": job_id}
 
@@ -389,29 +380,29 @@ class BatchEmulator:
             if kind == "SEQUENTIAL":
                 if array_size is None:
                     raise Rejected("A SEQUENTIAL dependency is only valid for an array job")
-                targets.append(("sequential", None))
+                targets.append((DependencyKind.SEQUENTIAL, None))
                 if not job_id:
                     continue
             if not job_id:
                 raise Rejected("A dependsOn entry needs a jobId (except type SEQUENTIAL)")
-            found = self._find(job_id)
+            found = self.table.find(job_id)
             if found is None:
                 raise Rejected(f"Dependency job {job_id} does not exist")
             job, unit = found
-            own = self._jobs.get(job.job_id) is job
+            own = self.table.is_own(job)
             if kind == "N_TO_N":
                 if array_size is None or unit is not None or not job.is_array:
                     raise Rejected("An N_TO_N dependency needs an array job depending on an array job")
-                if len(job.units) != array_size:
+                if job.spec.array_size != array_size:
                     raise Rejected(f"An N_TO_N dependency needs arrays of the same size: {job_id} "
-                                   f"has {len(job.units)} children, this job {array_size}")
-                targets.append(("n_to_n", job if own else job.job_id))
+                                   f"has {job.spec.array_size} children, this job {array_size}")
+                targets.append((DependencyKind.N_TO_N, job if own else job.job_id))
                 continue
             if own:
-                target: Any = unit if unit is not None else (job if job.is_array else job.units[0])
+                target: Any = unit if unit is not None else (job if job.has_children else job.units[0])
             else:
                 target = unit.job_id if unit is not None else job.job_id
-            targets.append(("whole", target))
+            targets.append((DependencyKind.WHOLE, target))
         return targets
 
     # -- DescribeJobs, ListJobs --------------------------------------------------------------
@@ -422,15 +413,16 @@ class BatchEmulator:
             raise Rejected(f"DescribeJobs takes at most {MAX_DESCRIBE} job IDs, got {len(ids)}")
         found, seen = [], set()
         for raw in ids:
-            item = self._find(raw)
+            item = self.table.find(raw)
             if item is None:
                 continue  # unknown or forgotten: left out, as Batch does
             key = (item[0].job_id, item[1].index if item[1] is not None else None)
             if key not in seen:
                 seen.add(key)
                 found.append(item)
+        lag, now = self.faults.summary_lag_ms, now_ms()
         with self._lock:  # one consistent snapshot of every job asked for
-            details = [describe(job, unit) for job, unit in found]
+            details = [describe(job, unit, summary_lag_ms=lag, now=now) for job, unit in found]
         return {"jobs": details}
 
     @_api("ListJobs")
@@ -442,19 +434,18 @@ class BatchEmulator:
         if params.get("jobStatus") is not None and params["jobStatus"] not in STATUSES:
             raise Rejected(f"jobStatus must be one of {', '.join(STATUSES)}")
         # As Batch: with filters every status is listed; with neither, RUNNING jobs only.
-        statuses = set(STATUSES) if filters else {params.get("jobStatus") or "RUNNING"}
-        match = self._filter(filters)
+        statuses = set(STATUSES) if filters else {params.get("jobStatus") or JobStatus.RUNNING}
+        match = job_filter(filters)
         size = int(params.get("maxResults") or 1000)
         if not 1 <= size:
             raise Rejected("maxResults must be at least 1")
         size = min(size, 1000)
-        after = _untoken(params.get("nextToken"))
+        after = untoken(params.get("nextToken"))
         items: List[Tuple[Any, Job, Optional[Unit]]] = []
-        if scopes[0] == "multiNodeJobId":
-            raise Rejected("The emulator does not run multi-node parallel jobs")
-        if scopes[0] == "arrayJobId":
-            found = self._find(params["arrayJobId"])
-            if found is not None and found[1] is None and found[0].is_array:
+        if scopes[0] in ("arrayJobId", "multiNodeJobId"):
+            kind = "is_array" if scopes[0] == "arrayJobId" else "is_multinode"
+            found = self.table.find(params[scopes[0]])
+            if found is not None and found[1] is None and getattr(found[0], kind):
                 job = found[0]
                 with self._lock:
                     indices = sorted(i for s in statuses for i in job.by_status[s])
@@ -466,17 +457,10 @@ class BatchEmulator:
             queue = self.queues.resolve(params["jobQueue"])
             if queue is None:
                 raise Rejected(f"Job queue {params['jobQueue']} does not exist")
-            with self._lock:
-                jobs = [j for j in self._jobs.values() if j.spec.queue == queue]
-            for job_id in self.store.job_ids():
-                if job_id not in self._jobs:
-                    job = self._load_foreign(job_id)
-                    if job is not None and job.spec.queue == queue:
-                        jobs.append(job)
-            now = now_ms()
+            jobs = self.table.in_queue(queue)
             with self._lock:
                 for job in jobs:
-                    if job.status in statuses and not self._expired(job, now) and match(job, None):
+                    if job.status in statuses and match(job, None):
                         position = [job.spec.created, job.job_id]
                         if after is None or position > after:
                             items.append((position, job, None))
@@ -485,56 +469,26 @@ class BatchEmulator:
         with self._lock:
             response: Dict[str, Any] = {"jobSummaryList": [summary(job, unit) for _, job, unit in page]}
         if len(items) > size:
-            response["nextToken"] = _token(page[-1][0])
+            response["nextToken"] = token(page[-1][0])
         return response
-
-    def _filter(self, filters: List[Dict[str, Any]]) -> Callable[[Job, Optional[Unit]], bool]:
-        checks: List[Callable[[Job, Optional[Unit]], bool]] = []
-        for item in filters:
-            name, values = item.get("name"), item.get("values") or []
-            if not values:
-                raise Rejected(f"filter {name} needs a value")
-            value = values[0]
-            if name == "JOB_NAME":
-                checks.append(lambda job, unit, v=value: _glob(v, job.spec.name))
-            elif name == "JOB_DEFINITION":
-                def by_definition(job: Job, unit: Optional[Unit], v: str = value) -> bool:
-                    arn = job.spec.definition_arn
-                    short = arn.split("job-definition/", 1)[1]
-                    return any(_glob(v, candidate) for candidate in
-                               (arn, short, job.spec.definition_name))
-                checks.append(by_definition)
-            elif name in ("BEFORE_CREATED_AT", "AFTER_CREATED_AT"):
-                try:
-                    stamp = int(value)
-                except ValueError:
-                    raise Rejected(f"filter {name} needs a time in epoch milliseconds")
-                if name == "BEFORE_CREATED_AT":
-                    checks.append(lambda job, unit, t=stamp: job.spec.created < t)
-                else:
-                    checks.append(lambda job, unit, t=stamp: job.spec.created > t)
-            else:
-                raise Rejected(f"unknown filter {name!r}: use JOB_NAME, JOB_DEFINITION, "
-                               "BEFORE_CREATED_AT or AFTER_CREATED_AT")
-        return lambda job, unit: all(check(job, unit) for check in checks)
 
     # -- CancelJob, TerminateJob -------------------------------------------------------------
     @_api("CancelJob")
     def cancel_job(self, params: Dict[str, Any]) -> Dict[str, Any]:
-        self._stop("cancel", params["jobId"], params["reason"])
+        self._stop(StopAction.CANCEL, params["jobId"], params["reason"])
         return {}
 
     @_api("TerminateJob")
     def terminate_job(self, params: Dict[str, Any]) -> Dict[str, Any]:
-        self._stop("terminate", params["jobId"], params["reason"])
+        self._stop(StopAction.TERMINATE, params["jobId"], params["reason"])
         return {}
 
-    def _stop(self, action: str, job_id: str, reason: str) -> None:
-        found = self._find(job_id)
+    def _stop(self, action: StopAction, job_id: str, reason: str) -> None:
+        found = self.table.find(job_id)
         if found is None:
             raise Rejected(f"Job {job_id} does not exist")
         job, unit = found
-        if self._jobs.get(job.job_id) is job:
+        if self.table.is_own(job):
             self._stop_own(action, job, unit, reason)
             return
         if job.status in FINAL and (unit is None or unit.status in FINAL):
@@ -547,157 +501,48 @@ class BatchEmulator:
         if other is not None and not other._closed:  # another instance of this process
             other._stop_own(action, job, unit, reason, job_id=job_id)
         else:
-            self.store.send_control(instance, {"action": action, "jobId": job_id, "reason": reason})
+            self.store.send_control(instance, {"action": action.value, "jobId": job_id,
+                                               "reason": reason})
 
-    def _stop_own(self, action: str, job: Job, unit: Optional[Unit], reason: str,
+    def _stop_own(self, action: StopAction, job: Job, unit: Optional[Unit], reason: str,
                   job_id: Optional[str] = None) -> None:
         with self._lock:
             if job_id is not None:  # a request naming the job by id: find our own object
-                own = self._jobs.get(job.job_id)
+                own = self.table.own.get(job.job_id)
                 if own is None:
                     return
                 job, unit = own, (own.unit(unit.index) if unit is not None else None)
-            if action == "cancel":
+            if action is StopAction.CANCEL:
                 self.scheduler.cancel(job, unit, reason)
             else:
                 self.scheduler.terminate(job, unit, reason)
 
-    # -- finding jobs, own and foreign -------------------------------------------------------
-    def _find(self, raw: str) -> Optional[Tuple[Job, Optional[Unit]]]:
-        job_id = arn_resource(raw, "job") or raw
-        parent_id, separator, index = job_id.partition(":")
-        if separator and not index.isdigit():
-            return None
-        with self._lock:
-            job = self._jobs.get(parent_id)
-        if job is None:
-            job = self._load_foreign(parent_id)
-        if job is None or self._expired(job, now_ms()):
-            return None
-        if separator:
-            unit = job.unit(int(index))
-            return (job, unit) if unit is not None else None
-        return job, None
-
-    def _expired(self, job: Job, now: int) -> bool:
-        return (job.status in FINAL and job.stopped is not None
-                and job.stopped < now - self.metadata_ttl * 1000)
-
-    def _load_foreign(self, job_id: str, *, cache: bool = True) -> Optional[Job]:
-        """Another instance's (or an earlier process's) job, from its record."""
-        if not JOB_ID.fullmatch(job_id):
-            return None
-        signature = self.store.signature(job_id)
-        with self._foreign_lock:
-            cached = self._foreign.get(job_id)
-            if signature is None:
-                self._foreign.pop(job_id, None)
-                return None
-            if cached is not None and cached[0] == signature:
-                job = cached[1]
-            else:
-                loaded = self.store.load(job_id)
-                if loaded is None:
-                    return None
-                try:
-                    job = Job.from_record(*loaded)
-                except (KeyError, TypeError, ValueError, IndexError):
-                    return None
-                if cache:
-                    self._foreign[job_id] = (signature, job)
-            unfinished = job.status not in FINAL or any(u.status not in FINAL for u in job.units)
-            if unfinished and not process_alive(job.owner):
-                self._recover(job)
-            if self._expired(job, now_ms()):
-                self._foreign.pop(job_id, None)
-                self._delete_files(job)
-                return None
-            return job
-
-    def _recover(self, job: Job) -> None:
-        """Record as FAILED what a dead process left unfinished (caller holds _foreign_lock)."""
-        pid = (job.owner or ["?"])[0]
-        reason = EXIT_REASON.format(pid=pid)
-        now = now_ms()
-        for unit in job.units:
-            if unit.status in FINAL:
-                continue
-            if unit.current is not None:
-                attempt, unit.current = unit.current, None
-                attempt.update(stoppedAt=now, statusReason=reason)
-                unit.attempts.append(attempt)
-            job.move(unit, "FAILED", now, reason)
-        if job.is_array and job.status not in FINAL:
-            job.finish_parent("FAILED", reason, now)
-        chunks = {k: json.dumps(job.chunk_record(k), separators=(",", ":")) for k in range(job.chunk_count)}
-        self.store.write(job.job_id, json.dumps(job.parent_record(job.owner), separators=(",", ":")),
-                         chunks)
-        self._foreign[job.job_id] = (self.store.signature(job.job_id), job)
-
-    def _foreign_status(self, job_id: str) -> Optional[str]:
-        found = self._find(job_id)
-        if found is None:
-            return None
-        job, unit = found
-        return unit.status if unit is not None else job.status
-
-    def _log_files(self, job: Job) -> List[Path]:
-        files = []
-        for unit in job.units:
-            for attempt in unit.attempts + ([unit.current] if unit.current else []):
-                stream = (attempt.get("container") or {}).get("logStreamName")
-                if stream:
-                    files.append(self.folder.joinpath("logs", *stream.split("/")))
-        return files
-
-    def _delete_files(self, job: Job) -> None:
-        self.store.delete(job.job_id)
-        for path in self._log_files(job):
-            try:
-                path.unlink()
-            except OSError:
-                pass
-
     # -- background work ---------------------------------------------------------------------
-    def _snapshot(self, job: Job) -> Optional[Tuple[str, str, Dict[int, str]]]:
-        """The texts of a dirty job's record (the lock is held)."""
-        if self._jobs.get(job.job_id) is not job:
-            job.dirty.clear()
-            return None  # forgotten meanwhile
-        chunks = {k: json.dumps(job.chunk_record(k), separators=(",", ":")) for k in job.dirty if k >= 0}
-        job.dirty.clear()
-        parent = json.dumps(job.parent_record(self._owner), separators=(",", ":"))
-        return job.job_id, parent, chunks
-
     def _housekeeping(self) -> None:
         """Every 0.25 s on the scheduler's thread: requests from other processes, TTL, waits."""
         for request in self.store.take_control(self.instance_id):
-            found = self._find(str(request.get("jobId", "")))
-            if found is not None and self._jobs.get(found[0].job_id) is found[0]:
-                self._stop_own(str(request.get("action")), found[0], found[1],
-                               str(request.get("reason", "")))
-        now = now_ms()
-        with self._lock:
-            finished = self.scheduler.finished
-            while finished and (finished[0].stopped is None or self._expired(finished[0], now)):
-                job = finished.popleft()
-                if self._jobs.get(job.job_id) is job and self._expired(job, now):
-                    del self._jobs[job.job_id]
-                    self.persister.delete(job.job_id, self._log_files(job))
+            found = self.table.find(str(request.get("jobId", "")))
+            try:
+                action = StopAction(request.get("action"))
+            except ValueError:
+                continue
+            if found is not None and self.table.is_own(found[0]):
+                self._stop_own(action, found[0], found[1], str(request.get("reason", "")))
+        self.table.forget_expired(self.scheduler.finished)
+        self.scheduler.check_time_limits()
         self.scheduler.poll_foreign()
 
     def _sweep(self) -> None:
-        """Recover unfinished records of dead processes, delete expired ones (at start)."""
+        """At start: what dead processes left (records, cgroups, scratch folders)."""
         try:
-            for job_id in list(self.store.job_ids()):
-                if self._closed:
-                    return
-                with self._lock:
-                    own = job_id in self._jobs
-                if not own:
-                    self._load_foreign(job_id, cache=False)
+            if self.cgroups is not None:
+                removed = self.cgroups.sweep()
+                if removed:
+                    logger.info("batchfutures emulator: removed %d cgroups of dead emulators", removed)
+            self.scratch.sweep(process_alive)
         except Exception:
-            logger.exception("batchfutures emulator: sweeping old records failed")
+            logger.exception("batchfutures emulator: sweeping leftovers failed")
+        self.table.sweep(lambda: self._closed)
 
     # -- shutdown ----------------------------------------------------------------------------
     def close(self, reason: Optional[str] = None) -> None:
@@ -706,11 +551,11 @@ class BatchEmulator:
             if self._closed:
                 return
             self._closed = True
-            jobs = list(self._jobs.values())
+            jobs = list(self.table.own.values())
         self.scheduler.shutdown(jobs, reason or SHUTDOWN_REASON.format(pid=os.getpid()))
         self.monitor.close()
         self.launcher.close()
-        self.persister.close()
+        self.table.close()
         self.store.drop_control(self.instance_id)
         with BatchEmulator._shared_lock:
             for key, emulator in list(BatchEmulator._shared.items()):
@@ -730,31 +575,6 @@ class BatchEmulator:
 
     def __repr__(self) -> str:
         return f"BatchEmulator({str(self.folder)!r}, max_vcpus={self.max_vcpus:g})"
-
-
-def _check_environment(environment: Optional[List[Dict[str, Any]]]) -> None:
-    for item in environment or []:
-        if str(item.get("name", "")).upper().startswith("AWS_BATCH"):
-            raise Rejected(f"Environment variable {item['name']}: names starting with AWS_BATCH "
-                           "are reserved for variables that Batch sets")
-
-
-def _check_common(strategy: Optional[Dict[str, Any]], timeout: Optional[Dict[str, Any]]) -> None:
-    problem = check_strategy(strategy)
-    if problem:
-        raise Rejected(problem)
-    seconds = (timeout or {}).get("attemptDurationSeconds")
-    if seconds is not None and seconds < 1:
-        raise Rejected(f"timeout.attemptDurationSeconds must be positive, got {seconds}")
-
-
-def _substitute(argument: str, parameters: Dict[str, str]) -> str:
-    """Batch's parameter substitution: `Ref::name` in the command becomes the value."""
-    if "Ref::" not in argument:
-        return argument
-    for name, value in parameters.items():
-        argument = argument.replace(f"Ref::{name}", value)
-    return argument
 
 
 def _close_at_exit(ref: "weakref.ref[BatchEmulator]") -> None:

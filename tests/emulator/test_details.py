@@ -24,13 +24,23 @@ def test_ref_parameters_are_substituted_in_the_command(emu):
     assert given["container"]["command"] == py("print('given')")
 
 
-def test_a_gpu_requirement_is_accepted_and_ignored(emu):
+def test_a_gpu_requirement_runs_where_the_emulator_has_gpus(make_emulator):
+    emu = make_emulator(gpus=1)
     job = emu.submit_job(jobName="gpu", jobQueue=QUEUE, jobDefinition="batchfutures-worker",
                          containerOverrides={"command": py("pass"), "resourceRequirements": [
                              {"type": "GPU", "value": "1"}]})["jobId"]
     detail = emu.wait(job)
     assert detail["status"] == "SUCCEEDED"
     assert {"type": "GPU", "value": "1"} in detail["container"]["resourceRequirements"]
+
+
+def test_more_gpus_than_the_emulator_has_wait_runnable_with_batchs_reason(make_emulator):
+    emu = make_emulator(gpus=0)
+    job = emu.submit_job(jobName="gpu", jobQueue=QUEUE, jobDefinition="batchfutures-worker",
+                         containerOverrides={"command": py("pass"), "resourceRequirements": [
+                             {"type": "GPU", "value": "1"}]})["jobId"]
+    detail = emu.wait(job, ["RUNNABLE"], check=lambda d: "statusReason" in d)
+    assert detail["statusReason"].startswith("MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT")
 
 
 def test_python_python3_and_python3_x_mean_this_interpreter(emu):
@@ -58,20 +68,6 @@ def test_operations_by_api_name(emu):
     page = emu.emulator.invoke("GetLogEvents", {"logGroupName": "/aws/batch/job",
                                                 "logStreamName": stream, "startFromHead": True})
     assert [e["message"] for e in page["events"]] == ["hi"]
-
-
-def test_the_clients_environment_reaches_the_job(emu, tmp_path, monkeypatch):
-    # so endpoints and credentials reach local workers, and so does this process's sys.path
-    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9")
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    code = ("import json, os, sys\n"
-            "import emulator_harness  # importable only through the client's sys.path\n"
-            f"json.dump(dict(os.environ), open({str(tmp_path / 'env.json')!r}, 'w'))\n")
-    detail = emu.run(["python", "-c", code], vcpus=2)
-    assert detail["status"] == "SUCCEEDED", emu.log_lines(detail)
-    env = json.loads((tmp_path / "env.json").read_text())
-    assert env["AWS_ENDPOINT_URL_S3"] == "http://127.0.0.1:9"
-    assert env["OMP_NUM_THREADS"] == "2"  # thread pools sized to the job's vCPUs
 
 
 def test_records_are_rewritten_per_interval_not_per_transition(emu, monkeypatch):
@@ -121,22 +117,30 @@ def test_calls_from_many_threads_at_once(make_emulator):
     assert [d["status"] for d in details] == ["SUCCEEDED"] * 24
 
 
+@pytest.mark.parametrize("isolation", ["rlimit", "auto"])
 @pytest.mark.parametrize("path", ["setpriv+prlimit", "setpriv+prlimit(2)", "preexec_fn"])
-def test_every_launch_path_sets_the_memory_limit_and_the_death_signal(make_emulator, monkeypatch, path):
+def test_every_launch_path_sets_the_memory_limit_and_the_death_signal(make_emulator, monkeypatch,
+                                                                      path, isolation):
     from batchfutures.emulator import launcher
 
     if path != "setpriv+prlimit":
         monkeypatch.setattr(launcher, "_prlimit_path", None)
     if path == "preexec_fn":
         monkeypatch.setattr(launcher, "_setpriv_path", None)
-    emu = make_emulator()
+    emu = make_emulator(isolation=isolation)
     code = ("import ctypes, os, resource\n"
             "print(*resource.getrlimit(resource.RLIMIT_DATA))\n"
             "signal = ctypes.c_int()\n"
             "ctypes.CDLL(None).prctl(2, ctypes.byref(signal))  # PR_GET_PDEATHSIG\n"
-            "print(signal.value, os.getsid(0) == os.getpid() == os.getpgid(0))\n")
+            "print(signal.value, os.getsid(0) == os.getpid() == os.getpgid(0))\n"
+            "print('batchfutures-' in open('/proc/self/cgroup').read())\n")
     detail = emu.run(py(code), memory=300)
     assert detail["status"] == "SUCCEEDED", emu.log_lines(detail)
-    limit, death = emu.log_lines(detail)
-    assert limit == f"{300 * 1024 * 1024} {300 * 1024 * 1024}"
+    limit, death, in_cgroup = emu.log_lines(detail)
+    if emu.cgroups is None:  # the fallback: RLIMIT_DATA is the limit
+        assert limit == f"{300 * 1024 * 1024} {300 * 1024 * 1024}"
+        assert in_cgroup == "False"
+    else:  # the attempt's own cgroup is, from its first instruction
+        assert limit == "-1 -1"
+        assert in_cgroup == "True"
     assert death == "9 True"  # SIGKILL when the emulator goes; its own session and group

@@ -8,8 +8,8 @@ EXITED = "Essential container in task exited"
 TIMEOUT = "Job attempt duration exceeded timeout"
 MiB = 1024 * 1024
 
-# What the worker does: an allocation over the limit raises MemoryError at once (RLIMIT_DATA),
-# and the worker turns it into exit status 137, as the kernel's OOM killer would.
+# What the worker does: an allocation over the limit raises MemoryError at once (RLIMIT_DATA, the
+# fallback) and the worker turns it into exit status 137; in a cgroup the kernel kills it first.
 ALLOCATE = ("import sys\n"
             "try:\n"
             "    len(bytearray({n}))\n"
@@ -25,15 +25,23 @@ GROW_SHARED = ("import mmap, time\n"
                "    held.append(block)\n"
                "    time.sleep(0.005)\n")
 
-# A tree of processes each under the limit, together over it.
+# A tree of processes each under the limit, together over it; the main process fails when one
+# of its children was killed (a kernel OOM kill in a cgroup kills one process, not the tree).
 GROW_TREE = ("import subprocess, sys\n"
              "child = ('import time\\nheld = []\\n'\n"
-             "         'while True:\\n'\n"
+             "         'for _ in range(200):\\n'\n"
              "         '    held.append(bytearray(8 * 1024 * 1024))\\n'\n"
              "         '    time.sleep(0.01)\\n'\n"
              "         '    held = held[:22]\\n')\n"
              "procs = [subprocess.Popen([sys.executable, '-S', '-c', child]) for _ in range(3)]\n"
-             "[p.wait() for p in procs]\n")
+             "sys.exit(1 if any([p.wait() for p in procs]) else 0)\n")
+
+ISOLATIONS = ["auto", "rlimit"]  # auto: cgroups on a machine where they can be made
+
+
+@pytest.fixture(params=ISOLATIONS)
+def isolated(request, make_emulator):
+    return make_emulator(isolation=request.param)
 
 
 def assert_oom(detail, memory):
@@ -48,31 +56,34 @@ def assert_oom(detail, memory):
     assert {"type": "MEMORY", "value": str(memory)} in detail["container"]["resourceRequirements"]
 
 
-def test_an_allocation_over_the_limit_that_returns_at_once_is_out_of_memory(emu):
-    detail = emu.run(py(ALLOCATE.format(n=600 * MiB)), memory=256)
+def test_an_allocation_over_the_limit_is_out_of_memory(isolated):
+    detail = isolated.run(py(ALLOCATE.format(n=600 * MiB)), memory=256)
     assert_oom(detail, 256)
 
 
-def test_memory_held_and_growing_is_killed_by_the_resident_memory_monitor(emu):
-    detail = emu.run(py(GROW_SHARED), memory=128)
+def test_memory_held_and_growing_is_killed(isolated):
+    detail = isolated.run(py(GROW_SHARED), memory=128)
     assert_oom(detail, 128)
 
 
-def test_the_whole_process_tree_counts(emu):
+def test_the_whole_process_tree_counts(isolated):
     # each child stays near 176 MiB (under 256 alone); three of them are over
-    detail = emu.run(py(GROW_TREE), memory=256)
-    assert_oom(detail, 256)
+    detail = isolated.run(py(GROW_TREE), memory=256)
+    assert detail["status"] == "FAILED"
+    [attempt] = detail["attempts"]
+    assert attempt["container"]["reason"] == OOM
+    assert attempt["container"]["exitCode"] != 0
 
 
-def test_a_job_that_stays_under_its_memory_is_not_killed(emu):
+def test_a_job_that_stays_under_its_memory_is_not_killed(isolated):
     code = ("import time\n"
             "held = bytearray(160 * 1024 * 1024)\n"
             "for i in range(0, len(held), 4096): held[i] = 1\n"
             "time.sleep(0.3)\n"
             "print('kept', len(held) // (1024 * 1024))\n")
-    detail = emu.run(py(code), memory=256)
+    detail = isolated.run(py(code), memory=256)
     assert detail["status"] == "SUCCEEDED", detail
-    assert emu.log_lines(detail) == ["kept 160"]
+    assert isolated.log_lines(detail) == ["kept 160"]
 
 
 def test_a_job_over_its_timeout_is_stopped_and_not_retried(emu):
@@ -115,16 +126,26 @@ def test_death_by_signal_is_128_plus_n(emu, signal_number):
     assert "reason" not in attempt["container"]
 
 
-def test_a_sigkill_the_emulator_did_not_send_is_an_out_of_memory_kill(emu):
-    # The kernel's OOM killer sends exactly this, so it is reported as Batch reports that.
-    detail = emu.run(py("import os; os.kill(os.getpid(), 9)"), memory=512)
-    assert_oom(detail, 512)
+def test_a_sigkill_under_the_limit_is_exit_137_without_an_out_of_memory_reason(isolated):
+    # as on Batch: exit status 137 is not an OOM kill; only hitting the limit is
+    detail = isolated.run(py("import os; os.kill(os.getpid(), 9)"), memory=512)
+    assert detail["status"] == "FAILED"
+    [attempt] = detail["attempts"]
+    assert attempt["container"]["exitCode"] == 137
+    assert "reason" not in attempt["container"]
+    assert detail["statusReason"] == EXITED
 
 
-def test_exit_status_137_with_a_memory_limit_is_an_out_of_memory_kill(emu):
-    # what the worker does on MemoryError
-    detail = emu.run(py("raise SystemExit(137)"), memory=512)
-    assert_oom(detail, 512)
+def test_exit_status_137_is_out_of_memory_only_where_the_worker_says_so(isolated):
+    # In the RLIMIT fallback the worker exits 137 on MemoryError: that is its OOM report. In a
+    # cgroup the kernel's own count decides, and a plain exit(137) is just an exit status.
+    detail = isolated.run(py("raise SystemExit(137)"), memory=512)
+    [attempt] = detail["attempts"]
+    assert attempt["container"]["exitCode"] == 137
+    if isolated.cgroups is None:
+        assert attempt["container"]["reason"] == OOM
+    else:
+        assert "reason" not in attempt["container"]
 
 
 def test_limits_hold_without_setpriv_too(make_emulator, monkeypatch):
@@ -132,6 +153,6 @@ def test_limits_hold_without_setpriv_too(make_emulator, monkeypatch):
     from batchfutures.emulator import launcher
 
     monkeypatch.setattr(launcher, "_setpriv_path", None)
-    emu = make_emulator()
+    emu = make_emulator(isolation="rlimit")
     assert_oom(emu.run(py(ALLOCATE.format(n=600 * MiB)), memory=256), 256)
     assert emu.run(py("print('fine')"), memory=256)["status"] == "SUCCEEDED"

@@ -68,17 +68,16 @@ def modules_at_start(names):
 
 
 @pytest.mark.skipif(sys.version_info < (3, 10), reason="sys.stdlib_module_names is 3.10+")
-def test_attempts_get_the_requests_environment_and_the_clients_library_modules(tmp_path, monkeypatch):
-    monkeypatch.setenv("BF_TEST_SERVER_ONLY", "server")  # in the server's environment...
-    monkeypatch.setenv("BF_TEST_CHANGED", "before")
-    executor = BatchExecutor(LocalEnvironment(tmp_path / "work", max_vcpus=2))
+def test_attempts_get_the_jobs_environment_and_the_clients_library_modules(tmp_path, monkeypatch):
+    monkeypatch.setenv("BF_TEST_CLIENT_ONLY", "client")  # the fork server's, not a container's
+    executor = BatchExecutor(LocalEnvironment(tmp_path / "work", max_vcpus=2),
+                             environment={"BF_TEST_JOB": "before"})
     try:
-        assert list(executor.map(environment_of_attempt, ["BF_TEST_SERVER_ONLY"] * 2)) == [
-            ("server", "0"), ("server", "1")]
-        monkeypatch.delenv("BF_TEST_SERVER_ONLY")  # ...then no longer in the client's
-        monkeypatch.setenv("BF_TEST_CHANGED", "after")
-        assert list(executor.map(environment_of_attempt, ["BF_TEST_SERVER_ONLY", "BF_TEST_CHANGED"])) == [
-            (None, "0"), ("after", "1")]
+        assert list(executor.map(environment_of_attempt, ["BF_TEST_CLIENT_ONLY", "BF_TEST_JOB"])) == [
+            (None, "0"), ("before", "1")]
+        view = executor.with_settings(environment={"BF_TEST_JOB": "after"})
+        assert list(view.map(environment_of_attempt, ["BF_TEST_JOB"] * 2)) == [
+            ("after", "0"), ("after", "1")]
         wanted = not_yet_imported()
         importlib.import_module(wanted)  # the client imports a library module: attempts have it
         [seen] = executor.map(modules_at_start, [[wanted, "this", "s3fs"]])

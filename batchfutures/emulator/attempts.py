@@ -1,0 +1,132 @@
+"""What the scheduler holds for a running attempt, whichever launcher started it.
+
+    LaunchRequest ──> ProcessLauncher.start (launcher.py) ──> ProcessHandle   (exec'd command)
+                                  └─> ForkServer.spawn (forkserver.py) ──> ForkedAttempt  (worker)
+                                                       both are an AttemptHandle (this module)
+
+An `AttemptHandle` has `pid` (also its session and process group id), `returncode` (None while
+running, negative for death by signal), `running`, `kill_reason` (a `KillReason`, set by the
+first `kill`), `exit_code()` (Docker's: 128+N for signal N), `memory_exceeded` (known once it
+ended: the attempt was killed for its memory limit), `wait()` and `resident_mib()`. It kills the
+whole container: its process group, its session, and its cgroup when it has one. When the main
+process has ended, `finish(returncode)` kills what is left, reads the cgroup's OOM count, removes
+the cgroup and calls `on_exit(handle)`.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import shutil
+import signal
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional
+
+from .procfs import resident_bytes, session_members
+
+OOM_EXIT_STATUS = 137  # what the worker exits with on MemoryError (the RLIMIT world)
+
+
+class KillReason(enum.Enum):
+    """Why the emulator itself killed an attempt."""
+
+    TERMINATE = "terminate"    # TerminateJob
+    TIMEOUT = "timeout"        # attemptDurationSeconds
+    SHUTDOWN = "shutdown"      # the emulator closes
+    MEMORY = "memory"          # the sampling monitor saw it over its limit (no cgroup)
+    HOST_LOST = "host-lost"    # a fault: the instance it ran on went away
+
+
+@dataclass
+class LaunchRequest:
+    """Everything one attempt's process needs."""
+
+    argv: List[str]
+    env: Dict[str, str]
+    cwd: str
+    log_path: str
+    memory_mib: Optional[int] = None
+    vcpus: float = 1.0
+    cgroup: Any = None  # a cgroups.AttemptCgroup, or None: RLIMIT_DATA and sampling instead
+    scratch: Optional[str] = None  # a working directory removed when the attempt ends
+
+
+def docker_exit_code(returncode: Optional[int]) -> int:
+    """The code Docker reports for a process: 128+N for death by signal N."""
+    code = returncode if returncode is not None else -signal.SIGKILL
+    return 128 - code if code < 0 else code
+
+
+class AttemptHandle:
+    """One attempt's processes (see the module doc); launchers subclass it."""
+
+    def __init__(self, pid: int, request: LaunchRequest,
+                 on_exit: Optional[Callable[["AttemptHandle"], None]]) -> None:
+        self.pid = pid
+        self.memory_mib = request.memory_mib
+        self.cgroup = request.cgroup
+        self.scratch = request.scratch
+        self.kill_reason: Optional[KillReason] = None
+        self.returncode: Optional[int] = None
+        self.memory_exceeded = False
+        self._on_exit = on_exit
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+
+    @property
+    def running(self) -> bool:
+        return self.returncode is None
+
+    def _signal_all(self) -> None:
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except OSError:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except OSError:
+                pass
+        # processes that moved to another group but stayed in the session, or in the cgroup
+        for pid in session_members([self.pid]).get(self.pid, []):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        if self.cgroup is not None:
+            self.cgroup.kill()
+
+    def kill(self, reason: KillReason) -> None:
+        """SIGKILL every process of the attempt; the first reason given is kept."""
+        with self._lock:
+            if self.returncode is not None:
+                return
+            if self.kill_reason is None:
+                self.kill_reason = reason
+        self._signal_all()
+
+    def finish(self, returncode: int) -> None:
+        """The main process ended (`returncode`): end the rest, judge memory, report."""
+        if self.cgroup is not None:
+            self.memory_exceeded = self.cgroup.oom_killed()
+            self.cgroup.remove()
+        elif self.memory_mib:  # RLIMIT world: the monitor's kill, or the worker's MemoryError
+            self.memory_exceeded = (self.kill_reason is KillReason.MEMORY
+                                    or returncode == OOM_EXIT_STATUS)
+        if self.scratch:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+        with self._lock:
+            self.returncode = returncode
+        self._done.set()
+        if self._on_exit is not None:
+            self._on_exit(self)
+
+    def wait(self, timeout: Optional[float] = None) -> Optional[int]:
+        self._done.wait(timeout)
+        return self.returncode
+
+    def exit_code(self) -> int:
+        return docker_exit_code(self.returncode)
+
+    def resident_mib(self) -> float:
+        """Resident memory of every process of the attempt, in MiB (0 once gone)."""
+        return resident_bytes(session_members([self.pid]).get(self.pid, [])) / (1024 * 1024)

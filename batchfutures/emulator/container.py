@@ -1,0 +1,136 @@
+"""The container's world: an attempt's command, environment, import path and working directory.
+
+On Batch a job's container has the image's interpreter and packages, Batch's variables, the job
+definition's and the overrides' `environment`, and nothing of the machine that submitted it.
+The emulator's "image" is this interpreter with its own site-packages (batchfutures included),
+so an attempt gets:
+
+    command      the job's, a leading `python`/`python3`/`python3.X` meaning this interpreter
+    environment  PATH, HOME, locale and temp-dir variables (what an image defines), the AWS
+                 endpoint, region and credential variables and proxy/CA settings (what reaching
+                 storage needs), BATCHFUTURES_SIGNING_KEY (the local stand-in for the secret
+                 a job definition would inject), then the definition's and overrides'
+                 `environment`, then Batch's
+                 AWS_BATCH_* variables; nothing else of the client's environment
+    import path  the interpreter's own (plus the folder holding batchfutures when this
+                 interpreter cannot import it by itself, e.g. a checkout run in place): never
+                 the client's sys.path or working directory
+    directory    a fresh scratch folder per attempt, <folder>/scratch/<owner>/<task id>, removed
+                 when the attempt ends (as a container's writable layer is discarded)
+
+`inherit_client_path=True` (of `BatchEmulator` and `LocalEnvironment`) is the explicit way back
+to the client's world for quick local iteration: the client's sys.path on PYTHONPATH and its
+working directory as the attempt's, so functions of modules that exist only on this machine
+import by reference. It hides what a container on AWS would lack; the default does not.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Mapping, Optional
+
+_PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+# What an image defines, or the host passes to every container.
+_IMAGE_VARIABLES = frozenset({"PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR"})
+# The signing key, when the user keeps it in the environment: the local stand-in for the secret a
+# job definition would hand the container on AWS (signing.py's "env" source).
+_SECRET_VARIABLES = frozenset({"BATCHFUTURES_SIGNING_KEY"})
+# What reaching storage needs (besides AWS_*).
+_NETWORK_VARIABLES = frozenset({
+    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "http_proxy", "https_proxy",
+    "no_proxy", "all_proxy", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+})
+
+
+def container_argv(command: List[str]) -> List[str]:
+    """The job's command, a leading `python`, `python3` or `python3.X` meaning this interpreter."""
+    if command and _PYTHON.fullmatch(command[0]):
+        return [sys.executable] + list(command[1:])
+    return list(command)
+
+
+def passed_from_host(name: str) -> bool:
+    """Whether the client's variable `name` reaches the container."""
+    if name.startswith("AWS_"):
+        return not name.startswith("AWS_BATCH_")
+    return (name in _IMAGE_VARIABLES or name in _NETWORK_VARIABLES or name in _SECRET_VARIABLES
+            or name.startswith("LC_"))
+
+
+def environment(host: Mapping[str, str], job: Iterable[Mapping[str, Any]],
+                batch: Mapping[str, str], *, vcpus: float,
+                python_path: Iterable[str] = ()) -> Dict[str, str]:
+    """An attempt's environment (see the module doc); `python_path` goes before the job's."""
+    env = {name: value for name, value in host.items() if passed_from_host(name)}
+    env["PYTHONUNBUFFERED"] = "1"  # a killed attempt's output is still in its log
+    threads = str(max(1, math.ceil(vcpus)))
+    for name in THREAD_VARIABLES:  # no 64 thread pools (and their memory) on a 1-vCPU job
+        env[name] = threads
+    for item in job:
+        env[item["name"]] = item.get("value", "")
+    entries = [e for e in python_path if e]
+    if entries:
+        job_path = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = os.pathsep.join(entries + ([job_path] if job_path else []))
+    env.update(batch)
+    return env
+
+
+_package_path: List[Optional[str]] = []
+_package_lock = threading.Lock()
+
+
+def image_python_path() -> List[str]:
+    """What the "image" adds to the interpreter's path: the folder holding batchfutures, when
+    a fresh interpreter (no PYTHONPATH, neutral directory) cannot import it by itself."""
+    with _package_lock:
+        if not _package_path:
+            folder = str(Path(__file__).resolve().parents[2])
+            env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+            try:
+                done = subprocess.run([sys.executable, "-c", "import batchfutures.worker"],
+                                      env=env, cwd=os.path.abspath(os.sep), capture_output=True,
+                                      timeout=60)
+                found = done.returncode == 0
+            except (OSError, subprocess.SubprocessError):
+                found = False
+            _package_path.append(None if found else folder)
+        return [_package_path[0]] if _package_path[0] else []
+
+
+class Scratch:
+    """Per-attempt working directories under <folder>/scratch/<owner pid>-<start ticks>/."""
+
+    def __init__(self, folder: Path, owner: List[Any]) -> None:
+        self.root = Path(folder) / "scratch"
+        self.mine = self.root / f"{owner[0]}-{owner[1]}"
+
+    def make(self, task_id: str) -> str:
+        path = self.mine / task_id
+        path.mkdir(parents=True, exist_ok=True)
+        return str(path)
+
+    @staticmethod
+    def remove(path: Optional[str]) -> None:
+        if path:
+            shutil.rmtree(path, ignore_errors=True)
+
+    def sweep(self, alive: Any) -> None:
+        """Remove the folders of owners that are gone (`alive([pid, ticks])` says)."""
+        try:
+            names = os.listdir(self.root)
+        except OSError:
+            return
+        for name in names:
+            pid, _, ticks = name.partition("-")
+            if pid.isdigit() and self.root / name != self.mine and not alive([int(pid), ticks]):
+                shutil.rmtree(self.root / name, ignore_errors=True)

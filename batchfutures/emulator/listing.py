@@ -1,0 +1,60 @@
+"""ListJobs' and the Describe operations' pagination tokens and ListJobs' filters."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any, Callable, Dict, List, Optional
+
+from .catalog import Rejected
+from .jobs import Job, Unit
+
+
+def token(position: Any) -> str:
+    return base64.urlsafe_b64encode(json.dumps(position).encode()).decode()
+
+
+def untoken(token: Optional[str]) -> Any:
+    if not token:
+        return None
+    try:
+        return json.loads(base64.urlsafe_b64decode(token.encode()))
+    except (ValueError, TypeError):
+        raise Rejected("The nextToken is not valid")
+
+
+def glob(pattern: str, value: str) -> bool:
+    pattern, value = pattern.lower(), value.lower()
+    return value.startswith(pattern[:-1]) if pattern.endswith("*") else value == pattern
+
+
+def job_filter(filters: List[Dict[str, Any]]) -> Callable[[Job, Optional[Unit]], bool]:
+    """ListJobs' filters as one predicate (Batch matches a trailing `*` as a prefix)."""
+    checks: List[Callable[[Job, Optional[Unit]], bool]] = []
+    for item in filters:
+        name, values = item.get("name"), item.get("values") or []
+        if not values:
+            raise Rejected(f"filter {name} needs a value")
+        value = values[0]
+        if name == "JOB_NAME":
+            checks.append(lambda job, unit, v=value: glob(v, job.spec.name))
+        elif name == "JOB_DEFINITION":
+            def by_definition(job: Job, unit: Optional[Unit], v: str = value) -> bool:
+                arn = job.spec.definition_arn
+                short = arn.split("job-definition/", 1)[1]
+                return any(glob(v, candidate) for candidate in
+                           (arn, short, job.spec.definition_name))
+            checks.append(by_definition)
+        elif name in ("BEFORE_CREATED_AT", "AFTER_CREATED_AT"):
+            try:
+                stamp = int(value)
+            except ValueError:
+                raise Rejected(f"filter {name} needs a time in epoch milliseconds")
+            if name == "BEFORE_CREATED_AT":
+                checks.append(lambda job, unit, t=stamp: job.spec.created < t)
+            else:
+                checks.append(lambda job, unit, t=stamp: job.spec.created > t)
+        else:
+            raise Rejected(f"unknown filter {name!r}: use JOB_NAME, JOB_DEFINITION, "
+                           "BEFORE_CREATED_AT or AFTER_CREATED_AT")
+    return lambda job, unit: all(check(job, unit) for check in checks)

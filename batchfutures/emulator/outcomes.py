@@ -1,0 +1,55 @@
+"""What the end of an attempt means, as Batch reports it: a pure function, table-tested.
+
+    attempt_outcome(AttemptEnd) -> AttemptOutcome
+        container fields (exitCode, reason), the attempt's statusReason, whether it succeeded
+        and whether Batch would consider retrying it (the retry strategy decides the rest)
+
+The order matters: a start failure, then the emulator's own kills (terminate and shutdown keep
+the caller's reason, a timeout is never retried, a lost host has no exit code), then the
+kernel's OOM kill (only when the limit was hit: `memory_exceeded`), then the exit status as it
+is, a SIGKILL from anyone else included (137 without a reason).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional
+
+from .attempts import KillReason
+from .jobs import EXITED, HOST_TERMINATED, OOM_REASON, START_FAILED, TIMEOUT_REASON
+
+
+@dataclass(frozen=True)
+class AttemptEnd:
+    """What is known when an attempt's process has ended (or could not start)."""
+
+    exit_code: Optional[int] = None        # Docker's code (128+N for signal N); None: no process
+    killed: Optional[KillReason] = None    # why the emulator killed it, if it did
+    memory_exceeded: bool = False          # the kernel's (or the fallback's) OOM verdict
+    start_error: Optional[str] = None      # why the command could not be started
+    stop_reason: Optional[str] = None      # the reason given to TerminateJob / the shutdown
+
+
+@dataclass(frozen=True)
+class AttemptOutcome:
+    container: Dict[str, Any] = field(default_factory=dict)  # exitCode and reason, as shown
+    status_reason: str = EXITED
+    succeeded: bool = False
+    retryable: bool = True  # before the retry strategy and the attempts left are consulted
+
+
+def attempt_outcome(end: AttemptEnd) -> AttemptOutcome:
+    if end.start_error is not None:
+        return AttemptOutcome({"reason": f"CannotStartContainerError: {end.start_error}"},
+                              START_FAILED)
+    if end.killed in (KillReason.TERMINATE, KillReason.SHUTDOWN):
+        return AttemptOutcome({"exitCode": end.exit_code}, end.stop_reason or EXITED,
+                              retryable=False)
+    if end.killed is KillReason.TIMEOUT:  # as Batch: a timed-out attempt is not retried
+        return AttemptOutcome({"exitCode": 137}, TIMEOUT_REASON, retryable=False)
+    if end.killed is KillReason.HOST_LOST:  # the instance is gone: no exit code
+        return AttemptOutcome({}, HOST_TERMINATED)
+    if end.exit_code != 0 and end.memory_exceeded:
+        return AttemptOutcome({"exitCode": end.exit_code, "reason": OOM_REASON}, EXITED)
+    succeeded = end.killed is None and end.exit_code == 0
+    return AttemptOutcome({"exitCode": end.exit_code}, EXITED, succeeded=succeeded)

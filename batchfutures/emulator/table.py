@@ -1,0 +1,212 @@
+"""The job table: every job an emulator can describe, its own and other processes'.
+
+    own jobs      submitted through this instance: live objects, run by its scheduler, written
+                  to disk by the Persister (records.py) at most every 0.2 s
+    foreign jobs  other instances' or processes' (same folder): read from their records, cached
+                  by record version; an unfinished one whose owner process is gone is recovered
+                  as FAILED (and that recovery written back)
+    TTL           a finished job is forgotten `metadata_ttl` seconds after it stopped: dropped
+                  from memory, its record and log files deleted
+
+All reads and writes of records go through records.py (`RecordStore`, `Persister`,
+`job_texts`); this module decides what a record means.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+from .jobs import FINAL, Job, JobStatus, Unit
+from .model import arn_resource
+from .records import Persister, RecordStore, job_texts, process_alive
+from .scheduler import now_ms
+
+logger = logging.getLogger("batchfutures")
+
+JOB_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+EXIT_REASON = "batchfutures emulator: the process that ran this job (pid {pid}) exited before it finished"
+
+
+class JobTable:
+    """Own and foreign jobs by id (see the module doc); `lock` is the emulator's lock."""
+
+    def __init__(self, folder: Path, lock: Any, owner: List[Any], metadata_ttl: float) -> None:
+        self.folder = folder
+        self.lock = lock
+        self.owner = owner
+        self.metadata_ttl = metadata_ttl
+        self.store = RecordStore(folder)
+        self.own: Dict[str, Job] = {}
+        self._foreign: Dict[str, Tuple[Any, Job]] = {}  # by record version
+        self._foreign_lock = threading.Lock()
+        self.persister = Persister(self.store, lock, self._snapshot)
+
+    # -- own jobs ----------------------------------------------------------------------------
+    def add(self, job: Job) -> None:
+        """A new own job (lock held): written at the next flush."""
+        job.owner = self.owner
+        job.sink = self.persister.dirty
+        job.dirty.update(range(job.chunk_count))
+        job.touch()
+        self.own[job.job_id] = job
+
+    def is_own(self, job: Job) -> bool:
+        return self.own.get(job.job_id) is job
+
+    def _snapshot(self, job: Job) -> Optional[Tuple[str, str, Dict[int, str]]]:
+        """The texts of a dirty job's record (the lock is held)."""
+        if self.own.get(job.job_id) is not job:
+            job.dirty.clear()
+            return None  # forgotten meanwhile
+        chunks = sorted(k for k in job.dirty if k >= 0)
+        job.dirty.clear()
+        parent, texts = job_texts(job, self.owner, chunks)
+        return job.job_id, parent, texts
+
+    def forget_expired(self, finished: Any) -> None:
+        """Drop own jobs past the TTL, oldest first (`finished`: the scheduler's deque)."""
+        now = now_ms()
+        with self.lock:
+            while finished and (finished[0].stopped is None or self.expired(finished[0], now)):
+                job = finished.popleft()
+                if self.own.get(job.job_id) is job and self.expired(job, now):
+                    del self.own[job.job_id]
+                    self.persister.delete(job.job_id, self.log_files(job))
+
+    # -- finding jobs ------------------------------------------------------------------------
+    def find(self, raw: str) -> Optional[Tuple[Job, Optional[Unit]]]:
+        """The job (and child) an id or ARN names, or None when unknown or forgotten."""
+        job_id = arn_resource(raw, "job") or raw
+        parent_id, separator, index = job_id.partition(":")  # an array child
+        if not separator:
+            parent_id, separator, index = job_id.partition("#")  # a node of a multi-node job
+        if separator and not index.isdigit():
+            return None
+        with self.lock:
+            job = self.own.get(parent_id)
+        if job is None:
+            job = self.load_foreign(parent_id)
+        if job is None or self.expired(job, now_ms()):
+            return None
+        if separator:
+            if (separator == "#") != job.is_multinode:
+                return None  # "id#n" names nodes only, "id:n" array children only
+            unit = job.unit(int(index))
+            return (job, unit) if unit is not None else None
+        return job, None
+
+    def in_queue(self, queue: str) -> List[Job]:
+        """Every job of `queue` not yet forgotten, own and foreign."""
+        with self.lock:
+            jobs = [j for j in self.own.values() if j.spec.queue == queue]
+        for job_id in self.store.job_ids():
+            if job_id not in self.own:
+                job = self.load_foreign(job_id)
+                if job is not None and job.spec.queue == queue:
+                    jobs.append(job)
+        now = now_ms()
+        return [job for job in jobs if not self.expired(job, now)]
+
+    def expired(self, job: Job, now: int) -> bool:
+        return (job.status in FINAL and job.stopped is not None
+                and job.stopped < now - self.metadata_ttl * 1000)
+
+    def status_of(self, job_id: str) -> Optional[JobStatus]:
+        found = self.find(job_id)
+        if found is None:
+            return None
+        job, unit = found
+        return unit.status if unit is not None else job.status
+
+    # -- foreign jobs ------------------------------------------------------------------------
+    def load_foreign(self, job_id: str, *, cache: bool = True) -> Optional[Job]:
+        """Another instance's (or an earlier process's) job, from its record."""
+        if not JOB_ID.fullmatch(job_id):
+            return None
+        signature = self.store.signature(job_id)
+        with self._foreign_lock:
+            cached = self._foreign.get(job_id)
+            if signature is None:
+                self._foreign.pop(job_id, None)
+                return None
+            if cached is not None and cached[0] == signature:
+                job = cached[1]
+            else:
+                loaded = self.store.load(job_id)
+                if loaded is None:
+                    return None
+                try:
+                    job = Job.from_record(*loaded)
+                except (KeyError, TypeError, ValueError, IndexError):
+                    return None
+                if cache:
+                    self._foreign[job_id] = (signature, job)
+            unfinished = job.status not in FINAL or any(u.status not in FINAL for u in job.units)
+            if unfinished and not process_alive(job.owner):
+                self._recover(job)
+            if self.expired(job, now_ms()):
+                self._foreign.pop(job_id, None)
+                self.delete_files(job)
+                return None
+            return job
+
+    def _recover(self, job: Job) -> None:
+        """Record as FAILED what a dead process left unfinished (caller holds _foreign_lock)."""
+        pid = (job.owner or ["?"])[0]
+        reason = EXIT_REASON.format(pid=pid)
+        now = now_ms()
+        for unit in job.units:
+            if unit.status in FINAL:
+                continue
+            if unit.current is not None:
+                attempt, unit.current = unit.current, None
+                attempt.update(stoppedAt=now, statusReason=reason)
+                unit.attempts.append(attempt)
+            job.move(unit, JobStatus.FAILED, now, reason)
+        if job.has_children and job.status not in FINAL:
+            job.finish_parent(JobStatus.FAILED, reason, now)
+        parent, chunks = job_texts(job, job.owner, range(job.chunk_count))
+        self.store.write(job.job_id, parent, chunks)
+        self._foreign[job.job_id] = (self.store.signature(job.job_id), job)
+
+    def sweep(self, closed: Any) -> None:
+        """Recover unfinished records of dead processes, delete expired ones (at start)."""
+        try:
+            for job_id in list(self.store.job_ids()):
+                if closed():
+                    return
+                with self.lock:
+                    own = job_id in self.own
+                if not own:
+                    self.load_foreign(job_id, cache=False)
+        except Exception:
+            logger.exception("batchfutures emulator: sweeping old records failed")
+
+    # -- files -------------------------------------------------------------------------------
+    def log_files(self, job: Job) -> List[Path]:
+        files = []
+        for unit in job.units:
+            for attempt in unit.attempts + ([unit.current] if unit.current else []):
+                stream = (attempt.get("container") or {}).get("logStreamName")
+                if stream:
+                    files.append(self.folder.joinpath("logs", *stream.split("/")))
+        return files
+
+    def delete_files(self, job: Job) -> None:
+        self.store.delete(job.job_id)
+        for path in self.log_files(job):
+            try:
+                path.unlink()
+            except OSError:
+                pass
+
+    def own_jobs(self) -> Iterator[Job]:
+        with self.lock:
+            return iter(list(self.own.values()))
+
+    def close(self) -> None:
+        self.persister.close()
