@@ -461,7 +461,7 @@ def age_run(workdir, run_id, seconds):
     for path in [*folder.rglob("*"), folder]:
         os.utime(path, (then, then))
     for pointer in (storage / "jobs").iterdir():
-        if f"/runs/{run_id}/" in pointer.read_text():
+        if f"/runs/{run_id}/".encode() in pointer.read_bytes():  # a sealed pointer: bytes
             os.utime(pointer, (then, then))
 
 
