@@ -133,10 +133,11 @@ def test_a_poller_thread_that_dies_anyway_fails_every_pending_future_instead_of_
         futures = executor.map_futures(time.sleep, [0, 0, 120])
         futures[0].result(timeout=60)  # the poller runs; now make its next log record fatal
         logger.setLevel(logging.DEBUG)
+        logger.disabled = False  # a library's logging.config may have disabled it earlier
         logger.addFilter(deadly)
         trigger = executor.map_futures(abs, [-1])  # settling it makes the poller log (debug)
         error = futures[2].exception(timeout=60)  # long before its 120 s sleep ends
-        assert isinstance(error, PollerStoppedError)
+        assert isinstance(error, PollerStoppedError), repr(error)
         assert futures[2].job_id.split(":")[0] in str(error) and "attach" in str(error)
         assert all(f.done() for f in futures + trigger)
     finally:
