@@ -256,6 +256,9 @@ class LocalEnvironment(Environment):
     def subscribe(self, callback: Callable[[], None]) -> None:
         self.emulator.add_listener(callback)
 
+    def unsubscribe(self, callback: Callable[[], None]) -> None:
+        self.emulator.remove_listener(callback)
+
     def __repr__(self) -> str:
         return (f"LocalEnvironment(workdir={str(self.workdir)!r}, max_vcpus={self.max_vcpus!r}, "
                 f"gpus={self._gpus!r})")

@@ -268,6 +268,11 @@ def classify_failure(
             f"was probably reclaimed; allow retries (retries=3) or use an on-demand queue.{tail}",
             **fields,
         )
+    if (status_reason or "").lower().startswith("dependent job failed"):
+        # never raw: the session sets __cause__ to the failed argument's exception (jobs.py)
+        return DependencyFailedError(
+            f"Batch job {job_id} did not run: a job it depends on (a future passed as an "
+            f"argument) failed ({status_reason}).", **fields)
     # Aborted only when Batch says a CancelJob/TerminateJob was accepted, or the reason is one
     # this library wrote; any other reason is Batch's own account of a failure.
     if job.get("isCancelled") or job.get("isTerminated") or \

@@ -235,6 +235,9 @@ class BatchExecutor(concurrent.futures.Executor):
                     futures = [[BatchFuture(session)] for _ in counts]
                 else:
                     futures = [[BatchFuture(session) for _ in range(count)] for count in counts]
+                for child, group in enumerate(futures):
+                    for future in group:
+                        upstream.remember(future, child)
                 session.submit_job(PendingJob(settings, [function_pickle], blobs, counts, futures,
                                               size, name, encoding, per_child,
                                               upstream.depends_on(len(blobs))))

@@ -36,6 +36,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Set, 
 from . import batchapi
 from .errors import (
     ABORT_REASON_PREFIX,
+    DependencyFailedError,
     IntegrityError,
     JobAbortedError,
     JobMetadataExpired,
@@ -362,8 +363,11 @@ class Poller:
 
         def failure_for(index: int, description: Mapping[str, Any]) -> BaseException:
             job_id = description.get("jobId") or job.child_id(index)
-            return classify_failure(description, job_id=job_id, log_tail=tails.get(index),
-                                    memory_mib=job.memory_mib)
+            error = classify_failure(description, job_id=job_id, log_tail=tails.get(index),
+                                     memory_mib=job.memory_mib)
+            if isinstance(error, DependencyFailedError) and error.__cause__ is None:
+                error.__cause__ = _upstream_failure(job.children[index])
+            return error
 
         def no_result_error(index: int) -> BaseException:
             return RemoteError(
@@ -418,3 +422,12 @@ def _hold(fn: Optional[Callable], owner: Any) -> Callable[[], Any]:
         return weakref.WeakMethod(fn)  # type: ignore[arg-type]
     return lambda: fn
 
+
+
+def _upstream_failure(futures: List[Any]) -> Optional[BaseException]:
+    """The exception of the first failed future these futures were given as arguments."""
+    for future in futures:
+        for upstream in getattr(future, "_upstream", None) or ():
+            if upstream.done() and not upstream.cancelled() and upstream.exception() is not None:
+                return upstream.exception()
+    return None

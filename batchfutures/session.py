@@ -82,6 +82,21 @@ else:  # pragma: no cover - Python without threading._register_atexit
     atexit.register(_at_interpreter_exit)
 
 
+def _weak_wake(poller: Poller, unsubscribe: Optional[Callable[[Any], None]]) -> Callable[[], None]:
+    """The process-wide emulator's callback: wakes the poller while it lives, then removes
+    itself, so an executor no longer used is not kept alive (nor woken) by the emulator."""
+    reference = weakref.ref(poller)
+
+    def wake() -> None:
+        target = reference()
+        if target is not None:
+            target.wake()
+        elif unsubscribe is not None:
+            unsubscribe(wake)
+
+    return wake
+
+
 _cleaned_workdirs: set = set()
 _cleaned_lock = threading.Lock()
 
@@ -102,6 +117,10 @@ def _clean_local_storage_once(env: Any) -> None:
 
     threading.Thread(target=remove_finished_runs, args=(env,), name="batchfutures-cleanup",
                      daemon=True).start()
+
+
+def _forget_upstream(future: BatchFuture) -> None:
+    future._upstream = None  # no done future keeps other calls' results alive
 
 
 class Upstream:
@@ -179,6 +198,14 @@ class Upstream:
             if not upstream.done():
                 upstream.add_done_callback(cancel)
 
+    def remember(self, future: BatchFuture, child: Optional[int] = None) -> None:
+        """The dependent keeps its upstream futures while it waits, so that Batch's "Dependent
+        Job failed" becomes DependencyFailedError with the upstream's exception as cause."""
+        upstream = self.futures_by_child.get(child)
+        if upstream:
+            future._upstream = list(upstream)
+            future.add_done_callback(_forget_upstream)
+
     def depends_on(self, size: int) -> List[Dict[str, str]]:
         """dependsOn for a job of ``size`` children whose child i referenced ``pairs``."""
         if not self.unfinished:
@@ -231,7 +258,7 @@ class Session:
             _clean_local_storage_once(env)
         subscribe = None if dry_run else getattr(env, "subscribe", None)
         if subscribe is not None:
-            subscribe(self.poller.wake)
+            subscribe(_weak_wake(self.poller, getattr(env, "unsubscribe", None)))
 
     @property
     def submitted_jobs(self) -> List[str]:
@@ -251,6 +278,7 @@ class Session:
         pickled = self.coalescer.known_pickle(key, fn) or \
             serialization.dumps(fn, by_value=self.by_value)
         serialization.pack_items([(0, args, kwargs)], by_value=self.by_value)
+        upstream.remember(future)
         with self._lock:
             self._check_open()
             full = self.coalescer.add(key, (future, fn, args, kwargs), pickled)

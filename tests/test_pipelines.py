@@ -110,3 +110,23 @@ def test_cancelling_upstream_cancels_dependents(tmp_path):
             blocker.abort()
     finally:
         env.emulator.close()
+
+
+def _oom_or_value(x):
+    if x == 1:
+        import os
+
+        os._exit(3)  # the container fails: Batch fails what depends on it
+    return x
+
+
+@pytest.mark.slow
+def test_a_dependency_that_failed_as_a_container_is_a_dependency_error_with_its_cause(executor):
+    from batchfutures import JobFailedError
+
+    upstream = executor.submit(_oom_or_value, 1)
+    dependent = executor.submit(_inc, upstream)
+    error = dependent.exception(timeout=120)
+    assert isinstance(error, DependencyFailedError), repr(error)
+    assert isinstance(error.__cause__, JobFailedError) and error.__cause__.exit_code == 3
+    assert "Dependent Job failed" not in type(error).__name__
