@@ -158,6 +158,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     count, chunksize = args.items, args.chunksize
     _out(f"batchfutures {__version__}: squaring {count} numbers on {env!r} (chunksize {chunksize})")
     started = time.monotonic()
+    if args.dry_run:
+        return _demo_dry_run(env, count, chunksize)
     with BatchExecutor(env) as executor:
         futures = executor.map_futures(_square, range(count), chunksize=chunksize)
         job_ids = sorted({f.job_id.partition(":")[0] for f in futures if f.job_id})
@@ -174,6 +176,26 @@ def cmd_demo(args: argparse.Namespace) -> int:
     _out(f"{count} results in {time.monotonic() - started:.2f} s")
     if results != [x * x for x in range(count)]:
         raise CLIError("the demo's results are wrong", ExitCode.FAILED)
+    return ExitCode.OK
+
+
+def _demo_dry_run(env: Any, count: int, chunksize: int) -> int:
+    """What the demo would send: its SubmitJob request and the objects, nothing sent."""
+    import json
+
+    from .errors import DryRunResult
+    from .executor import BatchExecutor
+
+    with BatchExecutor(env, dry_run=True) as executor:
+        error = executor.map_futures(_square, range(count), chunksize=chunksize)[0].exception()
+    if not isinstance(error, DryRunResult):
+        raise CLIError(f"the dry run did not produce its requests: {error!r}", ExitCode.FAILED)
+    _out("dry run: nothing was sent. SubmitJob request(s):")
+    for request in error.requests:
+        _out(json.dumps(request, indent=2, sort_keys=True))
+    _out("objects that would be written (key, bytes):")
+    for key, size in error.objects:
+        _out(f"  {key}  {size}")
     return ExitCode.OK
 
 
@@ -681,6 +703,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--items", type=_positive_int, default=10, help="how many numbers to square (10)")
     demo.add_argument("--chunksize", type=_positive_int, default=2,
                       help="items per array child (2)")
+    demo.add_argument("--dry-run", action="store_true",
+                      help="print the SubmitJob request and the objects it would write; send nothing")
 
     status = command("status", "show a job as a whole: status, times, children, failed calls; "
                      "exit 1 when it or one of its calls failed", cmd_status)

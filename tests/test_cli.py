@@ -604,3 +604,12 @@ def test_the_commands_on_the_aws_path(tmp_path, s3_endpoint):
         dry = aws_cli("cleanup", "--all", "--dry-run")
         assert dry.returncode == 0 and "1 run(s) to remove" in dry.stdout
         assert f"s3://{bucket}/batchfutures/runs/" in dry.stdout
+
+
+@pytest.mark.slow
+def test_demo_dry_run_prints_the_request_and_sends_nothing(tmp_path):
+    workdir = tmp_path / "work"
+    done = run_cli(workdir, "--create", "demo", "--dry-run", "--items", "4")
+    assert "nothing was sent" in done.stdout and '"arrayProperties"' in done.stdout
+    assert "/inputs" in done.stdout
+    assert not (workdir / "storage").exists() or not any((workdir / "storage").rglob("inputs"))
