@@ -273,6 +273,12 @@ def classify_failure(
         return DependencyFailedError(
             f"Batch job {job_id} did not run: a job it depends on (a future passed as an "
             f"argument) failed ({status_reason}).", **fields)
+    if is_unplaceable_reason(status_reason) and not job.get("attempts"):
+        # the queue's jobStateTimeLimitActions cancelled a job Batch could never place
+        return JobUnplaceableError(
+            f"Batch job {job_id} could not be placed and its queue's jobStateTimeLimitActions "
+            f"cancelled it: {status_reason}. Ask for fewer vCPUs, less memory or fewer GPUs, or "
+            f"use a job queue whose compute environments can run it.", **fields)
     # Aborted only when Batch says a CancelJob/TerminateJob was accepted, or the reason is one
     # this library wrote; any other reason is Batch's own account of a failure.
     if job.get("isCancelled") or job.get("isTerminated") or \

@@ -92,3 +92,13 @@ def test_failures_pickle_with_their_fields():
     assert type(copy) is errors.MemoryLimitExceeded
     assert (copy.job_id, copy.exit_code, copy.memory_mib, copy.log_tail) == ("j-1", 137, 256, "tail")
     assert str(copy) == str(failure)
+
+
+def test_a_job_the_queue_cancelled_for_being_unplaceable_says_so():
+    from batchfutures.errors import JobUnplaceableError
+
+    described = {"jobId": "j", "status": "FAILED", "isCancelled": True, "attempts": [],
+                 "statusReason": "MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT - The job resource "
+                                 "requirement (vCPU/memory/GPU) is higher than that can be met"}
+    error = classify_failure(described)
+    assert type(error) is JobUnplaceableError and "jobStateTimeLimitActions" in str(error)
