@@ -246,6 +246,9 @@ class Session:
         if upstream.cancelled or upstream.failed is not None:
             upstream.settle_dependent(future)
             return future
+        if settings.nodes > 1:  # never coalesced: one multi-node parallel job per call
+            self._submit_multinode(settings, fn, args, kwargs, future, upstream)
+            return future
         key = (settings, tuple(sorted(upstream.unfinished)))
         # SerializationError now, before anything is uploaded
         pickled = self.coalescer.known_pickle(key, fn) or \
@@ -261,6 +264,16 @@ class Session:
             self.poller.start()
             self.poller.wake()
         return future
+
+    def _submit_multinode(self, settings: JobSettings, fn: Callable, args: tuple, kwargs: dict,
+                          future: BatchFuture, upstream: Upstream) -> None:
+        """One Batch multi-node job for this call alone: one child, run on every node."""
+        pickled = serialization.dumps(fn, by_value=self.by_value)  # SerializationError now
+        blob = serialization.pack_items([(0, args, kwargs)], by_value=self.by_value)
+        upstream.cancel_with_upstream([future])
+        self.submit_job(PendingJob(settings, [pickled], [blob], [1], [[future]], chunksize=1,
+                                   name=job_name_for(fn),
+                                   depends_on=[{"jobId": j} for j in sorted(upstream.unfinished)]))
 
     def submit_job(self, job: PendingJob) -> None:
         """A map slice: submitted now, or paced under max_workers."""
