@@ -131,6 +131,9 @@ class Upstream:
         if value._job is None and not value.done():
             self._session.flush_for(value)  # buffered: send it now, it needs a job id
         job = value._job
+        if getattr(job, "nodes", 1) > 1:  # its value is every node's: the worker reads one
+            raise ConfigurationError("the future of a multi-node job (nodes > 1) cannot be passed "
+                                     "as an argument; pass its result() instead")
         if value.cancelled():
             self.cancelled = True
         elif value.done() and value.exception() is not None:
@@ -397,7 +400,8 @@ class Session:
         else:
             selected = [f for group in futures for f in group]
         job = TrackedJob(parent_id, job_url, futures, array=children > 1, follow=follow,
-                         submitted_at=time.monotonic() - 1e9)  # no grace: the job is old
+                         submitted_at=time.monotonic() - 1e9,  # no grace: the job is old
+                         nodes=int(header.get("nodes", 1)))
         self.poller.track(job)
         return selected
 

@@ -306,6 +306,8 @@ class Submitter:
             "run_id": self._run_id,
             "job_key": job_key,
         }
+        if job.settings.nodes > 1:  # attach resolves it from every node's result
+            header["nodes"] = job.settings.nodes
         if self._initializer is not None:
             header["initializer"] = self._initializer_location()
         header.update(serialization.payload_stamp())  # the worker checks its versions against these

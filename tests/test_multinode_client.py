@@ -254,5 +254,60 @@ def test_two_multinode_submits_are_two_jobs_and_a_raising_node_fails_only_its_fu
         fine = view.submit(refuse_on_node(-1))
         error = failing.exception(timeout=120)
         assert fine.result(timeout=120) == [0, 1, 2]
+        with pytest.raises(ConfigurationError, match="multi-node"):
+            ex.submit(print, fine)  # its value is every node's: not a dependency (yet)
     assert type(error) is ValueError and error.args == ("node 2 says no",)
     assert failing.job_id != fine.job_id and ":" not in failing.job_id
+    with BatchExecutor(three_vcpus) as other:  # attach: from Batch and every node's result
+        attached = other.attach(fine.job_id)
+        assert attached.result(timeout=60) == [0, 1, 2]
+
+
+# -- the AWS path: stock boto3 against the emulator's HTTP endpoint, S3 on moto's server ---------
+def node_index():
+    import batchfutures
+
+    info = batchfutures.node()
+    return (info.index, info.count)
+
+
+@pytest.mark.slow
+def test_on_the_aws_path_image_registers_a_multinode_definition_and_submits_node_overrides(
+        tmp_path, s3_endpoint, monkeypatch):
+    import json
+    import uuid
+
+    import boto3
+    from s3server import emulator_endpoint
+
+    from batchfutures import AWSBatchEnvironment
+
+    bucket = f"bf-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", region_name="us-east-1").create_bucket(Bucket=bucket)
+    seen = []
+    original = boto3.session.Session.client
+
+    def client(self, service, *args, **kwargs):
+        made = original(self, service, *args, **kwargs)
+        if service == "batch":
+            made.meta.events.register(
+                "provide-client-params.batch.*",
+                lambda params, model, **_: seen.append((model.name, json.loads(json.dumps(params)))))
+        return made
+    monkeypatch.setattr(boto3.session.Session, "client", client)
+    with emulator_endpoint(tmp_path / "aws-emulator", max_vcpus=2):
+        env = AWSBatchEnvironment(job_queue="batchfutures", io_bucket=bucket,
+                                  image=f"example/worker:{uuid.uuid4().hex[:8]}",
+                                  region_name="us-east-1")
+        with BatchExecutor(env) as ex:
+            assert ex.with_settings(nodes=2).submit(node_index).result(timeout=120) == [
+                (0, 2), (1, 2)]
+    registered = [p for name, p in seen if name == "RegisterJobDefinition"
+                  and p.get("type") == "multinode"]
+    assert len(registered) == 1 and registered[0]["nodeProperties"]["numNodes"] == 2
+    [submitted] = [p for name, p in seen if name == "SubmitJob"]
+    assert submitted["nodeOverrides"]["numNodes"] == 2 and "containerOverrides" not in submitted
+    for name, params in seen:
+        if name in ("SubmitJob", "RegisterJobDefinition"):
+            report = ParamValidator().validate(params, MODEL.operation_model(name).input_shape)
+            assert not report.has_errors(), report.generate_report()
