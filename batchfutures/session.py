@@ -350,8 +350,18 @@ class Session:
         return logs.log_group_of(description, self.env.log_group)
 
     def log_tail(self, description: Dict[str, Any]) -> Optional[str]:
+        description = self._main_node_of(description)
         return logs.job_log_tail(self.env.logs, description, self.env.log_group,
                                  lines=LOG_TAIL_LINES)
+
+    def _main_node_of(self, description: Dict[str, Any]) -> Dict[str, Any]:
+        """A multi-node job's parent has no container: its log is its main node's."""
+        properties = description.get("nodeProperties")
+        if not properties or "mainNode" not in properties or "#" in str(description.get("jobId")):
+            return description
+        main = f"{description.get('jobId')}#{properties['mainNode']}"
+        found = batchapi.describe_jobs(self.env.batch, [main])
+        return found[0] if found else description
 
     def read_log(self, future: BatchFuture) -> str:
         job_id = future.job_id
@@ -361,7 +371,7 @@ class Session:
         if not found:
             raise JobMetadataExpired(f"Batch no longer knows job {job_id}; its log is gone with it",
                                      job_id=job_id)
-        return logs.job_log(self.env.logs, found[0], self.env.log_group)
+        return logs.job_log(self.env.logs, self._main_node_of(found[0]), self.env.log_group)
 
     def on_cancelled(self, future: BatchFuture) -> None:
         """A future was cancelled: the poller thread cancels its remote child (in bulk)."""

@@ -182,6 +182,7 @@ def talk_over_tcp(folder):
             with open(port_file + ".tmp", "w") as f:
                 f.write(str(server.getsockname()[1]))
             os.replace(port_file + ".tmp", port_file)  # whole, or not there
+            print(f"main node {info.index} listening", flush=True)
             heard = []
             for _ in range(info.count - 1):
                 connection, _ = server.accept()
@@ -231,6 +232,7 @@ def test_three_nodes_talk_to_the_main_node_over_tcp_and_the_future_lists_each_no
         future = ex.with_settings(nodes=3, timeout=120).submit(talk_over_tcp, str(folder))
         result = future.result(timeout=120)
         described = three_vcpus.batch.describe_jobs(jobs=[future.job_id])["jobs"][0]
+        assert "main node 0 listening" in future.log()  # the parent's log is its main node's
     assert result == [
         {"node": 0, "of": 3, "main": 0, "heard": [1, 2]},
         {"node": 1, "of": 3, "main": 0, "address": "127.0.0.1", "answer": "welcome 1"},
