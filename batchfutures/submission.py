@@ -212,6 +212,9 @@ class Submitter:
     # -- pacing ----------------------------------------------------------------------------
     def submit(self, job: PendingJob) -> None:
         """Submit now, or with ``max_workers`` queue it and submit what may start now."""
+        if job.settings.nodes > 1 and (len(job.blobs) != 1 or job.encoding != serialization.CALLS):
+            raise ConfigurationError(f"nodes={job.settings.nodes} runs one call on every node of "
+                                     f"one multi-node job: use submit(), not map()")
         if self.max_workers is None:
             self.submit_now(job)
             return

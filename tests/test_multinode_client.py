@@ -163,6 +163,17 @@ def test_nodes_that_cannot_all_run_at_once_here_are_refused_before_anything_is_s
         BatchExecutor(env).with_settings(nodes=3)
 
 
+def test_map_with_nodes_is_refused_before_anything_is_uploaded(tmp_path):
+    env = LocalEnvironment(tmp_path / "work", max_vcpus=2)
+    try:
+        with BatchExecutor(env) as ex:
+            with pytest.raises(ConfigurationError, match="use submit"):
+                ex.with_settings(nodes=2).map_futures(abs, [1])
+        assert not list((tmp_path / "work").glob("storage/runs/*/jobs/*"))
+    finally:
+        env.emulator.close()
+
+
 # -- real multi-node jobs on the emulator ----------------------------------------------------------
 def talk_over_tcp(folder):
     """The main node listens on a port it picks and writes to ``folder``; every other node
