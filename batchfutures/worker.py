@@ -295,15 +295,20 @@ def main(argv: Optional[List[str]] = None) -> int:
     from .nodes import node as this_node
 
     node = None
-    try:
-        if os.environ.get("AWS_BATCH_JOB_NODE_INDEX"):  # a node of a multi-node job
+    if os.environ.get("AWS_BATCH_JOB_NODE_INDEX"):  # a node of a multi-node job
+        try:
             node = this_node()
-            index = node.index
-        else:
-            index = int(os.environ.get("AWS_BATCH_JOB_ARRAY_INDEX", "0") or "0")
-    except (RuntimeError, ValueError) as error:
-        logger.error("the job's index variables are not usable: %s", error)
-        return 2
+        except RuntimeError as error:
+            logger.error("%s", error)
+            return 2
+        index = node.index
+    else:
+        raw_index = os.environ.get("AWS_BATCH_JOB_ARRAY_INDEX", "0") or "0"
+        try:
+            index = int(raw_index)
+        except ValueError:
+            logger.error("AWS_BATCH_JOB_ARRAY_INDEX=%r is not an integer", raw_index)
+            return 2
     try:
         return run_child(args[0], index, os.environ.get("AWS_BATCH_JOB_ATTEMPT"), node)
     except MemoryError:
