@@ -227,6 +227,22 @@ def refuse_on_node(bad):
     return call
 
 
+def slow_other_node(crash=False):
+    def call():
+        import os
+        import time
+
+        import batchfutures
+
+        info = batchfutures.node()
+        if not info.is_main:
+            time.sleep(1.0)  # the main node has long returned: it must wait for this one
+            if crash:
+                os._exit(3)  # no result at all
+        return info.index
+    return call
+
+
 @pytest.fixture
 def three_vcpus(tmp_path):
     env = LocalEnvironment(tmp_path / "work", max_vcpus=3)
@@ -324,3 +340,13 @@ def test_on_the_aws_path_image_registers_a_multinode_definition_and_submits_node
         if name in ("SubmitJob", "RegisterJobDefinition"):
             report = ParamValidator().validate(params, MODEL.operation_model(name).input_shape)
             assert not report.has_errors(), report.generate_report()
+
+
+@pytest.mark.slow
+def test_the_main_node_waits_for_a_slower_node_and_names_one_that_died(three_vcpus):
+    with BatchExecutor(three_vcpus, nodes=2) as ex:
+        assert ex.submit(slow_other_node()).result(timeout=120) == [0, 1]
+        died = ex.with_settings(environment={"BATCHFUTURES_NODE_WAIT": "3"}).submit(
+            slow_other_node(crash=True))
+        error = died.exception(timeout=120)
+    assert isinstance(error, RemoteError) and "node 1 of Batch job" in str(error)
