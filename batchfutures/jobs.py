@@ -396,7 +396,7 @@ def combine_node_results(node_data: Sequence[Optional[bytes]], job_id: str) -> T
         (ok, value), = decode_result(data, 1)
         if not ok:
             if isinstance(value, BaseException) and hasattr(value, "add_note"):
-                value.add_note(f"(raised on node {index} of the {len(node_data)} of {job_id})")
+                value.add_note(f"raised on node {index} of the {len(node_data)} nodes of Batch job {job_id}")
             return False, value
         values.append(value)
     return True, values

@@ -53,6 +53,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger("batchfutures")
 OOM_EXIT_STATUS = 137
 NODE_POLL_INTERVAL = 0.25  # the main node's look for the other nodes' results (a HEAD each on S3)
+# After every node's result is there, the main node waits this long before it ends the job (which
+# stops the nodes still running), so a node that wrote its result usually exits SUCCEEDED.
+NODE_EXIT_GRACE = 1.0
 _OOM_LINE = b"batchfutures.worker: MemoryError: out of memory; exiting with status 137 like the OOM killer\n"
 
 
@@ -238,14 +241,16 @@ def _wait_for_other_nodes(storage: "Storage", job_url: str, node: "NodeInfo") ->
     limit = os.environ.get("BATCHFUTURES_NODE_WAIT")
     deadline = time.monotonic() + float(limit) if limit else None
     waiting = [i for i in range(node.count) if i != node.index]
-    while waiting:
-        waiting = [i for i in waiting if not storage.has_result(job_url, i)]
-        if waiting and deadline is not None and time.monotonic() > deadline:
+    while waiting:  # one node looked at a time: a few requests a second, however many nodes
+        if storage.has_result(job_url, waiting[0]):
+            waiting.pop(0)
+            continue
+        if deadline is not None and time.monotonic() > deadline:
             logger.warning("main node: nodes %s wrote no result within BATCHFUTURES_NODE_WAIT="
                            "%ss; ending the job without them", waiting, limit)
             return
-        if waiting:
-            time.sleep(NODE_POLL_INTERVAL)
+        time.sleep(NODE_POLL_INTERVAL)
+    time.sleep(NODE_EXIT_GRACE)  # the last node wrote its result; let it exit on its own too
 
 
 def _run_and_record(storage: "Storage", job_url: str, index: int, attempt: Optional[str],
