@@ -36,6 +36,8 @@ _EXPORTS = {
     "DependencyFailedError": "errors",
     "IntegrityError": "errors",
     "progress": "progress",
+    "node": "nodes",
+    "NodeInfo": "nodes",
 }
 
 __all__ = [
@@ -62,6 +64,8 @@ __all__ = [
     "DependencyFailedError",
     "IntegrityError",
     "progress",
+    "node",
+    "NodeInfo",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -85,6 +89,7 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from .executor import BatchExecutor
     from .futures import BatchFuture
+    from .nodes import NodeInfo, node
     from .progress import progress
     from .settings import JobSettings, parse_memory
 

@@ -189,6 +189,7 @@ class LocalEnvironment(Environment):
         self.inherit_client_path = bool(inherit_client_path)
         self._emulator: Any = None
         self._storage: Optional[Storage] = None
+        self._multinode: Dict[int, str] = {}
 
     @property
     def gpus(self) -> int:
@@ -231,11 +232,29 @@ class LocalEnvironment(Environment):
     def job_definition(self) -> str:
         return "batchfutures-worker"
 
+    def multinode_definition(self, nodes: int) -> str:
+        """A multinode definition of ``nodes`` nodes running the worker (``nodes=N`` settings):
+        registered in the emulator's folder once, found there again (content-addressed)."""
+        from .jobdefinitions import ensure_job_definition
+
+        batch = self.batch  # before the lock: making the emulator takes it too
+        with self._lock:
+            known = self._multinode.get(nodes)
+            if known is None:
+                known = self._multinode[nodes] = ensure_job_definition(
+                    batch, "batchfutures-local", nodes=nodes)
+        return known
+
     def validate_settings(self, settings: JobSettings) -> None:
         """Refuse a job this machine can never place (it would wait RUNNABLE forever)."""
         from .emulator import host
 
         vcpus = self.max_vcpus if self.max_vcpus is not None else host.cpu_count()
+        if settings.nodes > 1 and settings.nodes * settings.vcpus > vcpus:  # all nodes at once
+            raise ConfigurationError(
+                f"nodes={settings.nodes} of vcpus={settings.vcpus:g} can never run here: the "
+                f"nodes of a multi-node job run at once and this LocalEnvironment runs at most "
+                f"{vcpus:g} vCPUs at once (max_vcpus={self.max_vcpus!r})")
         if settings.vcpus > vcpus:
             raise ConfigurationError(
                 f"vcpus={settings.vcpus:g} can never run here: this LocalEnvironment runs at most "
@@ -303,6 +322,7 @@ class AWSBatchEnvironment(Environment):
         self._owner_lock = threading.Lock()
         self._given_definition = job_definition
         self._registered_definition: Optional[str] = None
+        self._multinode: Dict[int, str] = {}
         import boto3  # boto3 is heavy to import; only the AWS path needs it
         import botocore.exceptions
 
@@ -411,6 +431,29 @@ class AWSBatchEnvironment(Environment):
                             f"cannot register a job definition for image {self.image!r}: "
                             f"{explain_aws_error(error)}") from error
         return self._registered_definition
+
+    def multinode_definition(self, nodes: int) -> str:
+        """The definition of a ``nodes=N`` job: with ``image=``, a multinode one registered from
+        it (``type: multinode``, once per content); a given ``job_definition`` is used as it is
+        and must itself be a multinode definition (Batch refuses nodeOverrides otherwise)."""
+        if self._given_definition:
+            return self._given_definition
+        from .jobdefinitions import ensure_job_definition
+
+        batch = self.batch  # before the lock: making the client may take it too
+        with self._lock:
+            known = self._multinode.get(nodes)
+            if known is None:
+                try:
+                    known = self._multinode[nodes] = ensure_job_definition(
+                        batch, self.image, nodes=nodes, **self.definition_options)
+                except (BatchError, ValueError):
+                    raise
+                except Exception as error:
+                    raise ConfigurationError(
+                        f"cannot register a multinode job definition for image {self.image!r}: "
+                        f"{explain_aws_error(error)}") from error
+        return known
 
     def validate_settings(self, settings: JobSettings) -> None:
         if settings.timeout is not None and settings.timeout < 60:

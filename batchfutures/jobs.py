@@ -135,6 +135,8 @@ class Actions:
     default_shown: Optional[JobStatus] = None   # for open children not in ``shown``
     started: FrozenSet[int] = frozenset()        # children to mark running
     results: Dict[int, bytes] = field(default_factory=dict)   # settle from these
+    # a multi-node job's child: every node's result object (None: that node wrote none)
+    node_results: Dict[int, Tuple[Optional[bytes], ...]] = field(default_factory=dict)
     failed: Dict[int, Mapping[str, Any]] = field(default_factory=dict)  # FAILED descriptions
     no_result: Tuple[int, ...] = ()              # Batch says SUCCEEDED, storage holds nothing
     expired: Tuple[int, ...] = ()                # Batch forgot the job, storage holds nothing
@@ -151,8 +153,8 @@ class Actions:
 
     @property
     def settles(self) -> int:
-        return (len(self.results) + len(self.failed) + len(self.no_result) + len(self.expired)
-                + len(self.unplaceable))
+        return (len(self.results) + len(self.node_results) + len(self.failed)
+                + len(self.no_result) + len(self.expired) + len(self.unplaceable))
 
 
 @dataclass(frozen=True)
@@ -174,6 +176,7 @@ class JobView:
     stuck_since: Optional[float] = None
     stuck_reason: Optional[str] = None
     runnable_checked_at: Optional[float] = None
+    nodes: int = 1                  # > 1: a multi-node parallel job (one child, N results)
 
     def child_id(self, index: int) -> str:
         return f"{self.job_id}:{index}" if self.array else self.job_id
@@ -193,8 +196,9 @@ class TrackedJob:
                  submitted_at: Optional[float] = None,
                  item_counts: Optional[Sequence[int]] = None,
                  runnable_timeout: Optional[float] = None,
-                 follow: Optional[Iterable[int]] = None) -> None:
-        """``follow``: the children to resolve (default all; attach of one child gives one)."""
+                 follow: Optional[Iterable[int]] = None, nodes: int = 1) -> None:
+        """``follow``: the children to resolve (default all; attach of one child gives one).
+        ``nodes > 1``: a multi-node parallel job, one child whose future gets every node's value."""
         self.job_id = job_id
         self.job_url = job_url
         self.children = list(children)
@@ -205,6 +209,7 @@ class TrackedJob:
         self.array = array
         self.memory_mib = memory_mib
         self.runnable_timeout = runnable_timeout
+        self.nodes = nodes
         self.submitted_at = time.monotonic() if submitted_at is None else submitted_at
         self.status: Optional[JobStatus] = JobStatus.SUBMITTED
         self.summary: Mapping[str, int] = {}
@@ -262,7 +267,8 @@ class TrackedJob:
             summary=dict(self.summary), submitted_at=self.submitted_at, now=now, grace=grace,
             runnable_timeout=self.runnable_timeout,
             runnable_check_interval=runnable_check_interval, stuck_since=self.stuck_since,
-            stuck_reason=self.stuck_reason, runnable_checked_at=self.runnable_checked_at)
+            stuck_reason=self.stuck_reason, runnable_checked_at=self.runnable_checked_at,
+            nodes=self.nodes)
 
     def drop_settled(self) -> None:
         """Children whose every future is already done (cancelled, aborted) need no polling."""
@@ -293,6 +299,8 @@ class TrackedJob:
                 self._start(index)
         for index, data in actions.results.items():
             self._guarded(index, lambda index=index, data=data: self._settle_child(index, data))
+        for index, node_data in actions.node_results.items():
+            self._guarded(index, lambda index=index, d=node_data: self._settle_nodes(index, d))
         for index, description in actions.failed.items():
             self._guarded(index, lambda index=index, d=description: self._fail_child(
                 index, lambda: failure_for(index, d)))
@@ -365,9 +373,33 @@ class TrackedJob:
             for future, (ok, value) in zip(self.children[index], decode_result(data, count)):
                 settle(future, ok, value)
 
+    def _settle_nodes(self, index: int, node_data: Sequence[Optional[bytes]]) -> None:
+        self._show(index, Shown(JobStatus.SUCCEEDED))
+        ok, value = combine_node_results(node_data, self.job_id)
+        for future in self.children[index]:
+            settle(future, ok, value)
+
     def _fail_child(self, index: int, error_for_each: Callable[[], BaseException]) -> None:
         for future in self.children[index]:
             settle(future, False, error_for_each())
+
+
+def combine_node_results(node_data: Sequence[Optional[bytes]], job_id: str) -> Tuple[bool, Any]:
+    """A multi-node call's outcome: the list of each node's value in node order, or the
+    exception of the first node (by index) whose call raised or that wrote no result."""
+    values = []
+    for index, data in enumerate(node_data):
+        if data is None:
+            return False, RemoteError(
+                f"node {index} of Batch job {job_id} wrote no result: it ended before its worker "
+                f"finished (or the main node stopped waiting for it, BATCHFUTURES_NODE_WAIT)")
+        (ok, value), = decode_result(data, 1)
+        if not ok:
+            if isinstance(value, BaseException) and hasattr(value, "add_note"):
+                value.add_note(f"raised on node {index} of the {len(node_data)} nodes of Batch job {job_id}")
+            return False, value
+        values.append(value)
+    return True, values
 
 
 def default_child_status(status: Optional[JobStatus], summary: Mapping[str, int]) -> JobStatus:

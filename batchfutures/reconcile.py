@@ -17,6 +17,8 @@ The rules (issue 11): counts are hints, never the truth.
 - A finished job with open children is examined on every poll until each is settled.
 - An array job that FAILED before any child existed (the summary is empty and no listing names a
   child) fails each future from the parent's own description.
+- A multi-node parallel job (``view.nodes > 1``) is one child: SUCCEEDED reads the result of
+  every node (results/0..N-1), FAILED fails it from the parent's own description.
 - A job held RUNNABLE with a MISCONFIGURATION:/CAPACITY: reason shows it on its futures; after
   ``runnable_timeout`` it is cancelled and its futures fail as unplaceable.
 
@@ -86,10 +88,16 @@ def _forgotten(view: JobView, reads: Reads) -> Step:
         return Step()
     if reads.stored is None:
         return Step(Needs(stored=True))
-    written = sorted(i for i in reads.stored if i in view.open)
+    wanted = set(range(view.nodes)) if view.nodes > 1 else view.open  # nodes: every node's
+    written = sorted(i for i in reads.stored if i in wanted)
     unread = tuple(i for i in written if i not in reads.results)
     if unread:
         return Step(Needs(results=unread))
+    if view.nodes > 1:
+        if written != list(range(view.nodes)):
+            return Step(actions=Actions(expired=(0,), changed=True))
+        node_results = {0: tuple(reads.results[i] for i in written)}
+        return Step(actions=Actions(node_results=node_results, changed=True))
     results = {i: reads.results[i] for i in written}
     expired = tuple(sorted(i for i in view.open if results.get(i) is None))
     found = {i: data for i, data in results.items() if data is not None}
@@ -103,7 +111,13 @@ def _plain(view: JobView, reads: Reads) -> Step:
     reason = description.get("statusReason")
     shown = Shown(status, reason, last_container(description).get("exitCode"))
     actions = Actions(shown={0: shown}, status=status, changed=status != view.status)
-    if status is JobStatus.SUCCEEDED:
+    if status is JobStatus.SUCCEEDED and view.nodes > 1:  # every node's result, in node order
+        unread = tuple(i for i in range(view.nodes) if i not in reads.results)
+        if unread:
+            return Step(Needs(results=unread))
+        actions.node_results[0] = tuple(reads.results[i] for i in range(view.nodes))
+        actions.changed = True
+    elif status is JobStatus.SUCCEEDED:
         if 0 not in reads.results:
             return Step(Needs(results=(0,)))
         data = reads.results[0]

@@ -150,6 +150,9 @@ class Upstream:
         if value._job is None and not value.done():
             self._session.flush_for(value)  # buffered: send it now, it needs a job id
         job = value._job
+        if getattr(job, "nodes", 1) > 1:  # its value is every node's: the worker reads one
+            raise ConfigurationError("the future of a multi-node job (nodes > 1) cannot be passed "
+                                     "as an argument; pass its result() instead")
         if value.cancelled():
             self.cancelled = True
         elif value.done() and value.exception() is not None:
@@ -273,6 +276,9 @@ class Session:
         if upstream.cancelled or upstream.failed is not None:
             upstream.settle_dependent(future)
             return future
+        if settings.nodes > 1:  # never coalesced: one multi-node parallel job per call
+            self._submit_multinode(settings, fn, args, kwargs, future, upstream)
+            return future
         key = (settings, tuple(sorted(upstream.unfinished)))
         # SerializationError now, before anything is uploaded
         pickled = self.coalescer.known_pickle(key, fn) or \
@@ -289,6 +295,16 @@ class Session:
             self.poller.start()
             self.poller.wake()
         return future
+
+    def _submit_multinode(self, settings: JobSettings, fn: Callable, args: tuple, kwargs: dict,
+                          future: BatchFuture, upstream: Upstream) -> None:
+        """One Batch multi-node job for this call alone: one child, run on every node."""
+        pickled = serialization.dumps(fn, by_value=self.by_value)  # SerializationError now
+        blob = serialization.pack_items([(0, args, kwargs)], by_value=self.by_value)
+        upstream.cancel_with_upstream([future])
+        self.submit_job(PendingJob(settings, [pickled], [blob], [1], [[future]], chunksize=1,
+                                   name=job_name_for(fn),
+                                   depends_on=[{"jobId": j} for j in sorted(upstream.unfinished)]))
 
     def submit_job(self, job: PendingJob) -> None:
         """A map slice: submitted now, or paced under max_workers."""
@@ -362,8 +378,18 @@ class Session:
         return logs.log_group_of(description, self.env.log_group)
 
     def log_tail(self, description: Dict[str, Any]) -> Optional[str]:
+        description = self._main_node_of(description)
         return logs.job_log_tail(self.env.logs, description, self.env.log_group,
                                  lines=LOG_TAIL_LINES)
+
+    def _main_node_of(self, description: Dict[str, Any]) -> Dict[str, Any]:
+        """A multi-node job's parent has no container: its log is its main node's."""
+        properties = description.get("nodeProperties")
+        if not properties or "mainNode" not in properties or "#" in str(description.get("jobId")):
+            return description
+        main = f"{description.get('jobId')}#{properties['mainNode']}"
+        found = batchapi.describe_jobs(self.env.batch, [main])
+        return found[0] if found else description
 
     def read_log(self, future: BatchFuture) -> str:
         job_id = future.job_id
@@ -373,7 +399,7 @@ class Session:
         if not found:
             raise JobMetadataExpired(f"Batch no longer knows job {job_id}; its log is gone with it",
                                      job_id=job_id)
-        return logs.job_log(self.env.logs, found[0], self.env.log_group)
+        return logs.job_log(self.env.logs, self._main_node_of(found[0]), self.env.log_group)
 
     def on_cancelled(self, future: BatchFuture) -> None:
         """A future was cancelled: the poller thread cancels its remote child (in bulk)."""
@@ -412,7 +438,8 @@ class Session:
         else:
             selected = [f for group in futures for f in group]
         job = TrackedJob(parent_id, job_url, futures, array=children > 1, follow=follow,
-                         submitted_at=time.monotonic() - 1e9)  # no grace: the job is old
+                         submitted_at=time.monotonic() - 1e9,  # no grace: the job is old
+                         nodes=int(header.get("nodes", 1)))
         self.poller.track(job)
         return selected
 

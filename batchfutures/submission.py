@@ -108,7 +108,10 @@ def build_request(settings: JobSettings, *, name: str, job_queue: str, job_defin
         "tags": tags,
         "propagateTags": True,
     }
-    if size > 1:
+    if settings.nodes > 1:  # one multi-node parallel job: every node runs the same container
+        request["nodeOverrides"] = multinode_overrides(settings.nodes,
+                                                       request.pop("containerOverrides"))
+    elif size > 1:
         request["arrayProperties"] = {"size": size}
     if depends_on:
         # N_TO_N pairs equal arrays child by child; anything else waits for the whole job
@@ -122,6 +125,14 @@ def build_request(settings: JobSettings, *, name: str, job_queue: str, job_defin
     if settings.priority is not None:
         request["schedulingPriorityOverride"] = settings.priority
     return request
+
+
+def multinode_overrides(nodes: int, container_overrides: Dict[str, Any]) -> Dict[str, Any]:
+    """SubmitJob's nodeOverrides for ``nodes`` nodes, each with the same containerOverrides
+    (a multi-node job takes no containerOverrides of its own, and no arrayProperties)."""
+    return {"numNodes": int(nodes),
+            "nodePropertyOverrides": [{"targetNodes": "0:",
+                                       "containerOverrides": container_overrides}]}
 
 
 @dataclass
@@ -201,6 +212,9 @@ class Submitter:
     # -- pacing ----------------------------------------------------------------------------
     def submit(self, job: PendingJob) -> None:
         """Submit now, or with ``max_workers`` queue it and submit what may start now."""
+        if job.settings.nodes > 1 and (len(job.blobs) != 1 or job.encoding != serialization.CALLS):
+            raise ConfigurationError(f"nodes={job.settings.nodes} runs one call on every node of "
+                                     f"one multi-node job: use submit(), not map()")
         if self.max_workers is None:
             self.submit_now(job)
             return
@@ -295,6 +309,8 @@ class Submitter:
             "run_id": self._run_id,
             "job_key": job_key,
         }
+        if job.settings.nodes > 1:  # attach resolves it from every node's result
+            header["nodes"] = job.settings.nodes
         if self._initializer is not None:
             header["initializer"] = self._initializer_location()
         header.update(serialization.payload_stamp())  # the worker checks its versions against these
@@ -316,7 +332,7 @@ class Submitter:
             for position, future in enumerate(group):
                 future._item = position
         tracked = TrackedJob(job_id, job_url, job.futures, array=len(job.blobs) > 1,
-                             memory_mib=memory,
+                             memory_mib=memory, nodes=job.settings.nodes,
                              item_counts=job.item_counts if job.per_child else None,
                              runnable_timeout=job.settings.runnable_timeout)
         with self._lock:
@@ -329,6 +345,12 @@ class Submitter:
     def _definition_for(self, settings: JobSettings) -> str:
         """The job definition, with ``secrets=`` added (SubmitJob cannot carry secrets)."""
         definition = self._env.job_definition
+        if settings.nodes > 1:  # a multinode definition (environments' multinode_definition)
+            multinode_definition = getattr(self._env, "multinode_definition", None)
+            if multinode_definition is None:
+                raise ConfigurationError(f"nodes={settings.nodes}: {self._env!r} cannot run "
+                                         f"multi-node parallel jobs")
+            definition = multinode_definition(settings.nodes)
         if settings.secrets:
             definition = definition_with_secrets(self._env.batch, definition, settings.secrets)
         return definition

@@ -1,6 +1,8 @@
 """The container command: ``python -m batchfutures.worker <job_url>``.
 
     AWS_BATCH_JOB_ARRAY_INDEX = i (absent: 0, a plain job)
+    (a node of a multi-node job: i = AWS_BATCH_JOB_NODE_INDEX; it runs child 0's items and
+     writes results/<i>; the main node then waits for every node's result before it exits)
       -> <job_url>/results/<i> already there?  an earlier attempt finished: keep it, exit 0
       -> read the header and child i's byte range of <job_url>/inputs, checking their MACs
       -> the client's Python/cloudpickle differ (header stamp)?  every item: a mismatch outcome
@@ -45,10 +47,15 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional
 from .errors import IntegrityError
 
 if TYPE_CHECKING:
+    from .nodes import NodeInfo
     from .storage import Storage
 
 logger = logging.getLogger("batchfutures")
 OOM_EXIT_STATUS = 137
+NODE_POLL_INTERVAL = 0.25  # the main node's look for the other nodes' results (a HEAD each on S3)
+# After every node's result is there, the main node waits this long before it ends the job (which
+# stops the nodes still running), so a node that wrote its result usually exits SUCCEEDED.
+NODE_EXIT_GRACE = 1.0
 _OOM_LINE = b"batchfutures.worker: MemoryError: out of memory; exiting with status 137 like the OOM killer\n"
 
 
@@ -205,9 +212,16 @@ def _run_initializer(storage: "Storage", header: Dict[str, Any], url: str,
     return None
 
 
-def run_child(job_url: str, index: int, attempt: Optional[str] = None) -> int:
-    """Run one child of a Batch job and record its result; the container's exit status."""
-    from . import serialization, signing
+def run_child(job_url: str, index: int, attempt: Optional[str] = None,
+              node: "Optional[NodeInfo]" = None) -> int:
+    """Run one child of a Batch job and record its result; the container's exit status.
+
+    ``node``: a node of a multi-node job. Every node runs child 0's items and writes its result
+    at its node index; the main node then waits for the others' results, since its end ends
+    the job and stops the nodes still running (BATCHFUTURES_NODE_WAIT bounds the wait, in
+    seconds; unset, the job's timeout does).
+    """
+    from . import signing
     from .awsclients import worker_storage_options  # the S3 guards the client set for the job
     from .storage import Storage
 
@@ -216,14 +230,41 @@ def run_child(job_url: str, index: int, attempt: Optional[str] = None) -> int:
     if storage.has_result(job_url, index):
         logger.info("child %d: a result is already written (an earlier attempt finished); "
                     "keeping it, not running again", index)
-        return 0
+    else:
+        _run_and_record(storage, job_url, index, attempt, 0 if node is not None else index)
+    if node is not None and node.is_main:
+        _wait_for_other_nodes(storage, job_url, node)
+    return 0
+
+
+def _wait_for_other_nodes(storage: "Storage", job_url: str, node: "NodeInfo") -> None:
+    limit = os.environ.get("BATCHFUTURES_NODE_WAIT")
+    deadline = time.monotonic() + float(limit) if limit else None
+    waiting = [i for i in range(node.count) if i != node.index]
+    while waiting:  # one node looked at a time: a few requests a second, however many nodes
+        if storage.has_result(job_url, waiting[0]):
+            waiting.pop(0)
+            continue
+        if deadline is not None and time.monotonic() > deadline:
+            logger.warning("main node: nodes %s wrote no result within BATCHFUTURES_NODE_WAIT="
+                           "%ss; ending the job without them", waiting, limit)
+            return
+        time.sleep(NODE_POLL_INTERVAL)
+    time.sleep(NODE_EXIT_GRACE)  # the last node wrote its result; let it exit on its own too
+
+
+def _run_and_record(storage: "Storage", job_url: str, index: int, attempt: Optional[str],
+                    child: int) -> None:
+    """Run child ``child``'s items and write the result at ``index``."""
+    from . import serialization, signing
+
     meta: Dict[str, Any] = {
         "index": index, "attempt": attempt, "started": time.time(), "host": socket.gethostname(),
         "pid": os.getpid(), "worker": serialization.payload_stamp(),
     }
     try:
-        header, blob = storage.read_child_inputs(job_url, index)
-        outcomes = run_items(storage, header, blob, index)
+        header, blob = storage.read_child_inputs(job_url, child)
+        outcomes = run_items(storage, header, blob, child)
         del blob
     except IntegrityError as refused:  # raised before any item ran
         logger.error("child %d: refusing this job (nothing unverified was unpickled, nothing ran): "
@@ -234,7 +275,6 @@ def run_child(job_url: str, index: int, attempt: Optional[str] = None) -> int:
     meta["finished"] = time.time()
     if not storage.write_result(job_url, index, serialization.pack_result(outcomes, meta)):
         logger.info("child %d: another attempt wrote its result first; kept that one", index)
-    return 0
 
 
 def _configure_logging() -> None:
@@ -257,14 +297,25 @@ def main(argv: Optional[List[str]] = None) -> int:
         sys.stderr.write("usage: python -m batchfutures.worker <job_url>\n")
         return 2
     _configure_logging()
-    raw_index = os.environ.get("AWS_BATCH_JOB_ARRAY_INDEX", "0") or "0"
+    from .nodes import node as this_node
+
+    node = None
+    if os.environ.get("AWS_BATCH_JOB_NODE_INDEX"):  # a node of a multi-node job
+        try:
+            node = this_node()
+        except RuntimeError as error:
+            logger.error("%s", error)
+            return 2
+        index = node.index
+    else:
+        raw_index = os.environ.get("AWS_BATCH_JOB_ARRAY_INDEX", "0") or "0"
+        try:
+            index = int(raw_index)
+        except ValueError:
+            logger.error("AWS_BATCH_JOB_ARRAY_INDEX=%r is not an integer", raw_index)
+            return 2
     try:
-        index = int(raw_index)
-    except ValueError:
-        logger.error("AWS_BATCH_JOB_ARRAY_INDEX=%r is not an integer", raw_index)
-        return 2
-    try:
-        return run_child(args[0], index, os.environ.get("AWS_BATCH_JOB_ATTEMPT"))
+        return run_child(args[0], index, os.environ.get("AWS_BATCH_JOB_ATTEMPT"), node)
     except MemoryError:
         _out_of_memory()
     except Exception as error:  # storage unreachable, inputs missing...: the container fails

@@ -1,0 +1,356 @@
+"""Multi-node parallel jobs from the client: nodes=N submits one Batch multi-node job.
+
+Pure parts first (node(), build_request against botocore's model, the reconcile step and the
+combination of node results), then real 3-node jobs on the emulator whose nodes talk to the main
+node over TCP on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from botocore.session import get_session
+from botocore.validate import ParamValidator
+
+import batchfutures
+from batchfutures import BatchExecutor, LocalEnvironment, serialization
+from batchfutures.errors import ConfigurationError, RemoteError
+from batchfutures.futures import BatchFuture
+from batchfutures.jobs import JobStatus, TrackedJob, combine_node_results
+from batchfutures.nodes import NodeInfo, node
+from batchfutures.reconcile import Reads, reconcile
+from batchfutures.settings import JobSettings
+from batchfutures.submission import build_request
+
+MODEL = get_session().get_service_model("batch")
+
+
+# -- node() --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("environ, expected", [
+    ({}, NodeInfo(0, 1, 0, "127.0.0.1")),  # not a multi-node job: one node
+    ({"AWS_BATCH_JOB_NODE_INDEX": "2", "AWS_BATCH_JOB_NUM_NODES": "4",
+      "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
+      "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS": "10.0.3.7"}, NodeInfo(2, 4, 0, "10.0.3.7")),
+    # the main node is not told its address: locally it is the loopback
+    ({"AWS_BATCH_JOB_NODE_INDEX": "1", "AWS_BATCH_JOB_NUM_NODES": "3",
+      "AWS_BATCH_JOB_MAIN_NODE_INDEX": "1"}, NodeInfo(1, 3, 1, "127.0.0.1")),
+])
+def test_node_reads_batchs_variables(environ, expected):
+    info = node(environ)
+    assert info == expected
+    assert info.is_main == (expected.index == expected.main_index)
+
+
+def test_on_an_ecs_container_the_main_node_gives_its_host_address(monkeypatch):
+    import socket
+
+    monkeypatch.setattr(socket, "gethostname", lambda: "ip-10-0-3-7")
+    monkeypatch.setattr(socket, "gethostbyname", lambda name: "10.0.3.7" if name == "ip-10-0-3-7" else "")
+    info = node({"AWS_BATCH_JOB_NODE_INDEX": "0", "AWS_BATCH_JOB_NUM_NODES": "2",
+                 "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
+                 "ECS_CONTAINER_METADATA_URI_V4": "http://169.254.170.2/v4/x"})
+    assert info.main_address == "10.0.3.7" and info.is_main
+
+
+def test_node_is_exported_lazily():
+    assert batchfutures.node is node and "node" in dir(batchfutures)
+
+
+# -- the SubmitJob request -------------------------------------------------------------------------
+def test_build_request_for_three_nodes_is_a_valid_multinode_submit_job():
+    settings = JobSettings.from_kwargs(nodes=3, vcpus=2, environment={"A": "b"})
+    built = build_request(settings, name="bf-f", job_queue="q", job_definition="mnp",
+                          command=["python", "-m", "batchfutures.worker", "u"], size=1,
+                          memory_mib=4096, run_id="run-1", user="me")
+    report = ParamValidator().validate(built, MODEL.operation_model("SubmitJob").input_shape)
+    assert not report.has_errors(), report.generate_report()
+    assert "containerOverrides" not in built and "arrayProperties" not in built
+    overrides = built["nodeOverrides"]
+    assert overrides["numNodes"] == 3
+    [group] = overrides["nodePropertyOverrides"]
+    assert group["targetNodes"] == "0:"
+    container = group["containerOverrides"]
+    assert container["command"] == ["python", "-m", "batchfutures.worker", "u"]
+    assert {"type": "VCPU", "value": "2"} in container["resourceRequirements"]
+    assert {"type": "MEMORY", "value": "4096"} in container["resourceRequirements"]
+    assert {"name": "A", "value": "b"} in container["environment"]
+    # the same overrides a one-node job would carry, now under the node group
+    single = build_request(JobSettings.from_kwargs(vcpus=2, environment={"A": "b"}), name="bf-f",
+                           job_queue="q", job_definition="d",
+                           command=["python", "-m", "batchfutures.worker", "u"], size=1,
+                           memory_mib=4096, run_id="run-1", user="me")
+    assert container == single["containerOverrides"]
+
+
+# -- reconcile and the combined outcome -----------------------------------------------------------
+def ok(value):
+    return serialization.pack_result([serialization.encode_ok(value)], {})
+
+
+def raised(error):
+    return serialization.pack_result([serialization.encode_error(error, "Traceback ...")], {})
+
+
+def multinode_job(nodes=3):
+    future = BatchFuture(None)
+    return TrackedJob("mnp-1", "file:///nowhere", [[future]], array=False, nodes=nodes,
+                      submitted_at=0.0), future
+
+
+def settle_from(job, description, results):
+    view = job.view(1.0)
+    reads = Reads(description)
+    asked = []
+    while True:
+        step = reconcile(view, reads)
+        if not step.needs:
+            break
+        asked.append(step.needs.results)
+        for index in step.needs.results:
+            reads.results[index] = results.get(index)
+    job.apply(step.actions, failure_for=lambda i, d: RuntimeError(d.get("statusReason")),
+              no_result_error=lambda i: RuntimeError("no result"),
+              expired_error=lambda i: RuntimeError("expired"),
+              unplaceable_error=lambda i, r: RuntimeError(r))
+    return asked
+
+
+def test_a_succeeded_multinode_job_reads_every_nodes_result_and_gives_the_list():
+    job, future = multinode_job(3)
+    asked = settle_from(job, {"jobId": "mnp-1", "status": "SUCCEEDED"},
+                        {0: ok("a"), 1: ok("b"), 2: ok("c")})
+    assert asked == [(0, 1, 2)]  # one round of reads, every node's result
+    assert future.result(timeout=0) == ["a", "b", "c"] and future.status == "SUCCEEDED"
+
+
+def test_a_node_whose_function_raised_fails_the_future_with_that_exception():
+    job, future = multinode_job(3)
+    settle_from(job, {"jobId": "mnp-1", "status": "SUCCEEDED"},
+                {0: ok(0), 1: raised(KeyError("node one")), 2: raised(ValueError("two"))})
+    error = future.exception(timeout=0)
+    assert type(error) is KeyError and error.args == ("node one",)  # the first by index
+    assert "node 1 of the 3 nodes of Batch job mnp-1" in " ".join(getattr(error, "__notes__", []))
+
+
+def test_a_running_multinode_job_reads_nothing_and_a_failed_one_is_typed_from_its_description():
+    job, future = multinode_job(2)
+    assert settle_from(job, {"jobId": "mnp-1", "status": "RUNNING"}, {}) == []
+    assert not future.done() and job.status is JobStatus.RUNNING
+    settle_from(job, {"jobId": "mnp-1", "status": "FAILED",
+                      "statusReason": "Essential container in task exited"}, {})
+    assert str(future.exception(timeout=0)) == "Essential container in task exited"
+
+
+def test_combine_names_a_node_that_wrote_no_result():
+    ok_, error = combine_node_results([ok(1), None], "mnp-9")
+    assert not ok_ and isinstance(error, RemoteError) and "node 1 of Batch job mnp-9" in str(error)
+    assert combine_node_results([ok(1), ok(2)], "mnp-9") == (True, [1, 2])
+
+
+def test_a_forgotten_multinode_job_is_resolved_from_every_nodes_stored_result():
+    job, future = multinode_job(2)
+    view = job.view(1e6)
+    reads = Reads(None, stored=frozenset({0, 1}))
+    step = reconcile(view, reads)
+    assert step.needs.results == (0, 1)
+    reads.results.update({0: ok("x"), 1: ok("y")})
+    assert reconcile(view, reads).actions.node_results == {0: (ok("x"), ok("y"))}
+
+
+def test_nodes_that_cannot_all_run_at_once_here_are_refused_before_anything_is_sent(tmp_path):
+    env = LocalEnvironment(tmp_path / "work", max_vcpus=2)
+    with pytest.raises(ConfigurationError, match="nodes=3"):
+        BatchExecutor(env).with_settings(nodes=3)
+
+
+def test_map_with_nodes_is_refused_before_anything_is_uploaded(tmp_path):
+    env = LocalEnvironment(tmp_path / "work", max_vcpus=2)
+    try:
+        with BatchExecutor(env) as ex:
+            with pytest.raises(ConfigurationError, match="use submit"):
+                ex.with_settings(nodes=2).map_futures(abs, [1])
+        assert not list((tmp_path / "work").glob("storage/runs/*/jobs/*"))
+    finally:
+        env.emulator.close()
+
+
+# -- real multi-node jobs on the emulator ----------------------------------------------------------
+def talk_over_tcp(folder):
+    """The main node listens on a port it picks and writes to ``folder``; every other node
+    connects to the main node's address, sends its index and gets an answer back."""
+    import os
+    import socket
+
+    import batchfutures
+
+    info = batchfutures.node()
+    port_file = os.path.join(folder, "port")
+    if info.is_main:
+        with socket.socket() as server:
+            server.bind((info.main_address, 0))
+            server.listen(info.count)
+            server.settimeout(60)
+            with open(port_file + ".tmp", "w") as f:
+                f.write(str(server.getsockname()[1]))
+            os.replace(port_file + ".tmp", port_file)  # whole, or not there
+            print(f"main node {info.index} listening", flush=True)
+            heard = []
+            for _ in range(info.count - 1):
+                connection, _ = server.accept()
+                with connection:
+                    connection.settimeout(60)
+                    sender = int(connection.recv(64).decode())
+                    heard.append(sender)
+                    connection.sendall(f"welcome {sender}".encode())
+        return {"node": info.index, "of": info.count, "main": info.main_index,
+                "heard": sorted(heard)}
+    deadline = time.time() + 60
+    while not os.path.exists(port_file) and time.time() < deadline:
+        time.sleep(0.02)
+    with open(port_file) as f:
+        port = int(f.read())
+    with socket.create_connection((info.main_address, port), timeout=60) as connection:
+        connection.sendall(str(info.index).encode())
+        answer = connection.recv(64).decode()
+    return {"node": info.index, "of": info.count, "main": info.main_index,
+            "address": info.main_address, "answer": answer}
+
+
+def refuse_on_node(bad):
+    def call():
+        import batchfutures
+
+        info = batchfutures.node()
+        if info.index == bad:
+            raise ValueError(f"node {info.index} says no")
+        return info.index
+    return call
+
+
+def slow_other_node(crash=False):
+    def call():
+        import os
+        import time
+
+        import batchfutures
+
+        info = batchfutures.node()
+        if not info.is_main:
+            time.sleep(1.0)  # the main node has long returned: it must wait for this one
+            if crash:
+                os._exit(3)  # no result at all
+        return info.index
+    return call
+
+
+@pytest.fixture
+def three_vcpus(tmp_path):
+    env = LocalEnvironment(tmp_path / "work", max_vcpus=3)
+    yield env
+    env.emulator.close()
+
+
+@pytest.mark.slow
+def test_three_nodes_talk_to_the_main_node_over_tcp_and_the_future_lists_each_nodes_value(
+        three_vcpus, tmp_path):
+    folder = tmp_path / "rendezvous"
+    folder.mkdir()
+    with BatchExecutor(three_vcpus) as ex:
+        future = ex.with_settings(nodes=3, timeout=120).submit(talk_over_tcp, str(folder))
+        result = future.result(timeout=120)
+        described = three_vcpus.batch.describe_jobs(jobs=[future.job_id])["jobs"][0]
+        assert "main node 0 listening" in future.log()  # the parent's log is its main node's
+    assert result == [
+        {"node": 0, "of": 3, "main": 0, "heard": [1, 2]},
+        {"node": 1, "of": 3, "main": 0, "address": "127.0.0.1", "answer": "welcome 1"},
+        {"node": 2, "of": 3, "main": 0, "address": "127.0.0.1", "answer": "welcome 2"},
+    ]
+    assert described["nodeProperties"]["numNodes"] == 3 and "arrayProperties" not in described
+    definition = three_vcpus.batch.describe_job_definitions(
+        jobDefinitions=[described["jobDefinition"]])["jobDefinitions"][0]
+    assert definition["type"] == "multinode"
+    # every node's value is there: the main node waited for the others' results before it ended
+    # the job (a node still exiting then may be stopped and show FAILED; its result is written)
+    nodes = three_vcpus.batch.list_jobs(
+        multiNodeJobId=future.job_id, filters=[{"name": "JOB_NAME", "values": ["*"]}]
+    )["jobSummaryList"]
+    assert sorted(n["nodeProperties"]["nodeIndex"] for n in nodes) == [0, 1, 2]
+
+
+@pytest.mark.slow
+def test_two_multinode_submits_are_two_jobs_and_a_raising_node_fails_only_its_future(
+        three_vcpus):
+    with BatchExecutor(three_vcpus) as ex:
+        view = ex.with_settings(nodes=3)
+        failing = view.submit(refuse_on_node(2))  # close together: never one array job
+        fine = view.submit(refuse_on_node(-1))
+        error = failing.exception(timeout=120)
+        assert fine.result(timeout=120) == [0, 1, 2]
+        with pytest.raises(ConfigurationError, match="multi-node"):
+            ex.submit(print, fine)  # its value is every node's: not a dependency (yet)
+    assert type(error) is ValueError and error.args == ("node 2 says no",)
+    assert failing.job_id != fine.job_id and ":" not in failing.job_id
+    with BatchExecutor(three_vcpus) as other:  # attach: from Batch and every node's result
+        attached = other.attach(fine.job_id)
+        assert attached.result(timeout=60) == [0, 1, 2]
+
+
+# -- the AWS path: stock boto3 against the emulator's HTTP endpoint, S3 on moto's server ---------
+def node_index():
+    import batchfutures
+
+    info = batchfutures.node()
+    return (info.index, info.count)
+
+
+@pytest.mark.slow
+def test_on_the_aws_path_image_registers_a_multinode_definition_and_submits_node_overrides(
+        tmp_path, s3_endpoint, monkeypatch):
+    import json
+    import uuid
+
+    import boto3
+    from s3server import emulator_endpoint
+
+    from batchfutures import AWSBatchEnvironment
+
+    bucket = f"bf-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", region_name="us-east-1").create_bucket(Bucket=bucket)
+    seen = []
+    original = boto3.session.Session.client
+
+    def client(self, service, *args, **kwargs):
+        made = original(self, service, *args, **kwargs)
+        if service == "batch":
+            made.meta.events.register(
+                "provide-client-params.batch.*",
+                lambda params, model, **_: seen.append((model.name, json.loads(json.dumps(params)))))
+        return made
+    monkeypatch.setattr(boto3.session.Session, "client", client)
+    with emulator_endpoint(tmp_path / "aws-emulator", max_vcpus=2):
+        env = AWSBatchEnvironment(job_queue="batchfutures", io_bucket=bucket,
+                                  image=f"example/worker:{uuid.uuid4().hex[:8]}",
+                                  region_name="us-east-1")
+        with BatchExecutor(env) as ex:
+            assert ex.with_settings(nodes=2).submit(node_index).result(timeout=120) == [
+                (0, 2), (1, 2)]
+    registered = [p for name, p in seen if name == "RegisterJobDefinition"
+                  and p.get("type") == "multinode"]
+    assert len(registered) == 1 and registered[0]["nodeProperties"]["numNodes"] == 2
+    [submitted] = [p for name, p in seen if name == "SubmitJob"]
+    assert submitted["nodeOverrides"]["numNodes"] == 2 and "containerOverrides" not in submitted
+    for name, params in seen:
+        if name in ("SubmitJob", "RegisterJobDefinition"):
+            report = ParamValidator().validate(params, MODEL.operation_model(name).input_shape)
+            assert not report.has_errors(), report.generate_report()
+
+
+@pytest.mark.slow
+def test_the_main_node_waits_for_a_slower_node_and_names_one_that_died(three_vcpus):
+    with BatchExecutor(three_vcpus, nodes=2) as ex:
+        assert ex.submit(slow_other_node()).result(timeout=120) == [0, 1]
+        died = ex.with_settings(environment={"BATCHFUTURES_NODE_WAIT": "3"}).submit(
+            slow_other_node(crash=True))
+        error = died.exception(timeout=120)
+    assert isinstance(error, RemoteError) and "node 1 of Batch job" in str(error)
