@@ -79,6 +79,17 @@ class DryRunEnvironment:
     def worker_command(self, job_url: str) -> List[str]:
         return self._env.worker_command(job_url)
 
+    def multinode_definition(self, nodes: int) -> str:
+        """The multinode definition a run would register (named by content), not registered."""
+        given = getattr(self._env, "_given_definition", None)
+        if given:
+            return given
+        from .jobdefinitions import definition_name, definition_properties
+
+        image = getattr(self._env, "image", None) or "batchfutures-local"
+        options = getattr(self._env, "definition_options", {})
+        return definition_name(definition_properties(image, nodes=nodes, **options))
+
 
 def planned_definition(env: Any) -> str:
     """The job definition a run would use, without registering or reading one."""

@@ -64,3 +64,12 @@ def test_dry_run_still_refuses_what_cannot_be_pickled(local_env):
     with BatchExecutor(local_env, dry_run=True) as ex:
         with pytest.raises(SerializationError):
             ex.submit(_double, threading.Lock())
+
+
+def test_dry_run_of_a_multinode_job(local_env):
+    with BatchExecutor(local_env, dry_run=True) as ex:
+        error = ex.with_settings(nodes=2).submit(_double, 1).exception(timeout=30)
+    assert isinstance(error, DryRunResult), repr(error)
+    (request,) = error.requests
+    _assert_valid(request)
+    assert request["nodeOverrides"]["numNodes"] == 2 and "containerOverrides" not in request
