@@ -216,6 +216,8 @@ class TrackedJob:
                        for i in range(len(self.children))]
         self._open = {i for i in range(len(self.children)) if i in followed}
         self._started: set = set()
+        # retry_on_oom > 0: an oomretry.OomRetry that may resubmit children killed for memory
+        self.retry: Optional[Any] = None
         for index, futures in enumerate(self.children):
             for future in futures:
                 future._bind(self, index)
@@ -293,7 +295,11 @@ class TrackedJob:
                 self._start(index)
         for index, data in actions.results.items():
             self._guarded(index, lambda index=index, data=data: self._settle_child(index, data))
+        decided = self._retry_failed(actions.failed, failure_for)
         for index, description in actions.failed.items():
+            if index in decided:
+                self._take_decision(index, decided[index])
+                continue
             self._guarded(index, lambda index=index, d=description: self._fail_child(
                 index, lambda: failure_for(index, d)))
         for index in actions.no_result:
@@ -364,6 +370,34 @@ class TrackedJob:
         else:
             for future, (ok, value) in zip(self.children[index], decode_result(data, count)):
                 settle(future, ok, value)
+
+    def _retry_failed(self, failed: Mapping[int, Mapping[str, Any]],
+                      failure_for: Callable[[int, Mapping[str, Any]], BaseException],
+                      ) -> Dict[int, Optional[BaseException]]:
+        """The failed children ``self.retry`` decides (retry_on_oom): None for one it resubmitted,
+        else the error to fail it with; the others fail as usual."""
+        if self.retry is None or not failed:
+            return {}
+        errors: Dict[int, BaseException] = {}
+        for index, description in failed.items():
+            if index in self._open:
+                try:
+                    errors[index] = failure_for(index, description)
+                except BaseException:  # noqa: B036 - the usual path fails it
+                    continue
+        try:
+            return dict(self.retry.decide(self, errors))
+        except BaseException as error:  # noqa: B036 - then they fail as usual
+            logger.warning("batchfutures: could not retry children of %s: %r", self.job_id, error)
+            return {}
+
+    def _take_decision(self, index: int, error: Optional[BaseException]) -> None:
+        if index not in self._open:
+            return
+        if error is None:  # resubmitted: the new job (its futures are bound to it) settles them
+            self._settled(index)
+            return
+        self._guarded(index, lambda: self._fail_child(index, lambda: error))
 
     def _fail_child(self, index: int, error_for_each: Callable[[], BaseException]) -> None:
         for future in self.children[index]:

@@ -39,6 +39,7 @@ from .settings import JobSettings
 logger = logging.getLogger("batchfutures")
 
 MAX_ARRAY_SIZE = 10_000  # Batch's arrayProperties.size limit
+_UNREAD = object()
 _JOB_NAME_BAD = re.compile(r"[^A-Za-z0-9_-]+")
 
 # `retries` means retries: Batch tries a failed attempt again when no rule matches, so a crash
@@ -138,6 +139,9 @@ class PendingJob:
     encoding: str = serialization.CALLS
     per_child: bool = False
     depends_on: List[Dict[str, str]] = field(default_factory=list)  # SubmitJob's dependsOn
+    # retry_on_oom's resubmissions (Submitter.resubmit, never paced): per child, where its items
+    # are stored and its earlier tries; the worker reads them there (header "sources")
+    retried: Optional[List[Any]] = None
 
     def _with(self, keep: List[int], depends_on: List[Dict[str, str]]) -> "PendingJob":
         return PendingJob(self.settings, self.function_pickles, [self.blobs[i] for i in keep],
@@ -197,6 +201,8 @@ class Submitter:
         self._waiting: Deque[PendingJob] = collections.deque()
         self._in_flight: List[List[List[Any]]] = []  # per paced job: its children's futures
         self.submitted_jobs: List[str] = []
+        self._placeable_mib: Any = _UNREAD  # retry_on_oom's cap, read at its first use
+        self._names: Dict[str, str] = {}  # job id -> job name, of jobs retry_on_oom may resubmit
 
     # -- pacing ----------------------------------------------------------------------------
     def submit(self, job: PendingJob) -> None:
@@ -297,6 +303,8 @@ class Submitter:
         }
         if self._initializer is not None:
             header["initializer"] = self._initializer_location()
+        if job.retried:
+            header["sources"] = [list(history.origin) for history in job.retried]
         header.update(serialization.payload_stamp())  # the worker checks its versions against these
         try:
             storage.write_inputs(job_url, header, job.blobs)
@@ -319,12 +327,40 @@ class Submitter:
                              memory_mib=memory,
                              item_counts=job.item_counts if job.per_child else None,
                              runnable_timeout=job.settings.runnable_timeout)
+        if job.settings.retry_on_oom:
+            tracked.retry = self._oom_retry(job)
+            self._names[job_id] = job.name
         with self._lock:
             self.submitted_jobs.append(job_id)
         logger.debug("submitted Batch job %s (%d children, %d items)", job_id, len(job.blobs),
                      items)
         self._track(tracked)
         return tracked
+
+    # -- retry_on_oom --------------------------------------------------------------------------
+    def _oom_retry(self, job: PendingJob) -> Any:
+        from .oomretry import OomRetry, placeable_memory_mib
+
+        if self._placeable_mib is _UNREAD:
+            self._placeable_mib = placeable_memory_mib(self._env)
+        history = dict(enumerate(job.retried)) if job.retried else {}
+        return OomRetry(job.settings, placeable_mib=self._placeable_mib, resubmit=self.resubmit,
+                        history=history)
+
+    def resubmit(self, source: TrackedJob, children: List[int], memory_mib: int,
+                 histories: List[Any], retry: Any) -> TrackedJob:
+        """Children of a submitted job again, as one new Batch job with ``memory_mib``.
+
+        Their futures are re-bound to the new job. Nothing is uploaded but a header: the worker
+        reads each child's items from the inputs object named in ``histories[i].origin``.
+        """
+        counts = [source.items_in(i) for i in children]
+        per_child = source.item_counts is not None
+        job = PendingJob(retry.with_memory(memory_mib), [], [b""] * len(children), counts,
+                         [source.children[i] for i in children], chunksize=max(counts),
+                         name=self._names.get(source.job_id, "bf-retry"), per_child=per_child,
+                         retried=list(histories))
+        return self.submit_now(job)
 
     def _definition_for(self, settings: JobSettings) -> str:
         """The job definition, with ``secrets=`` added (SubmitJob cannot carry secrets)."""

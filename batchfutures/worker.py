@@ -223,6 +223,9 @@ def run_child(job_url: str, index: int, attempt: Optional[str] = None) -> int:
     }
     try:
         header, blob = storage.read_child_inputs(job_url, index)
+        if header.get("sources"):  # a retry (retry_on_oom): the items stay in the first job's inputs
+            source_url, source_index = header["sources"][index]
+            header, blob = storage.read_child_inputs(source_url, int(source_index))
         outcomes = run_items(storage, header, blob, index)
         del blob
     except IntegrityError as refused:  # raised before any item ran
