@@ -327,7 +327,7 @@ class Submitter:
                              memory_mib=memory,
                              item_counts=job.item_counts if job.per_child else None,
                              runnable_timeout=job.settings.runnable_timeout)
-        if job.settings.retry_on_oom:
+        if job.settings.retry_on_oom and job.settings.nodes == 1:  # not multi-node jobs
             tracked.retry = self._oom_retry(job)
             self._names[job_id] = job.name
         with self._lock:
@@ -355,6 +355,9 @@ class Submitter:
         reads each child's items from the inputs object named in ``histories[i].origin``.
         """
         counts = [source.items_in(i) for i in children]
+        for index in children:  # the killed try's exit code and reason are not the retry's
+            for future in source.children[index]:
+                future._status_reason = future._exit_code = None
         per_child = source.item_counts is not None
         job = PendingJob(retry.with_memory(memory_mib), [], [b""] * len(children), counts,
                          [source.children[i] for i in children], chunksize=max(counts),

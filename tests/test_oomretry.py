@@ -2,7 +2,7 @@
 
 import pytest
 
-from batchfutures import BatchExecutor, MemoryLimitExceeded
+from batchfutures import BatchExecutor, LocalEnvironment, MemoryLimitExceeded
 from batchfutures.oomretry import Decision, Try, Verdict, decide, final_error
 
 
@@ -66,6 +66,7 @@ def test_only_the_oom_killed_child_is_resubmitted_with_doubled_memory(local_env)
     assert retried.partition(":")[0] != first_job  # resolved from a second Batch job
     assert _memory_of(local_env, retried) == 512
     assert _memory_of(local_env, futures[0].job_id) == 256
+    assert futures[2].status == "SUCCEEDED" and futures[2].exit_code != 137
     # the first try of that child was killed for its memory
     (killed,) = local_env.batch.describe_jobs(jobs=[f"{first_job}:2"])["jobs"]
     assert killed["status"] == "FAILED"
@@ -101,3 +102,31 @@ def test_an_item_too_big_for_every_try_names_each_memory_tried(local_env):
     text = str(error)
     assert "256 MiB" in text and "512 MiB" in text and "retry_on_oom=1" in text
     assert error.job_id == futures[1].job_id != f"{futures[0].job_id.partition(':')[0]}:1"
+
+
+@pytest.mark.slow
+def test_a_plain_job_is_retried_twice_reading_its_first_inputs(local_env):
+    with BatchExecutor(local_env, memory=256, retry_on_oom=2) as ex:
+        future = ex.submit(allocate, 600)  # killed at 256 and 512, runs at 1024
+        assert future.result(timeout=180) == 600
+    assert _memory_of(local_env, future.job_id) == 1024
+    assert len(ex._session.submitted_jobs) == 3
+
+
+class _SmallQueue(LocalEnvironment):
+    """A queue whose compute environments place at most 384 MiB."""
+
+    def max_memory_mib(self):
+        return 384
+
+
+@pytest.mark.slow
+def test_doubling_stops_at_what_the_queue_can_place(tmp_path):
+    env = _SmallQueue(tmp_path / "work", max_vcpus=2)
+    try:
+        with BatchExecutor(env, memory=256, retry_on_oom=3) as ex:
+            error = ex.submit(allocate, 2048).exception(timeout=180)
+        assert isinstance(error, MemoryLimitExceeded) and error.tried_mib == (256, 384)
+        assert "the queue can place at most 384 MiB" in str(error)
+    finally:
+        env.emulator.close()
