@@ -3,6 +3,7 @@
     AWS_BATCH_JOB_ARRAY_INDEX = i (absent: 0, a plain job)
       -> <job_url>/results/<i> already there?  an earlier attempt finished: keep it, exit 0
       -> read the header and child i's byte range of <job_url>/inputs, checking their MACs
+         (a retry_on_oom retry's header names, per child, the first job's inputs to read instead)
       -> the client's Python/cloudpickle differ (header stamp)?  every item: a mismatch outcome
       -> read the functions it needs and check each one's seal, all before running anything
       -> the executor's initializer(*initargs), if any, once; if it raises, every item fails
