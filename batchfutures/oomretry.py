@@ -148,7 +148,7 @@ class OomRetry:
             if not isinstance(error, MemoryLimitExceeded):
                 continue
             earlier = self.history.get(index)
-            memory = job.memory_mib or error.memory_mib
+            memory = error.memory_mib or job.memory_mib  # Batch's own account first
             if memory is None:  # nothing to double
                 continue
             tries = (earlier.tries if earlier else ()) + (Try(int(memory), job.child_id(index)),)

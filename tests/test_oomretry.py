@@ -3,7 +3,11 @@
 import pytest
 
 from batchfutures import BatchExecutor, LocalEnvironment, MemoryLimitExceeded
-from batchfutures.oomretry import Decision, Try, Verdict, decide, final_error
+from batchfutures.errors import BatchError, ConfigurationError, JobFailedError, classify_failure
+from batchfutures.futures import BatchFuture
+from batchfutures.jobs import Actions, TrackedJob
+from batchfutures.oomretry import ChildHistory, Decision, OomRetry, Try, Verdict, decide, final_error
+from batchfutures.settings import JobSettings
 
 
 @pytest.mark.parametrize("tried, retry_on_oom, placeable, expected", [
@@ -41,6 +45,68 @@ def test_final_error_says_what_was_tried():
     assert error.tried_mib == (256, 512)
     assert (error.memory_mib, error.job_id, error.exit_code, error.log_tail) == (512, "B", 137, "tail")
     assert error.status_reason == "OutOfMemoryError: x"
+
+
+# -- the hook in TrackedJob.apply, with a real TrackedJob and real futures ---------------------
+_OOM = {"status": "FAILED", "statusReason": "Essential container in task exited",
+        "attempts": [{"container": {"exitCode": 137,
+                                    "reason": "OutOfMemoryError: Container killed due to memory usage"}}]}
+_CRASH = {"status": "FAILED", "statusReason": "Essential container in task exited",
+          "attempts": [{"container": {"exitCode": 3}}]}
+
+
+def _apply_failures(job, failed):
+    job.apply(Actions(failed=failed, changed=True),
+              failure_for=lambda index, d: classify_failure(d, job_id=job.child_id(index),
+                                                            memory_mib=job.memory_mib),
+              no_result_error=BatchError, expired_error=BatchError,
+              unplaceable_error=lambda index, reason: BatchError(reason))
+
+
+def _job_with(resubmit, retry_on_oom=2):
+    futures = [[BatchFuture()], [BatchFuture(), BatchFuture()], [BatchFuture()]]
+    job = TrackedJob("J", "file:///store/runs/r/jobs/k", futures, array=True, memory_mib=256)
+    job.retry = OomRetry(JobSettings(memory=256, retry_on_oom=retry_on_oom), placeable_mib=None,
+                         resubmit=resubmit)
+    return job, futures
+
+
+def test_an_oom_killed_child_is_handed_on_and_a_crashed_one_fails():
+    calls = []
+    job, futures = _job_with(lambda *args: calls.append(args))
+    _apply_failures(job, {1: dict(_OOM, jobId="J:1"), 2: dict(_CRASH, jobId="J:2")})
+    ((source, children, memory, histories, _retry),) = calls
+    assert (source, children, memory) == (job, [1], 512)
+    assert histories[0].origin == ("file:///store/runs/r/jobs/k", 1)
+    assert histories[0].tries == (Try(256, "J:1"),)
+    assert not any(f.done() for f in futures[1])  # resolved by the retry, not here
+    assert job.unresolved == frozenset({0})  # no longer this job's to settle
+    error = futures[2][0].exception(timeout=0)
+    assert type(error) is JobFailedError and error.exit_code == 3
+
+
+def test_a_retry_that_cannot_be_submitted_fails_with_what_was_tried():
+    def refuse(*args):
+        raise ConfigurationError("Batch rejected the job: memory too large")
+
+    job, futures = _job_with(refuse)
+    _apply_failures(job, {1: dict(_OOM, jobId="J:1")})
+    for future in futures[1]:
+        error = future.exception(timeout=0)
+        assert isinstance(error, MemoryLimitExceeded) and error.tried_mib == (256,)
+        assert "the retry with 512 MiB could not be submitted" in str(error)
+        assert "memory too large" in str(error)
+    assert not futures[0][0].done()
+
+
+def test_a_retry_child_with_no_try_left_fails_naming_every_try():
+    job, futures = _job_with(lambda *args: None, retry_on_oom=1)
+    job.retry.history[0] = ChildHistory(("file:///store/runs/r/jobs/first", 4), (Try(128, "F:4"),))
+    job.memory_mib = 256
+    _apply_failures(job, {0: dict(_OOM, jobId="J:0")})
+    error = futures[0][0].exception(timeout=0)
+    assert error.tried_mib == (128, 256)
+    assert "128 MiB (Batch job F:4), 256 MiB (Batch job J:0)" in str(error)
 
 
 # -- on the emulator: memory is enforced (cgroups, else RLIMIT_DATA) -----------------------------
