@@ -293,13 +293,10 @@ class TrackedJob:
         for index in actions.started:
             if index in self._open:
                 self._start(index)
+        self._retry_failed(actions.failed, failure_for)  # those it decides are settled below
         for index, data in actions.results.items():
             self._guarded(index, lambda index=index, data=data: self._settle_child(index, data))
-        decided = self._retry_failed(actions.failed, failure_for)
         for index, description in actions.failed.items():
-            if index in decided:
-                self._take_decision(index, decided[index])
-                continue
             self._guarded(index, lambda index=index, d=description: self._fail_child(
                 index, lambda: failure_for(index, d)))
         for index in actions.no_result:
@@ -372,12 +369,12 @@ class TrackedJob:
                 settle(future, ok, value)
 
     def _retry_failed(self, failed: Mapping[int, Mapping[str, Any]],
-                      failure_for: Callable[[int, Mapping[str, Any]], BaseException],
-                      ) -> Dict[int, Optional[BaseException]]:
-        """The failed children ``self.retry`` decides (retry_on_oom): None for one it resubmitted,
-        else the error to fail it with; the others fail as usual."""
+                      failure_for: Callable[[int, Mapping[str, Any]], BaseException]) -> None:
+        """Let ``self.retry`` (retry_on_oom) decide failed children first: one it resubmitted
+        leaves this job with its futures open, one it gave up on fails with its error; both are
+        then settled here, so apply's usual failure path passes them by."""
         if self.retry is None or not failed:
-            return {}
+            return
         errors: Dict[int, BaseException] = {}
         for index, description in failed.items():
             if index in self._open:
@@ -386,18 +383,17 @@ class TrackedJob:
                 except BaseException:  # noqa: B036 - the usual path fails it
                     continue
         try:
-            return dict(self.retry.decide(self, errors))
+            decided = dict(self.retry.decide(self, errors))
         except BaseException as error:  # noqa: B036 - then they fail as usual
             logger.warning("batchfutures: could not retry children of %s: %r", self.job_id, error)
-            return {}
-
-    def _take_decision(self, index: int, error: Optional[BaseException]) -> None:
-        if index not in self._open:
             return
-        if error is None:  # resubmitted: the new job (its futures are bound to it) settles them
-            self._settled(index)
-            return
-        self._guarded(index, lambda: self._fail_child(index, lambda: error))
+        for index, final in decided.items():
+            if index not in self._open:
+                continue
+            if final is None:  # resubmitted: the new job (its futures are bound to it) settles them
+                self._settled(index)
+            else:
+                self._guarded(index, lambda index=index, e=final: self._fail_child(index, lambda: e))
 
     def _fail_child(self, index: int, error_for_each: Callable[[], BaseException]) -> None:
         for future in self.children[index]:

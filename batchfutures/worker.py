@@ -98,6 +98,9 @@ def run_items(storage: "Storage", header: Dict[str, Any], blob: bytes, index: in
     """Run child ``index``'s items; one encoded outcome per item. MemoryError propagates."""
     from . import serialization
 
+    if header.get("sources"):  # a retry_on_oom retry: the items stay in the first job's inputs
+        source_url, source_index = header["sources"][index]
+        header, blob = storage.read_child_inputs(source_url, int(source_index))
     mismatch = serialization.check_stamp(header)
     if mismatch is not None:  # do not even try to unpickle: it may crash or mislead
         logger.warning("child %d: %s", index, mismatch)
@@ -224,9 +227,6 @@ def run_child(job_url: str, index: int, attempt: Optional[str] = None) -> int:
     }
     try:
         header, blob = storage.read_child_inputs(job_url, index)
-        if header.get("sources"):  # a retry (retry_on_oom): the items stay in the first job's inputs
-            source_url, source_index = header["sources"][index]
-            header, blob = storage.read_child_inputs(source_url, int(source_index))
         outcomes = run_items(storage, header, blob, index)
         del blob
     except IntegrityError as refused:  # raised before any item ran
