@@ -321,6 +321,33 @@ class TrackedJob:
         for index in list(self._open):
             self._guarded(index, lambda index=index: self._fail_child(index, error_for_each))
 
+    def _retry_failed(self, failed: Mapping[int, Mapping[str, Any]],
+                      failure_for: Callable[[int, Mapping[str, Any]], BaseException]) -> None:
+        """Let ``self.retry`` (retry_on_oom) decide failed children first: one it resubmitted
+        leaves this job with its futures open, one it gave up on fails with its error; both are
+        then settled here, so apply's usual failure path passes them by."""
+        if self.retry is None or not failed:
+            return
+        errors: Dict[int, BaseException] = {}
+        for index, description in failed.items():
+            if index in self._open:
+                try:
+                    errors[index] = failure_for(index, description)
+                except BaseException:  # noqa: B036 - the usual path fails it
+                    continue
+        try:
+            decided = dict(self.retry.decide(self, errors))
+        except BaseException as error:  # noqa: B036 - then they fail as usual
+            logger.warning("batchfutures: could not retry children of %s: %r", self.job_id, error)
+            return
+        for index, final in decided.items():
+            if index not in self._open:
+                continue
+            if final is None:  # resubmitted: the new job (its futures are bound to it) settles them
+                self._settled(index)
+            else:
+                self._guarded(index, lambda index=index, e=final: self._fail_child(index, lambda: e))
+
     # -- internals -----------------------------------------------------------------------------
     def _show(self, index: int, shown: Shown) -> None:
         status = shown.status.value if shown.status is not None else None
@@ -367,33 +394,6 @@ class TrackedJob:
         else:
             for future, (ok, value) in zip(self.children[index], decode_result(data, count)):
                 settle(future, ok, value)
-
-    def _retry_failed(self, failed: Mapping[int, Mapping[str, Any]],
-                      failure_for: Callable[[int, Mapping[str, Any]], BaseException]) -> None:
-        """Let ``self.retry`` (retry_on_oom) decide failed children first: one it resubmitted
-        leaves this job with its futures open, one it gave up on fails with its error; both are
-        then settled here, so apply's usual failure path passes them by."""
-        if self.retry is None or not failed:
-            return
-        errors: Dict[int, BaseException] = {}
-        for index, description in failed.items():
-            if index in self._open:
-                try:
-                    errors[index] = failure_for(index, description)
-                except BaseException:  # noqa: B036 - the usual path fails it
-                    continue
-        try:
-            decided = dict(self.retry.decide(self, errors))
-        except BaseException as error:  # noqa: B036 - then they fail as usual
-            logger.warning("batchfutures: could not retry children of %s: %r", self.job_id, error)
-            return
-        for index, final in decided.items():
-            if index not in self._open:
-                continue
-            if final is None:  # resubmitted: the new job (its futures are bound to it) settles them
-                self._settled(index)
-            else:
-                self._guarded(index, lambda index=index, e=final: self._fail_child(index, lambda: e))
 
     def _fail_child(self, index: int, error_for_each: Callable[[], BaseException]) -> None:
         for future in self.children[index]:
