@@ -128,8 +128,10 @@ class OomRetry:
     """
 
     def __init__(self, settings: JobSettings, *, placeable_mib: Optional[int], resubmit: Resubmit,
-                 history: Optional[Mapping[int, ChildHistory]] = None) -> None:
+                 history: Optional[Mapping[int, ChildHistory]] = None,
+                 name: str = "bf-retry") -> None:
         self.settings = settings
+        self.name = name  # the Batch job name, kept by the retries
         self.placeable_mib = placeable_mib
         self._resubmit = resubmit
         self.history = dict(history or {})

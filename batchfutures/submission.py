@@ -202,7 +202,6 @@ class Submitter:
         self._in_flight: List[List[List[Any]]] = []  # per paced job: its children's futures
         self.submitted_jobs: List[str] = []
         self._placeable_mib: Any = _UNREAD  # retry_on_oom's cap, read at its first use
-        self._names: Dict[str, str] = {}  # job id -> job name, of jobs retry_on_oom may resubmit
 
     # -- pacing ----------------------------------------------------------------------------
     def submit(self, job: PendingJob) -> None:
@@ -329,7 +328,6 @@ class Submitter:
                              runnable_timeout=job.settings.runnable_timeout)
         if job.settings.retry_on_oom and job.settings.nodes == 1:  # not multi-node jobs
             tracked.retry = self._oom_retry(job)
-            self._names[job_id] = job.name
         with self._lock:
             self.submitted_jobs.append(job_id)
         logger.debug("submitted Batch job %s (%d children, %d items)", job_id, len(job.blobs),
@@ -345,7 +343,7 @@ class Submitter:
             self._placeable_mib = placeable_memory_mib(self._env)
         history = dict(enumerate(job.retried)) if job.retried else {}
         return OomRetry(job.settings, placeable_mib=self._placeable_mib, resubmit=self.resubmit,
-                        history=history)
+                        history=history, name=job.name)
 
     def resubmit(self, source: TrackedJob, children: List[int], memory_mib: int,
                  histories: List[Any], retry: Any) -> TrackedJob:
@@ -361,7 +359,7 @@ class Submitter:
         per_child = source.item_counts is not None
         job = PendingJob(retry.with_memory(memory_mib), [], [b""] * len(children), counts,
                          [source.children[i] for i in children], chunksize=max(counts),
-                         name=self._names.get(source.job_id, "bf-retry"), per_child=per_child,
+                         name=retry.name, per_child=per_child,
                          retried=list(histories))
         return self.submit_now(job)
 
