@@ -221,6 +221,8 @@ class TrackedJob:
                        for i in range(len(self.children))]
         self._open = {i for i in range(len(self.children)) if i in followed}
         self._started: set = set()
+        # retry_on_oom > 0: an oomretry.OomRetry that may resubmit children killed for memory
+        self.retry: Optional[Any] = None
         for index, futures in enumerate(self.children):
             for future in futures:
                 future._bind(self, index)
@@ -297,6 +299,7 @@ class TrackedJob:
         for index in actions.started:
             if index in self._open:
                 self._start(index)
+        self._retry_failed(actions.failed, failure_for)  # those it decides are settled below
         for index, data in actions.results.items():
             self._guarded(index, lambda index=index, data=data: self._settle_child(index, data))
         for index, node_data in actions.node_results.items():
@@ -325,6 +328,33 @@ class TrackedJob:
         """Fail every open child (the poller is going away and nothing else will settle them)."""
         for index in list(self._open):
             self._guarded(index, lambda index=index: self._fail_child(index, error_for_each))
+
+    def _retry_failed(self, failed: Mapping[int, Mapping[str, Any]],
+                      failure_for: Callable[[int, Mapping[str, Any]], BaseException]) -> None:
+        """Let ``self.retry`` (retry_on_oom) decide failed children first: one it resubmitted
+        leaves this job with its futures open, one it gave up on fails with its error; both are
+        then settled here, so apply's usual failure path passes them by."""
+        if self.retry is None or not failed:
+            return
+        errors: Dict[int, BaseException] = {}
+        for index, description in failed.items():
+            if index in self._open:
+                try:
+                    errors[index] = failure_for(index, description)
+                except BaseException:  # noqa: B036 - the usual path fails it
+                    continue
+        try:
+            decided = dict(self.retry.decide(self, errors))
+        except BaseException as error:  # noqa: B036 - then they fail as usual
+            logger.warning("batchfutures: could not retry children of %s: %r", self.job_id, error)
+            return
+        for index, final in decided.items():
+            if index not in self._open:
+                continue
+            if final is None:  # resubmitted: the new job (its futures are bound to it) settles them
+                self._settled(index)
+            else:
+                self._guarded(index, lambda index=index, e=final: self._fail_child(index, lambda: e))
 
     # -- internals -----------------------------------------------------------------------------
     def _show(self, index: int, shown: Shown) -> None:

@@ -39,6 +39,7 @@ from .settings import JobSettings
 logger = logging.getLogger("batchfutures")
 
 MAX_ARRAY_SIZE = 10_000  # Batch's arrayProperties.size limit
+_UNREAD = object()
 _JOB_NAME_BAD = re.compile(r"[^A-Za-z0-9_-]+")
 
 # `retries` means retries: Batch tries a failed attempt again when no rule matches, so a crash
@@ -149,6 +150,9 @@ class PendingJob:
     encoding: str = serialization.CALLS
     per_child: bool = False
     depends_on: List[Dict[str, str]] = field(default_factory=list)  # SubmitJob's dependsOn
+    # retry_on_oom's resubmissions (Submitter.resubmit, never paced): per child, where its items
+    # are stored and its earlier tries; the worker reads them there (header "sources")
+    retried: Optional[List[Any]] = None
 
     def _with(self, keep: List[int], depends_on: List[Dict[str, str]]) -> "PendingJob":
         return PendingJob(self.settings, self.function_pickles, [self.blobs[i] for i in keep],
@@ -208,6 +212,7 @@ class Submitter:
         self._waiting: Deque[PendingJob] = collections.deque()
         self._in_flight: List[List[List[Any]]] = []  # per paced job: its children's futures
         self.submitted_jobs: List[str] = []
+        self._placeable_mib: Any = _UNREAD  # retry_on_oom's cap, read at its first use
 
     # -- pacing ----------------------------------------------------------------------------
     def submit(self, job: PendingJob) -> None:
@@ -313,6 +318,8 @@ class Submitter:
             header["nodes"] = job.settings.nodes
         if self._initializer is not None:
             header["initializer"] = self._initializer_location()
+        if job.retried:
+            header["sources"] = [list(history.origin) for history in job.retried]
         header.update(serialization.payload_stamp())  # the worker checks its versions against these
         try:
             storage.write_inputs(job_url, header, job.blobs)
@@ -335,12 +342,42 @@ class Submitter:
                              memory_mib=memory, nodes=job.settings.nodes,
                              item_counts=job.item_counts if job.per_child else None,
                              runnable_timeout=job.settings.runnable_timeout)
+        if job.settings.retry_on_oom and job.settings.nodes == 1:  # not multi-node jobs
+            tracked.retry = self._oom_retry(job)
         with self._lock:
             self.submitted_jobs.append(job_id)
         logger.debug("submitted Batch job %s (%d children, %d items)", job_id, len(job.blobs),
                      items)
         self._track(tracked)
         return tracked
+
+    # -- retry_on_oom --------------------------------------------------------------------------
+    def _oom_retry(self, job: PendingJob) -> Any:
+        from .oomretry import OomRetry, placeable_memory_mib
+
+        if self._placeable_mib is _UNREAD:
+            self._placeable_mib = placeable_memory_mib(self._env)
+        history = dict(enumerate(job.retried)) if job.retried else {}
+        return OomRetry(job.settings, placeable_mib=self._placeable_mib, resubmit=self.resubmit,
+                        history=history, name=job.name)
+
+    def resubmit(self, source: TrackedJob, children: List[int], memory_mib: int,
+                 histories: List[Any], retry: Any) -> TrackedJob:
+        """Children of a submitted job again, as one new Batch job with ``memory_mib``.
+
+        Their futures are re-bound to the new job. Nothing is uploaded but a header: the worker
+        reads each child's items from the inputs object named in ``histories[i].origin``.
+        """
+        counts = [source.items_in(i) for i in children]
+        for index in children:  # the killed try's exit code and reason are not the retry's
+            for future in source.children[index]:
+                future._status_reason = future._exit_code = None
+        per_child = source.item_counts is not None
+        job = PendingJob(retry.with_memory(memory_mib), [], [b""] * len(children), counts,
+                         [source.children[i] for i in children], chunksize=max(counts),
+                         name=retry.name, per_child=per_child,
+                         retried=list(histories))
+        return self.submit_now(job)
 
     def _definition_for(self, settings: JobSettings) -> str:
         """The job definition, with ``secrets=`` added (SubmitJob cannot carry secrets)."""

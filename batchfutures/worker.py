@@ -5,6 +5,7 @@
      writes results/<i>; the main node then waits for every node's result before it exits)
       -> <job_url>/results/<i> already there?  an earlier attempt finished: keep it, exit 0
       -> read the header and child i's byte range of <job_url>/inputs, checking their MACs
+         (a retry_on_oom retry's header names, per child, the first job's inputs to read instead)
       -> the client's Python/cloudpickle differ (header stamp)?  every item: a mismatch outcome
       -> read the functions it needs and check each one's seal, all before running anything
       -> the executor's initializer(*initargs), if any, once; if it raises, every item fails
@@ -104,6 +105,9 @@ def run_items(storage: "Storage", header: Dict[str, Any], blob: bytes, index: in
     """Run child ``index``'s items; one encoded outcome per item. MemoryError propagates."""
     from . import serialization
 
+    if header.get("sources"):  # a retry_on_oom retry: the items stay in the first job's inputs
+        source_url, source_index = header["sources"][index]
+        header, blob = storage.read_child_inputs(source_url, int(source_index))
     mismatch = serialization.check_stamp(header)
     if mismatch is not None:  # do not even try to unpickle: it may crash or mislead
         logger.warning("child %d: %s", index, mismatch)
