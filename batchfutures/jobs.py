@@ -24,39 +24,9 @@ from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Opti
 from . import serialization, signing
 from .errors import BatchError, IntegrityError, RemoteError
 from .futures import BatchFuture
+from .statuses import JobStatus
 
 logger = logging.getLogger("batchfutures")
-
-
-class JobStatus(str, enum.Enum):
-    """A Batch job status (botocore's `JobStatus`); equal to its string."""
-
-    SUBMITTED = "SUBMITTED"
-    PENDING = "PENDING"
-    RUNNABLE = "RUNNABLE"
-    STARTING = "STARTING"
-    RUNNING = "RUNNING"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-
-    @classmethod
-    def of(cls, value: Any) -> "Optional[JobStatus]":
-        """The status Batch gave, or None for a missing or unknown one (a newer API's)."""
-        try:
-            return cls(value)
-        except ValueError:
-            return None
-
-    @property
-    def active(self) -> bool:
-        return self in (JobStatus.STARTING, JobStatus.RUNNING)
-
-    @property
-    def finished(self) -> bool:
-        return self in (JobStatus.SUCCEEDED, JobStatus.FAILED)
-
-    def __str__(self) -> str:
-        return self.value
 
 
 ACTIVE = (JobStatus.STARTING, JobStatus.RUNNING)

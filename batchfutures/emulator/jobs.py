@@ -17,22 +17,8 @@ from __future__ import annotations
 import enum
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
 
+from ..statuses import JobStatus
 from .model import job_arn, queue_arn
-
-
-class JobStatus(str, enum.Enum):
-    """Batch's job statuses, in lifecycle order (equal to, and shown as, their names)."""
-
-    SUBMITTED = "SUBMITTED"
-    PENDING = "PENDING"
-    RUNNABLE = "RUNNABLE"
-    STARTING = "STARTING"
-    RUNNING = "RUNNING"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-
-    __str__ = str.__str__
-    __format__ = str.__format__
 
 
 class DependencyKind(enum.Enum):
