@@ -196,15 +196,27 @@ def test_a_memory_error_in_a_sub_process_ends_the_child_with_137(local):
         pool.run_items(local, header, items, 0, processes=2)
 
 
+def record_pid_then_sleep(path: str, seconds: float) -> None:
+    with open(path, "w") as handle:
+        handle.write(str(os.getpid()))
+    time.sleep(seconds)
+    with open(path + ".done", "w") as handle:  # reached only if nobody stopped it
+        handle.write("done")
+
+
 @needs_fork
-def test_a_sub_process_that_exits_ends_the_child_with_its_status(local):
-    header, items = prepare(local, [(pid_after, (5.0, 0), {}), (os._exit, (3,), {})])
-    started = time.monotonic()
+def test_a_sub_process_that_exits_ends_the_child_with_its_status(local, tmp_path):
+    pid_file = tmp_path / "sleeper.pid"
+    header, items = prepare(local, [(record_pid_then_sleep, (str(pid_file), 20.0), {}),
+                                    (os._exit, (3,), {})])
     with pytest.raises(pool.SubProcessEnded) as ended:
         pool.run_pool(items, header, 0, pool._Prefetched(local, header["functions"]), 2)
     assert ended.value.exit_status == 3
-    # the other sub-process was killed, not waited for: its item sleeps 5 s
-    assert time.monotonic() - started < 4.5
+    # the other sub-process was killed, not waited for (its item would sleep 20 s)
+    assert not (tmp_path / "sleeper.pid.done").exists()
+    if pid_file.exists():
+        with pytest.raises(ProcessLookupError):
+            os.kill(int(pid_file.read_text()), 0)
 
 
 # -- the worker command, with BATCHFUTURES_VCPUS set -------------------------------------------
