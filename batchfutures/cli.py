@@ -634,24 +634,22 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number")
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text} must be more than 0")
-    return value
+def _float_at_least(minimum: float, *, inclusive: bool, wording: str) -> Callable[[str], float]:
+    """An argparse type: a number, more than (or with ``inclusive`` at least) ``minimum``."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number")
+        if not (value >= minimum if inclusive else value > minimum):
+            raise argparse.ArgumentTypeError(f"{text} must be {wording}")
+        return value
+
+    return parse
 
 
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number")
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"{text} must be 0 or more")
-    return value
+_positive_float = _float_at_least(0, inclusive=False, wording="more than 0")
+_non_negative_float = _float_at_least(0, inclusive=True, wording="0 or more")
 
 
 def _output_format(text: str) -> OutputFormat:

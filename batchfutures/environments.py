@@ -39,6 +39,7 @@ from .awsclients import (
 from .errors import BatchError, ConfigurationError
 from .settings import JobSettings
 from .storage import Storage
+from .workdir import default_workdir
 
 __all__ = ["Environment", "LocalEnvironment", "AWSBatchEnvironment", "resolve_environment",
            "default_workdir"]
@@ -54,15 +55,6 @@ ENV_VARS = {
     "io_prefix": "BATCHFUTURES_IO_PREFIX",
     "image": "BATCHFUTURES_IMAGE",
 }
-
-
-def default_workdir() -> Path:
-    """A per-user cache folder: $BATCHFUTURES_WORKDIR, else $XDG_CACHE_HOME/batchfutures."""
-    explicit = os.environ.get("BATCHFUTURES_WORKDIR")
-    if explicit:
-        return Path(explicit).expanduser()
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(cache) / "batchfutures"
 
 
 class Environment:

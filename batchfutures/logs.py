@@ -90,27 +90,17 @@ def read_all(logs_client: Any, group: str, stream: str, *,
     # The emulator stamps events with its file's time in milliseconds: a second of margin
     # keeps lines written in the same instant as this call.
     end = end_time_ms if end_time_ms is not None else int(time.time() * 1000) + 1000
-    found: List[str] = []
-    token: Optional[str] = None
-    for _ in range(MAX_PAGES):
-        params: Dict[str, Any] = {"startFromHead": True, "endTime": end}
-        if token:
-            params["nextToken"] = token
-        page = _page(logs_client, group, stream, **params)
-        found.extend(_messages(page))
-        forward = page.get("nextForwardToken")
-        if not forward or forward == token:
-            break
-        token = forward
-    return found
+    return _drain(logs_client, group, stream, None, end_time_ms=end)[0]
 
 
-def _drain(logs_client: Any, group: str, stream: str,
-           token: Optional[str]) -> Tuple[List[str], Optional[str]]:
-    """What was written after ``token``, and the token to go on from."""
+def _drain(logs_client: Any, group: str, stream: str, token: Optional[str], *,
+           end_time_ms: Optional[int] = None) -> Tuple[List[str], Optional[str]]:
+    """What was written after ``token`` (up to ``end_time_ms``), and the token to go on from."""
     found: List[str] = []
     for _ in range(MAX_PAGES):
         params: Dict[str, Any] = {"startFromHead": True}
+        if end_time_ms is not None:
+            params["endTime"] = end_time_ms
         if token:
             params["nextToken"] = token
         page = _page(logs_client, group, stream, **params)

@@ -71,6 +71,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Union
 
 from .errors import ConfigurationError, IntegrityError
+from .workdir import default_workdir
 
 __all__ = [
     "Signer", "mac", "check", "seal", "unseal", "read_key_file", "default_signer", "job_signer",
@@ -295,15 +296,6 @@ def _worker_secretsmanager(secret_arn: str) -> Any:
     return boto3.client("secretsmanager", region_name=region)
 
 
-def _default_workdir() -> Path:
-    # the folder of environments.default_workdir (not imported: it pulls botocore into the worker)
-    explicit = os.environ.get("BATCHFUTURES_WORKDIR")
-    if explicit:
-        return Path(explicit).expanduser()
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(cache) / "batchfutures"
-
-
 # -- which key, on each side --------------------------------------------------------------------
 def default_signer(*, create: bool = True) -> Signer:
     """The key this process would use with no environment to say otherwise (a bare Storage).
@@ -316,7 +308,7 @@ def default_signer(*, create: bool = True) -> Signer:
         return Signer.from_source(source)
     if os.environ.get(KEY_VARIABLE):
         return Signer.from_environment()
-    return Signer.from_key_file(_default_workdir().resolve() / KEY_FILE_NAME, create=create)
+    return Signer.from_key_file(default_workdir().resolve() / KEY_FILE_NAME, create=create)
 
 
 def job_signer() -> Signer:
