@@ -228,6 +228,21 @@ class Poller:
                              PollerStoppedError(message, job_id=job_id))
             except BaseException:  # noqa: B036 - the next job's futures still fail
                 pass
+        self._restart_for_unsent()
+
+    def _restart_for_unsent(self) -> None:
+        """After a crash, work tracked since, requests and buffered calls get a new thread.
+
+        Calls still in the coalescing buffer were never sent: failing them would be wrong, and
+        leaving them would strand their futures (only this thread flushes the buffer).
+        """
+        try:
+            with self._lock:
+                leftover = bool(self._jobs or self._requests)
+            if leftover or self._owner_call("has_pending", False):
+                self.start()
+        except BaseException:  # noqa: B036 - a later submit or result() starts one anyway
+            pass
 
     def _batch(self) -> Any:
         getter = self._batch_getter()
