@@ -345,6 +345,9 @@ class TrackedJob:
     def _settled(self, index: int) -> None:
         self.states[index] = ChildState.SETTLED
         self._open.discard(index)
+        # nothing polls this child again: let its futures (and their results) go with the
+        # caller, not with a job that may run for hours more
+        self.children[index] = []
 
     def _guarded(self, index: int, settle_it: Callable[[], None]) -> None:
         if index not in self._open:

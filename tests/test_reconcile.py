@@ -656,6 +656,28 @@ def test_reconcile_asks_for_listings_first_and_commits_only_at_the_end():
     assert rig.job.unresolved == {0, 1, 2}  # reconcile changed nothing itself
 
 
+def test_a_settled_child_lets_go_of_its_futures_while_the_job_runs_on():
+    import gc
+    import weakref
+
+    world = World(3)
+    rig = Rig(world)
+    world.child(2, "RUNNING")
+    world.succeed(0)
+    assert rig.poll()
+    first = rig.futures[0][0]
+    assert first.result() == 0 and not rig.job.done
+    ref = weakref.ref(first)
+    del first
+    rig.futures[0] = []  # the caller drops it (the job got the same inner list)
+    gc.collect()
+    assert ref() is None  # the running job keeps neither the future nor its result
+    world.succeed(1, 2)
+    world.finish()
+    assert rig.poll()
+    assert [rig.future(i).result() for i in (1, 2)] == [10, 20] and rig.job.done
+
+
 def test_the_poller_holds_its_owner_weakly():
     import gc
     import weakref
