@@ -32,7 +32,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional
 
 from botocore.exceptions import (
     ClientError,
@@ -258,12 +258,14 @@ def describe_jobs(client: Any, job_ids: List[str], *,
     return found
 
 
-def list_children(client: Any, array_job_id: str, status: str, *,
+def list_children(client: Any, job_id: str, status: str, *, multinode: bool = False,
                   budget: RetryBudget = DEFAULT_BUDGET) -> Iterator[Dict[str, Any]]:
-    """Every child of an array job in one status, following nextToken."""
+    """Every child of an array job (or node of a multi-node job) in one status, following
+    nextToken."""
     token = None
+    scope = "multiNodeJobId" if multinode else "arrayJobId"
     while True:
-        request: Dict[str, Any] = {"arrayJobId": array_job_id, "jobStatus": status, "maxResults": 1000}
+        request: Dict[str, Any] = {scope: job_id, "jobStatus": status, "maxResults": 1000}
         if token:
             request["nextToken"] = token
         response = call(client.list_jobs, budget=budget, **request)
@@ -271,6 +273,20 @@ def list_children(client: Any, array_job_id: str, status: str, *,
         token = response.get("nextToken")
         if not token:
             return
+
+
+def node_id(job_id: str, index: int) -> str:
+    """Batch's id of node ``index`` of a multi-node parallel job."""
+    return f"{job_id}#{index}"
+
+
+def node_index(summary: Mapping[str, Any]) -> Optional[int]:
+    """The node index of a node's JobSummary or JobDetail (nodeProperties, else its "#k" id)."""
+    properties = summary.get("nodeProperties") or summary.get("nodeDetails") or {}
+    if isinstance(properties.get("nodeIndex"), int):
+        return properties["nodeIndex"]
+    _, mark, tail = str(summary.get("jobId", "")).rpartition("#")
+    return int(tail) if mark and tail.isdigit() else None
 
 
 def read_log(logs_client: Any, group: str, stream: str, *, limit_events: int = 0) -> List[str]:

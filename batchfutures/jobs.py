@@ -113,12 +113,13 @@ class Actions:
     unplaceable: Dict[int, str] = field(default_factory=dict)  # child -> Batch's reason
     requested: str = ""                          # what the unplaceable job asked for
     cancel: Tuple[Tuple[str, str], ...] = ()     # (job id, reason) CancelJob calls to send
+    terminate: Tuple[Tuple[str, str], ...] = ()  # (job id, reason) TerminateJob calls to send
     # the committed facts the next step starts from
     status: Optional[JobStatus] = None
     summary: Optional[Mapping[str, int]] = None
     stuck_since: Optional[float] = None
     stuck_reason: Optional[str] = None
-    runnable_checked_at: Optional[float] = None
+    checked_at: Optional[float] = None  # last periodic check (RUNNABLE children, failed nodes)
     changed: bool = False
 
     @property
@@ -142,10 +143,10 @@ class JobView:
     now: float
     grace: float = 60.0
     runnable_timeout: Optional[float] = None
-    runnable_check_interval: float = 30.0
+    check_interval: float = 30.0
     stuck_since: Optional[float] = None
     stuck_reason: Optional[str] = None
-    runnable_checked_at: Optional[float] = None
+    checked_at: Optional[float] = None
     nodes: int = 1                  # > 1: a multi-node parallel job (one child, N results)
 
     def child_id(self, index: int) -> str:
@@ -185,7 +186,7 @@ class TrackedJob:
         self.summary: Mapping[str, int] = {}
         self.stuck_since: Optional[float] = None
         self.stuck_reason: Optional[str] = None
-        self.runnable_checked_at: Optional[float] = None
+        self.checked_at: Optional[float] = None
         followed = set(range(len(self.children))) if follow is None else set(follow)
         self.states = [ChildState.QUEUED if i in followed else ChildState.SETTLED
                        for i in range(len(self.children))]
@@ -232,14 +233,14 @@ class TrackedJob:
 
     # -- the poller thread's side ------------------------------------------------------------
     def view(self, now: float, *, grace: float = 60.0,
-             runnable_check_interval: float = 30.0) -> JobView:
+             check_interval: float = 30.0) -> JobView:
         return JobView(
             job_id=self.job_id, array=self.array, size=self.size, open=frozenset(self._open),
             started=frozenset(self._started & self._open), status=self.status,
             summary=dict(self.summary), submitted_at=self.submitted_at, now=now, grace=grace,
             runnable_timeout=self.runnable_timeout,
-            runnable_check_interval=runnable_check_interval, stuck_since=self.stuck_since,
-            stuck_reason=self.stuck_reason, runnable_checked_at=self.runnable_checked_at,
+            check_interval=check_interval, stuck_since=self.stuck_since,
+            stuck_reason=self.stuck_reason, checked_at=self.checked_at,
             nodes=self.nodes)
 
     def drop_settled(self) -> None:
@@ -291,8 +292,8 @@ class TrackedJob:
         if actions.summary is not None:
             self.summary = dict(actions.summary)
         self.stuck_since, self.stuck_reason = actions.stuck_since, actions.stuck_reason
-        if actions.runnable_checked_at is not None:
-            self.runnable_checked_at = actions.runnable_checked_at
+        if actions.checked_at is not None:
+            self.checked_at = actions.checked_at
 
     def fail_all(self, error_for_each: Callable[[], BaseException]) -> None:
         """Fail every open child (the poller is going away and nothing else will settle them)."""

@@ -48,13 +48,16 @@ from .errors import (
 from .futures import BatchFuture
 from .jobs import Actions, TrackedJob, settle
 from .reconcile import Needs, Reads, reconcile
+from .statuses import JobStatus
 
 logger = logging.getLogger("batchfutures")
 
 # Failed children whose log tail is fetched for the error message, per poll (the rest go without).
 LOG_TAILS_PER_POLL = 20
 LOG_TAIL_LINES = 20
-RUNNABLE_CHECK_INTERVAL = 30.0  # seconds between ListJobs(RUNNABLE) of a job none of whose children runs
+# seconds between the periodic ListJobs of a job: RUNNABLE children of an array none of whose
+# children runs (for their reasons), FAILED nodes of a running multi-node job
+CHECK_INTERVAL = 30.0
 MAX_STEPS = 12  # reads rounds per job per poll; reconcile asks for each read once, so never reached
 # What AWS documents (User Guide, "Job states"): SUCCEEDED and FAILED jobs are kept at least 7 days.
 BATCH_RETENTION = ("AWS Batch keeps a finished job's state for at least 7 days, the local "
@@ -67,7 +70,7 @@ class Poller:
     def __init__(self, owner: Any, *, batch: Callable[[], Any], storage: Any,
                  log_tail: Optional[Callable[[Mapping[str, Any]], Optional[str]]] = None,
                  min_interval: float, max_interval: float, grace: float,
-                 runnable_check_interval: float = RUNNABLE_CHECK_INTERVAL) -> None:
+                 check_interval: float = CHECK_INTERVAL) -> None:
         """``owner`` may offer ``flush_due()``, ``next_flush_delay()`` and ``has_pending()``
         (its coalescing buffers); it is held by weak reference, and the thread ends once the
         owner is gone and nothing is outstanding."""
@@ -80,7 +83,7 @@ class Poller:
         self._min_interval = min_interval
         self._max_interval = max_interval
         self._grace = grace
-        self.runnable_check_interval = runnable_check_interval
+        self.check_interval = check_interval
         self._jobs: Dict[str, TrackedJob] = {}
         self._requests: List[Tuple[str, TrackedJob, int, str]] = []  # (kind, job, child, reason)
         self._lock = threading.Lock()
@@ -340,7 +343,7 @@ class Poller:
         """
         now = time.monotonic() if now is None else now
         view = job.view(now, grace=self._grace,
-                        runnable_check_interval=self.runnable_check_interval)
+                        check_interval=self.check_interval)
         reads = Reads(description)
         for _ in range(MAX_STEPS):
             step = reconcile(view, reads)
@@ -352,6 +355,8 @@ class Poller:
         actions = step.actions
         for target, reason in actions.cancel:
             self._stop_job(batch, "cancel_job", target, reason)
+        for target, reason in actions.terminate:
+            self._stop_job(batch, "terminate_job", target, reason)
         self._apply(job, actions)
         return actions.changed
 
@@ -365,6 +370,16 @@ class Poller:
                      for d in batchapi.describe_jobs(batch, ids, budget=batchapi.POLL_BUDGET)}
             for index, child_id in zip(needs.children, ids):
                 reads.children[index] = by_id.get(child_id) or {}  # {}: type it from its listing
+        if needs.failed_nodes:
+            reads.failed_nodes = list(batchapi.list_children(
+                batch, job.job_id, JobStatus.FAILED.value, multinode=True,
+                budget=batchapi.POLL_BUDGET))
+        if needs.nodes:
+            ids = [batchapi.node_id(job.job_id, i) for i in needs.nodes]
+            by_id = {d.get("jobId"): d
+                     for d in batchapi.describe_jobs(batch, ids, budget=batchapi.POLL_BUDGET)}
+            for index, node in zip(needs.nodes, ids):
+                reads.nodes[index] = by_id.get(node) or {}
         for index in needs.results:
             try:
                 reads.results[index] = self._storage.read_result(job.job_url, index)

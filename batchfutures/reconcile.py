@@ -18,7 +18,9 @@ The rules (issue 11): counts are hints, never the truth.
 - An array job that FAILED before any child existed (the summary is empty and no listing names a
   child) fails each future from the parent's own description.
 - A multi-node parallel job (``view.nodes > 1``) is one child: SUCCEEDED reads the result of
-  every node (results/0..N-1), FAILED fails it from the parent's own description.
+  every node (results/0..N-1), FAILED fails it from the parent's own description. RUNNING lists
+  its FAILED nodes now and then: Batch ignores a non-main node's death, so the first one fails
+  the call (typed from that node's description) and the job is terminated.
 - A job held RUNNABLE with a MISCONFIGURATION:/CAPACITY: reason shows it on its futures; after
   ``runnable_timeout`` it is cancelled and its futures fail as unplaceable.
 
@@ -32,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple
 
+from .batchapi import node_index
 from .errors import ABORT_REASON_PREFIX, is_unplaceable_reason
 from .jobs import ACTIVE, Actions, JobStatus, JobView, Shown, default_child_status
 
@@ -49,6 +52,8 @@ class Reads:
     children: Dict[int, Mapping[str, Any]] = field(default_factory=dict)  # DescribeJobs of children
     results: Dict[int, Optional[bytes]] = field(default_factory=dict)     # GET; None: no object
     stored: Optional[FrozenSet[int]] = None   # storage listing of written results
+    failed_nodes: Optional[List[Mapping[str, Any]]] = None  # ListJobs(multiNodeJobId, FAILED)
+    nodes: Dict[int, Mapping[str, Any]] = field(default_factory=dict)  # DescribeJobs of "<id>#<k>"
 
 
 @dataclass(frozen=True)
@@ -59,9 +64,12 @@ class Needs:
     children: Tuple[int, ...] = ()        # DescribeJobs of these children
     results: Tuple[int, ...] = ()         # GET results/<index>
     stored: bool = False                  # list the results in storage
+    failed_nodes: bool = False            # ListJobs(multiNodeJobId, FAILED), every page
+    nodes: Tuple[int, ...] = ()           # DescribeJobs of these nodes of a multi-node job
 
     def __bool__(self) -> bool:
-        return bool(self.listings or self.children or self.results or self.stored)
+        return bool(self.listings or self.children or self.results or self.stored
+                    or self.failed_nodes or self.nodes)
 
 
 @dataclass(frozen=True)
@@ -131,8 +139,43 @@ def _plain(view: JobView, reads: Reads) -> Step:
         actions.changed = True
     elif status is JobStatus.RUNNABLE and is_unplaceable_reason(reason):
         _stuck(view, actions, {0: str(reason)}, description)
+    elif status is JobStatus.RUNNING and view.nodes > 1:
+        return _failed_node(view, reads, actions, description)
     else:
         actions.stuck_since = actions.stuck_reason = None
+    return Step(actions=actions)
+
+
+def _failed_node(view: JobView, reads: Reads, actions: Actions,
+                 description: Mapping[str, Any]) -> Step:
+    """A running multi-node job whose non-main node FAILED: fail the call and end the job.
+
+    Batch does nothing when a node other than the main one dies, and the main node would wait
+    for that node's result until the job's timeout; so every ``check_interval`` the FAILED nodes
+    are listed, and the first (by index) fails the future, typed from its own description, and
+    the job is terminated.
+    """
+    if view.checked_at is not None and view.now - view.checked_at < view.check_interval:
+        return Step(actions=actions)
+    if reads.failed_nodes is None:
+        return Step(Needs(failed_nodes=True))
+    actions.checked_at = view.now
+    main = (description.get("nodeProperties") or {}).get("mainNode", 0)
+    dead = sorted({i for i in map(node_index, reads.failed_nodes) if i is not None and i != main})
+    if not dead:
+        return Step(actions=actions)
+    first = dead[0]
+    if first not in reads.nodes:
+        return Step(Needs(nodes=(first,)))
+    listed = next(s for s in reads.failed_nodes if node_index(s) == first)
+    node = reads.nodes[first] or listed  # {}: Batch did not describe it; type it from its listing
+    node_reason = node.get("statusReason") or last_container(node).get("reason") or "it failed"
+    actions.failed[0] = node
+    actions.shown[0] = Shown(JobStatus.FAILED, node.get("statusReason"),
+                             last_container(node).get("exitCode"))
+    text = f"{ABORT_REASON_PREFIX} node {first} of {view.nodes} failed: {node_reason}"
+    actions.terminate = ((view.job_id, text[:MAX_REASON]),)
+    actions.changed = True
     return Step(actions=actions)
 
 
@@ -223,7 +266,7 @@ def _array(view: JobView, reads: Reads) -> Step:
 
     # 5. children Batch cannot place
     if check_runnable:
-        actions.runnable_checked_at = view.now
+        actions.checked_at = view.now
         stuck: Dict[int, str] = {}
         for index, item in _listed(view, reads, JobStatus.RUNNABLE):
             reason = item.get("statusReason")
@@ -277,10 +320,10 @@ def _runnable_check_due(view: JobView, summary: Mapping[str, int], finished: boo
         return False
     if any(_count(summary, s) for s in ACTIVE):
         return False
-    interval = view.runnable_check_interval
+    interval = view.check_interval
     if view.runnable_timeout is not None:
         interval = min(interval, max(view.runnable_timeout / 2, 0.0))
-    return view.runnable_checked_at is None or view.now - view.runnable_checked_at >= interval
+    return view.checked_at is None or view.now - view.checked_at >= interval
 
 
 def _stuck(view: JobView, actions: Actions, stuck: Dict[int, str],

@@ -98,7 +98,8 @@ def multinode_job(nodes=3):
                       submitted_at=0.0), future
 
 
-def settle_from(job, description, results):
+def settle_from(job, description, results, failed_nodes=(), nodes=None):
+    """One reconcile of the job, answering its reads from these; the reads asked, in order."""
     view = job.view(1.0)
     reads = Reads(description)
     asked = []
@@ -106,9 +107,16 @@ def settle_from(job, description, results):
         step = reconcile(view, reads)
         if not step.needs:
             break
-        asked.append(step.needs.results)
+        if step.needs.results:
+            asked.append(step.needs.results)
         for index in step.needs.results:
             reads.results[index] = results.get(index)
+        if step.needs.failed_nodes:
+            asked.append("failed nodes")
+            reads.failed_nodes = list(failed_nodes)
+        for index in step.needs.nodes:
+            asked.append(f"node {index}")
+            reads.nodes[index] = (nodes or {}).get(index, {})
     job.apply(step.actions, failure_for=lambda i, d: RuntimeError(d.get("statusReason")),
               no_result_error=lambda i: RuntimeError("no result"),
               expired_error=lambda i: RuntimeError("expired"),
@@ -135,11 +143,74 @@ def test_a_node_whose_function_raised_fails_the_future_with_that_exception():
 
 def test_a_running_multinode_job_reads_nothing_and_a_failed_one_is_typed_from_its_description():
     job, future = multinode_job(2)
+    job.checked_at = 0.5  # its failed nodes were listed a moment ago (see the tests below)
     assert settle_from(job, {"jobId": "mnp-1", "status": "RUNNING"}, {}) == []
     assert not future.done() and job.status is JobStatus.RUNNING
     settle_from(job, {"jobId": "mnp-1", "status": "FAILED",
                       "statusReason": "Essential container in task exited"}, {})
     assert str(future.exception(timeout=0)) == "Essential container in task exited"
+
+
+# -- a node other than the main one dies: Batch does nothing, the client ends the job ------------
+RUNNING_MNP = {"jobId": "mnp-1", "status": "RUNNING", "nodeProperties": {"numNodes": 3, "mainNode": 0}}
+
+
+def node_summary(index, status="FAILED", exit_code=3, **extra):
+    return {"jobId": f"mnp-1#{index}", "status": status, "statusReason": "Essential container in task exited",
+            "container": {"exitCode": exit_code},
+            "nodeProperties": {"isMainNode": index == 0, "numNodes": 3, "nodeIndex": index}, **extra}
+
+
+def oom_node(index):
+    return {**node_summary(index, exit_code=137), "attempts": [{"container": {
+        "exitCode": 137, "reason": "OutOfMemoryError: Container killed due to memory usage"}}]}
+
+
+def test_a_running_multinode_job_lists_its_failed_nodes_once_per_check_interval():
+    job, future = multinode_job(3)
+    view = job.view(100.0, check_interval=30.0)
+    reads = Reads(RUNNING_MNP)
+    assert reconcile(view, reads).needs.failed_nodes
+    reads.failed_nodes = []
+    step = reconcile(view, reads)
+    assert not step.needs and step.actions.checked_at == 100.0
+    assert not step.actions.failed and not step.actions.terminate
+    job.checked_at = 100.0
+    assert not reconcile(job.view(129.0, check_interval=30.0), Reads(RUNNING_MNP)).needs
+    assert reconcile(job.view(130.0, check_interval=30.0), Reads(RUNNING_MNP)).needs.failed_nodes
+
+
+def test_a_failed_node_fails_the_call_typed_from_its_own_description_and_ends_the_job():
+    job, future = multinode_job(3)
+    reads = Reads(RUNNING_MNP, failed_nodes=[node_summary(2), node_summary(1)], nodes={1: oom_node(1)})
+    actions = reconcile(job.view(1.0), reads).actions
+    assert actions.failed == {0: oom_node(1)}
+    [(target, reason)] = actions.terminate
+    assert target == "mnp-1" and "node 1 of 3 failed" in reason and reason.startswith("batchfutures:")
+    assert len(reason) <= 250
+    asked = settle_from(job, RUNNING_MNP, {}, failed_nodes=[node_summary(2), node_summary(1)],
+                        nodes={1: oom_node(1)})
+    assert asked == ["failed nodes", "node 1"]  # the first failed node by index, described
+    # settle_from's failure_for gives the description's statusReason: the node's, not the job's
+    assert str(future.exception(timeout=0)) == "Essential container in task exited"
+    assert future.status == "FAILED" and future.exit_code == 137
+
+
+def test_the_listing_types_a_failed_node_batch_did_not_describe():
+    job, future = multinode_job(3)
+    settle_from(job, RUNNING_MNP, {}, failed_nodes=[node_summary(2, exit_code=9)], nodes={})
+    assert future.done() and future.exit_code == 9
+
+
+def test_a_failed_main_node_is_left_to_the_job_and_a_node_is_found_by_its_id_alone():
+    job, future = multinode_job(3)
+    main_listed = node_summary(0)
+    assert settle_from(job, RUNNING_MNP, {}, failed_nodes=[main_listed]) == ["failed nodes"]
+    assert not future.done()  # the main node's end is the job's: its own status says it
+    job2, future2 = multinode_job(3)
+    bare = {"jobId": "mnp-1#2", "status": "FAILED", "statusReason": "Host EC2 (instance i-1) terminated."}
+    settle_from(job2, RUNNING_MNP, {}, failed_nodes=[bare], nodes={2: bare})
+    assert str(future2.exception(timeout=0)) == "Host EC2 (instance i-1) terminated."
 
 
 def test_combine_names_a_node_that_wrote_no_result():
@@ -354,3 +425,24 @@ def test_the_main_node_waits_for_a_slower_node_and_names_one_that_died(three_vcp
             slow_other_node(crash=True))
         error = died.exception(timeout=120)
     assert isinstance(error, RemoteError) and "node 1 of Batch job" in str(error)
+
+
+@pytest.mark.slow
+def test_a_node_that_dies_fails_the_call_at_once_and_the_job_is_terminated(three_vcpus):
+    """No BATCHFUTURES_NODE_WAIT and a long timeout: without the client's check the main node
+    would wait for node 1's result for 300 s."""
+    from batchfutures.errors import JobFailedError
+
+    with BatchExecutor(three_vcpus, nodes=2, timeout=300) as ex:
+        ex._session.poller.check_interval = 0.5  # the test's clock; CHECK_INTERVAL is 30 s
+        died = ex.submit(slow_other_node(crash=True))
+        error = died.exception(timeout=120)  # well before the job's 300 s timeout
+        assert type(error) is JobFailedError, repr(error)
+        assert error.job_id == f"{died.job_id}#1" and error.exit_code == 3
+        job = three_vcpus.batch.describe_jobs(jobs=[died.job_id])["jobs"][0]
+        deadline = time.monotonic() + 60
+        while job["status"] not in ("SUCCEEDED", "FAILED"):
+            assert time.monotonic() < deadline, job["status"]
+            time.sleep(0.2)
+            job = three_vcpus.batch.describe_jobs(jobs=[died.job_id])["jobs"][0]
+    assert job["status"] == "FAILED" and "node 1 of 2 failed" in job["statusReason"]

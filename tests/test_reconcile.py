@@ -203,7 +203,7 @@ class Rig:
         self.owner = Owner()
         self.poller = Poller(self.owner, batch=lambda: world, storage=world,
                              min_interval=0.01, max_interval=0.1, grace=grace,
-                             runnable_check_interval=30.0)
+                             check_interval=30.0)
         self.futures = [[BatchFuture() for _ in range(per_child)] for _ in range(world.size)]
         self.job = TrackedJob(world.job_id, "mem://run/job", self.futures, array=world.array,
                               memory_mib=512, submitted_at=0.0, runnable_timeout=runnable_timeout)
@@ -234,7 +234,7 @@ class Rig:
     def committed(self) -> tuple:
         job = self.job
         return (job.status, dict(job.summary), tuple(job.states), job.unresolved,
-                job.stuck_since, job.runnable_checked_at)
+                job.stuck_since, job.checked_at)
 
 
 # -- baseline ------------------------------------------------------------------------------------
