@@ -198,11 +198,18 @@ _HOST_LOST = ("host ec2", "your spot task was interrupted")
 _OOM_PREFIX = "outofmemoryerror"
 # A RUNNABLE job's statusReason when Batch cannot place it (botocore's JobDetail.statusReason).
 UNPLACEABLE_PREFIXES = ("MISCONFIGURATION:", "CAPACITY:")
+# ... of those, the one that says no compute environment has the vCPUs, memory or GPUs asked for
+RESOURCES_TOO_LARGE_PREFIX = "MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT"
 
 
 def is_unplaceable_reason(reason: Optional[str]) -> bool:
     """Whether a RUNNABLE job's reason says Batch cannot place it as things are."""
     return bool(reason) and str(reason).startswith(UNPLACEABLE_PREFIXES)
+
+
+def is_too_large_reason(reason: Optional[str]) -> bool:
+    """Whether a RUNNABLE job's reason says its resources exceed every compute environment's."""
+    return bool(reason) and str(reason).startswith(RESOURCES_TOO_LARGE_PREFIX)
 
 
 def _last_attempt(job: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -148,6 +148,7 @@ class JobView:
     stuck_reason: Optional[str] = None
     checked_at: Optional[float] = None
     nodes: int = 1                  # > 1: a multi-node parallel job (one child, N results)
+    memory_raised: bool = False     # a retry_on_oom retry: its memory is more than was asked
 
     def child_id(self, index: int) -> str:
         return f"{self.job_id}:{index}" if self.array else self.job_id
@@ -241,7 +242,7 @@ class TrackedJob:
             runnable_timeout=self.runnable_timeout,
             check_interval=check_interval, stuck_since=self.stuck_since,
             stuck_reason=self.stuck_reason, checked_at=self.checked_at,
-            nodes=self.nodes)
+            nodes=self.nodes, memory_raised=bool(self.retry is not None and self.retry.history))
 
     def drop_settled(self) -> None:
         """Children whose every future is already done (cancelled, aborted) need no polling."""

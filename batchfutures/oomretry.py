@@ -14,8 +14,10 @@
 Only children whose failure is a MemoryLimitExceeded are retried; every other failure, and
 every child of a job with K = 0, settles as before. The largest memory the queue can place
 caps the doubling: locally the machine's memory (what LocalEnvironment.validate_settings
-allows), on AWS an environment's ``max_memory_mib()`` when it offers one, else no cap (a size
-no compute environment can place waits RUNNABLE; ``runnable_timeout`` ends that).
+allows), on AWS an environment's ``max_memory_mib()`` when it offers one, else no cap: a retry
+that Batch then holds RUNNABLE with MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT (no compute
+environment has that much memory) is cancelled at once and fails with ``unplaceable_error``
+(reconcile._stuck, TrackedJob's ``memory_raised``), instead of waiting forever.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from .errors import MemoryLimitExceeded
 from .settings import JobSettings
 
 __all__ = ["Verdict", "Decision", "Try", "ChildHistory", "OomRetry", "decide", "final_error",
-           "placeable_memory_mib"]
+           "unplaceable_error", "placeable_memory_mib"]
 
 logger = logging.getLogger("batchfutures")
 
@@ -98,6 +100,21 @@ def final_error(error: MemoryLimitExceeded, tries: Sequence[Try], why: str) -> M
     return final
 
 
+def unplaceable_error(tries: Sequence[Try], memory_mib: Optional[int],
+                      reason: str) -> MemoryLimitExceeded:
+    """A retry whose raised memory no compute environment can hold: the last kill, saying so."""
+    last = tries[-1]
+    asked = f"{memory_mib} MiB" if memory_mib else "more memory"
+    message = (f"killed for memory with retry_on_oom: tried {tried_text(tries)}; the retry with "
+               f"{asked} cannot be placed by the job queue and was cancelled (Batch's reason: "
+               f"{reason}). Use a job queue whose compute environments offer more memory, or "
+               f"make the call need less.")
+    error = MemoryLimitExceeded(message, memory_mib=last.memory_mib, job_id=last.job_id,
+                                status_reason=reason)
+    error.tried_mib = tuple(t.memory_mib for t in tries)  # type: ignore[attr-defined]
+    return error
+
+
 def placeable_memory_mib(env: Any) -> Optional[int]:
     """The largest memory (MiB) a job of ``env``'s queue can be placed with; None: unknown."""
     offered = getattr(env, "max_memory_mib", None)
@@ -138,6 +155,11 @@ class OomRetry:
 
     def with_memory(self, memory_mib: int) -> JobSettings:
         return replace(self.settings, memory=memory_mib)
+
+    def unplaceable_error(self, index: int, memory_mib: Optional[int],
+                          reason: str) -> MemoryLimitExceeded:
+        """Child ``index`` of this retry job waits for memory no compute environment has."""
+        return unplaceable_error(self.history[index].tries, memory_mib, reason)
 
     def decide(self, job: Any, errors: Mapping[int, BaseException]) -> Dict[int, Optional[BaseException]]:
         """Per failed child of ``job`` this retry decides: None when it was resubmitted (its

@@ -412,6 +412,8 @@ class Poller:
 
         def unplaceable_error(index: int, reason: str) -> BaseException:
             child_id = job.child_id(index)
+            if job.retry is not None and index in job.retry.history:  # its memory was raised
+                return job.retry.unplaceable_error(index, job.memory_mib, reason)
             asked = f" ({actions.requested})" if actions.requested else ""
             return JobUnplaceableError(
                 f"Batch job {child_id}{asked} could not be placed: it waited RUNNABLE longer than "

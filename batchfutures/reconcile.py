@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple
 
 from .batchapi import node_index
-from .errors import ABORT_REASON_PREFIX, is_unplaceable_reason
+from .errors import ABORT_REASON_PREFIX, is_too_large_reason, is_unplaceable_reason
 from .jobs import ACTIVE, Actions, JobStatus, JobView, Shown, default_child_status
 
 __all__ = ["Reads", "Needs", "Step", "reconcile", "last_container"]
@@ -328,18 +328,27 @@ def _runnable_check_due(view: JobView, summary: Mapping[str, int], finished: boo
 
 def _stuck(view: JobView, actions: Actions, stuck: Dict[int, str],
            description: Mapping[str, Any]) -> None:
-    """Children RUNNABLE with an unplaceable reason: start (or keep) their clock; time them out."""
+    """Children RUNNABLE with an unplaceable reason: start (or keep) their clock; time them out.
+
+    A retry_on_oom retry that no compute environment can hold is ended at once: its memory was
+    raised by this library, the reason is definitive, and waiting would hang its futures
+    (unless runnable_timeout was set); the poller fails it as MemoryLimitExceeded.
+    """
     since = view.stuck_since if view.stuck_since is not None else view.now
     reason = next(iter(stuck.values()))
     actions.stuck_since, actions.stuck_reason = since, reason
     timeout = view.runnable_timeout
+    too_large = view.memory_raised and is_too_large_reason(reason)
+    if too_large:
+        timeout = 0.0
     if timeout is None or view.now - since < timeout:
         return
     actions.requested = requested_resources(description)
     for index, child_reason in stuck.items():
         actions.unplaceable[index] = child_reason
         actions.shown[index] = Shown(JobStatus.RUNNABLE, child_reason)
-    text = f"{ABORT_REASON_PREFIX} not placed within runnable_timeout={timeout:g}s: {reason}"
+    text = (f"{ABORT_REASON_PREFIX} the retry_on_oom memory cannot be placed: {reason}" if too_large
+            else f"{ABORT_REASON_PREFIX} not placed within runnable_timeout={timeout:g}s: {reason}")
     text = text[:MAX_REASON]
     whole = not view.array or (set(stuck) >= view.open and not view.started)
     if whole:

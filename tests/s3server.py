@@ -161,14 +161,14 @@ def s3_root(s3_bucket: str) -> str:
 
 
 @contextlib.contextmanager
-def emulator_endpoint(folder, max_vcpus: int) -> Iterator[object]:
+def emulator_endpoint(folder, max_vcpus: int, **settings) -> Iterator[object]:
     """An emulator behind its HTTP endpoint, with boto3's batch and logs clients pointed at it
     (AWS_ENDPOINT_URL_BATCH / _CLOUDWATCH_LOGS, as a user would point them at any compatible
-    endpoint); yields the emulator, and stops both afterwards."""
+    endpoint); yields the emulator, and stops both afterwards. ``settings``: BatchEmulator's."""
     from batchfutures.emulator import BatchEmulator
     from batchfutures.emulator.server import EmulatorServer
 
-    emulator = BatchEmulator(folder, max_vcpus=max_vcpus)
+    emulator = BatchEmulator(folder, max_vcpus=max_vcpus, **settings)
     server = EmulatorServer(emulator).start()
     try:
         with pytest.MonkeyPatch.context() as patch:

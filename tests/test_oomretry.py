@@ -198,3 +198,37 @@ def test_doubling_stops_at_what_the_queue_can_place(tmp_path):
         assert "the queue can place at most 384 MiB" in str(error)
     finally:
         env.emulator.close()
+
+
+# -- the AWS path: a queue whose largest instance has 600 MiB, and no max_memory_mib() ----------
+@pytest.mark.slow
+def test_on_aws_a_retry_larger_than_any_instance_fails_for_memory_instead_of_waiting(
+        tmp_path, s3_endpoint):
+    import time
+    import uuid
+
+    import boto3
+    from s3server import emulator_endpoint
+
+    from batchfutures import AWSBatchEnvironment
+
+    with emulator_endpoint(tmp_path / "emulator", max_vcpus=2, max_memory_mib=600):
+        bucket = f"bf-{uuid.uuid4().hex[:12]}"
+        boto3.client("s3", region_name="us-east-1").create_bucket(Bucket=bucket)
+        env = AWSBatchEnvironment(job_queue="batchfutures", io_bucket=bucket,
+                                  job_definition="batchfutures-worker", region_name="us-east-1")
+        with BatchExecutor(env, memory=256, retry_on_oom=3) as ex:  # no runnable_timeout
+            future = ex.submit(allocate, 700)  # killed at 256 and 512; 1024 fits no instance
+            error = future.exception(timeout=180)
+            batch = boto3.client("batch", region_name="us-east-1")
+            deadline = time.monotonic() + 60
+            while True:  # CancelJob was sent; Batch moves the job to FAILED in its own time
+                (unplaced,) = batch.describe_jobs(jobs=[future.job_id])["jobs"]
+                if unplaced["status"] == "FAILED" or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+    assert isinstance(error, MemoryLimitExceeded) and error.tried_mib == (256, 512)
+    assert "1024 MiB cannot be placed" in str(error)
+    assert error.status_reason.startswith("MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT")
+    assert unplaced["statusReason"].startswith("batchfutures: the retry_on_oom memory")
+    assert unplaced["status"] == "FAILED" and unplaced.get("isCancelled")

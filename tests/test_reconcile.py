@@ -596,6 +596,53 @@ def test_an_array_whose_children_run_is_not_timed_out():
     assert world.calls["ListJobs:RUNNABLE"] == 0  # something runs: capacity exists
 
 
+# -- a retry_on_oom retry whose raised memory no compute environment has -------------------------
+def _retrying(rig):
+    """Make the rig's job a retry_on_oom retry: each child was killed once at 256 MiB."""
+    from batchfutures.oomretry import ChildHistory, OomRetry, Try
+    from batchfutures.settings import JobSettings
+
+    history = {i: ChildHistory(("mem://run/first", i), (Try(256, f"first:{i}"),))
+               for i in range(rig.world.size)}
+    rig.job.retry = OomRetry(JobSettings(memory=256, retry_on_oom=3), placeable_mib=None,
+                             resubmit=lambda *args: None, history=history)
+    return rig
+
+
+def test_a_retry_no_compute_environment_can_hold_fails_for_memory_at_once():
+    world = World(1, "plain-retry")
+    rig = _retrying(Rig(world))  # no runnable_timeout: without this rule it would wait forever
+    world.child(0, "RUNNABLE", MISCONFIGURED)
+    rig.poll()
+    error = rig.future(0).exception(timeout=0)
+    assert type(error) is MemoryLimitExceeded and error.tried_mib == (256,)
+    assert error.memory_mib == 256 and error.job_id == "first:0"
+    assert "512 MiB cannot be placed" in str(error) and MISCONFIGURED in str(error)
+    [(target, reason)] = world.cancelled
+    assert target == "plain-retry" and reason.startswith("batchfutures: the retry_on_oom memory")
+
+
+def test_a_retry_waiting_for_capacity_waits_like_any_job():
+    world = World(1, "plain-retry")
+    rig = _retrying(Rig(world))
+    world.child(0, "RUNNABLE", "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY - no Spot capacity")
+    for _ in range(3):
+        rig.poll(advance=10_000)
+    assert not rig.future(0).done() and not world.cancelled
+
+
+def test_an_array_retry_too_large_for_the_queue_is_cancelled_whole_at_its_first_check():
+    world = World(3)
+    rig = _retrying(Rig(world))
+    for i in range(3):
+        world.child(i, "RUNNABLE", MISCONFIGURED)
+    rig.poll()
+    errors = [rig.future(i).exception(timeout=0) for i in range(3)]
+    assert all(type(e) is MemoryLimitExceeded for e in errors)
+    assert [e.job_id for e in errors] == ["first:0", "first:1", "first:2"]
+    assert [target for target, _ in world.cancelled] == ["arr-1"]
+
+
 # -- the request budget over a whole run, with a lagging summary --------------------------------------
 def test_a_long_run_with_a_lagging_summary_reads_each_result_once():
     size = 200

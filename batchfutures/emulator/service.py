@@ -117,9 +117,15 @@ class BatchEmulator:
                  metadata_ttl: float = 86400, job_queues: Sequence[str] = ("batchfutures",),
                  compute_environment: str = "batchfutures-local",
                  isolation: Union[Isolation, str, None] = None, inherit_client_path: bool = False,
-                 faults: Optional[FaultProfile] = None, gpus: Optional[int] = None) -> None:
+                 faults: Optional[FaultProfile] = None, gpus: Optional[int] = None,
+                 max_memory_mib: Optional[int] = None) -> None:
+        """``max_memory_mib``: the most memory a job may ask for, as the largest instance of
+        a compute environment (default: this machine's); a job asking for more waits RUNNABLE
+        with Batch's MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT reason."""
         if max_vcpus is not None and not max_vcpus > 0:
             raise ValueError(f"max_vcpus={max_vcpus!r} must be positive")
+        if max_memory_mib is not None and not max_memory_mib > 0:
+            raise ValueError(f"max_memory_mib={max_memory_mib!r} must be positive")
         if not metadata_ttl > 0:
             raise ValueError(f"metadata_ttl={metadata_ttl!r} must be positive")
         isolation = Isolation(isolation or os.environ.get("BATCHFUTURES_EMULATOR_ISOLATION") or "auto")
@@ -152,7 +158,8 @@ class BatchEmulator:
         self.launcher = ProcessLauncher()
         self.scheduler = Scheduler(
             lock=self._lock, launcher=self.launcher, monitor=self.monitor, max_vcpus=self.max_vcpus,
-            host_memory_mib=host.memory_mib(), host_gpus=self.gpus,
+            host_memory_mib=int(max_memory_mib) if max_memory_mib else host.memory_mib(),
+            host_gpus=self.gpus,
             compute_environment=compute_environment,
             logs_folder=self.folder / "logs", on_change=self._notify,
             housekeeping=self._housekeeping, foreign_status=self.table.status_of,
