@@ -69,16 +69,19 @@ def substitute_call(args: tuple, kwargs: Dict[str, Any],
 class Resolver:
     """Reads upstream results for a child's items, one GET per upstream child."""
 
-    def __init__(self, storage: Any) -> None:
+    def __init__(self, storage: Any, redirects: Optional[List[List[Any]]] = None) -> None:
+        """``redirects``: [first job_url, child, current job_url, child] of upstream results
+        that moved since the FutureRefs were made (a rerun's header, see reruns.py)."""
         self._storage = storage
         self._outcomes: Dict[Tuple[str, int], List[bytes]] = {}
+        self._moved = {(str(a), int(b)): (str(c), int(d)) for a, b, c, d in redirects or ()}
 
     def _outcome(self, ref: FutureRef) -> bytes:
         from . import serialization
 
-        key = (ref.job_url, ref.child)
+        key = self._moved.get((ref.job_url, ref.child), (ref.job_url, ref.child))
         if key not in self._outcomes:
-            data = self._storage.read_result(ref.job_url, ref.child) if ref.job_url else None
+            data = self._storage.read_result(*key) if key[0] else None
             if data is None:  # failed as a container, or cancelled: it wrote no result
                 from .errors import JobFailedError
 

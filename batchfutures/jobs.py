@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from . import serialization, signing
+from . import reruns, serialization, signing
 from .errors import BatchError, IntegrityError, RemoteError
 from .futures import BatchFuture
 from .statuses import JobStatus
@@ -41,6 +41,7 @@ class ChildState(enum.Enum):
 
     QUEUED = "queued"      # not seen starting yet (SUBMITTED, PENDING, RUNNABLE)
     STARTED = "started"    # seen STARTING or RUNNING: its futures are running
+    WAITING = "waiting"    # failed for a dependency being retried: runs again after it (reruns)
     SETTLED = "settled"    # every future of it is done (result, failure, cancel, abort)
 
 
@@ -195,6 +196,10 @@ class TrackedJob:
         self._started: set = set()
         # retry_on_oom > 0: an oomretry.OomRetry that may resubmit children killed for memory
         self.retry: Optional[Any] = None
+        # a job with dependsOn: Submitter.rerun(job, children), for children Batch failed for a
+        # dependency that is being retried (reruns.py); they wait in _waiting until then
+        self.rerun: Optional[Callable[["TrackedJob", List[int]], Any]] = None
+        self._waiting: set = set()
         for index, futures in enumerate(self.children):
             for future in futures:
                 future._bind(self, index)
@@ -206,7 +211,12 @@ class TrackedJob:
 
     @property
     def done(self) -> bool:
-        return not self._open
+        return not self._open and not self._waiting
+
+    @property
+    def waiting(self) -> bool:
+        """Some child waits for a retried upstream before it runs again."""
+        return bool(self._waiting)
 
     @property
     def unresolved(self) -> FrozenSet[int]:
@@ -242,7 +252,7 @@ class TrackedJob:
             runnable_timeout=self.runnable_timeout,
             check_interval=check_interval, stuck_since=self.stuck_since,
             stuck_reason=self.stuck_reason, checked_at=self.checked_at,
-            nodes=self.nodes, memory_raised=bool(self.retry is not None and self.retry.history))
+            nodes=self.nodes, memory_raised=self.retry is not None and self.retry.raised)
 
     def drop_settled(self) -> None:
         """Children whose every future is already done (cancelled, aborted) need no polling."""
@@ -272,6 +282,7 @@ class TrackedJob:
             if index in self._open:
                 self._start(index)
         self._retry_failed(actions.failed, failure_for)  # those it decides are settled below
+        self._wait_for_retried_upstream(actions.failed, failure_for)  # and these wait
         for index, data in actions.results.items():
             self._guarded(index, lambda index=index, data=data: self._settle_child(index, data))
         for index, node_data in actions.node_results.items():
@@ -298,8 +309,66 @@ class TrackedJob:
 
     def fail_all(self, error_for_each: Callable[[], BaseException]) -> None:
         """Fail every open child (the poller is going away and nothing else will settle them)."""
+        self._open.update(self._waiting)
+        self._waiting.clear()
         for index in list(self._open):
             self._guarded(index, lambda index=index: self._fail_child(index, error_for_each))
+
+    def _wait_for_retried_upstream(self, failed: Mapping[int, Mapping[str, Any]],
+                                   failure_for: Callable[[int, Mapping[str, Any]], BaseException]
+                                   ) -> None:
+        """Children Batch failed for a dependency whose upstream was resubmitted: they wait."""
+        if self.rerun is None:
+            return
+        for index, description in failed.items():
+            if index not in self._open:
+                continue
+            try:
+                wanted = reruns.wants_rerun(failure_for(index, description), self.children[index])
+            except BaseException:  # noqa: B036 - then it fails as usual
+                continue
+            if wanted:
+                self._open.discard(index)
+                self._waiting.add(index)
+                self.states[index] = ChildState.WAITING
+                for future in self.children[index]:  # as Batch shows a job waiting for its
+                    future._status, future._status_reason = JobStatus.PENDING.value, None
+                    future._exit_code = None          # dependencies
+
+    def ready_reruns(self) -> List[int]:
+        """On the poller thread: the waiting children whose upstreams are all done, to run again.
+
+        Items whose upstream failed after all fail here (DependencyFailedError with that cause);
+        a child with nothing left to run is settled. The caller reruns the returned children
+        (Submitter.rerun) and then calls ``rerun_sent``.
+        """
+        ready: List[int] = []
+        for index in sorted(self._waiting):
+            waiting = [f for f in self.children[index] if not f.done()]
+            step = reruns.plan([getattr(f, "_upstream", None) or () for f in waiting])
+            if step.wait:
+                continue
+            for position, upstream in step.failed.items():
+                settle(waiting[position], False,
+                       reruns.dependency_error(upstream, self.child_id(index)))
+            if step.rerun:
+                ready.append(index)
+            else:
+                self._waiting.discard(index)
+                self._settled(index)
+        return ready
+
+    def rerun_sent(self, indices: Iterable[int], error: Optional[BaseException] = None) -> None:
+        """The children were submitted again (their futures now belong to the new job), or
+        could not be (``error``: their futures fail with it)."""
+        for index in indices:
+            if index not in self._waiting:
+                continue
+            self._waiting.discard(index)
+            if error is not None:
+                for future in self.children[index]:
+                    settle(future, False, error)
+            self._settled(index)
 
     def _retry_failed(self, failed: Mapping[int, Mapping[str, Any]],
                       failure_for: Callable[[int, Mapping[str, Any]], BaseException]) -> None:

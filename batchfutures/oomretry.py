@@ -156,6 +156,11 @@ class OomRetry:
     def with_memory(self, memory_mib: int) -> JobSettings:
         return replace(self.settings, memory=memory_mib)
 
+    @property
+    def raised(self) -> bool:
+        """This job is a retry with more memory than was asked (a rerun of a dependent is not)."""
+        return any(history.tries for history in self.history.values())
+
     def unplaceable_error(self, index: int, memory_mib: Optional[int],
                           reason: str) -> MemoryLimitExceeded:
         """Child ``index`` of this retry job waits for memory no compute environment has."""

@@ -36,6 +36,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Set, 
 from . import batchapi
 from .errors import (
     ABORT_REASON_PREFIX,
+    BatchError,
     DependencyFailedError,
     IntegrityError,
     JobAbortedError,
@@ -302,12 +303,15 @@ class Poller:
     def poll_once(self) -> bool:
         """One round over every outstanding job; True when anything changed."""
         jobs = self.outstanding
+        rerun = False
         for job in jobs:
             job.drop_settled()
+            if job.waiting:
+                rerun |= self._rerun_ready(job)
         self._forget([job for job in jobs if job.done])
-        active = [job for job in jobs if not job.done]
+        active = [job for job in jobs if job.unresolved]  # waiting children need no DescribeJobs
         if not active:
-            return False
+            return rerun
         self.polls += 1
         self._tails_left = LOG_TAILS_PER_POLL
         batch = self._batch()
@@ -332,7 +336,32 @@ class Poller:
                 logger.warning("batchfutures poller: job %s not updated this poll: %r",
                                job.job_id, error)
         self._forget([job for job in active if job.done])
-        return changed
+        return changed or rerun
+
+    @staticmethod
+    def _rerun_ready(job: TrackedJob) -> bool:
+        """Send again the children that waited for a retried upstream, now done (reruns.py)."""
+        try:
+            ready = job.ready_reruns()
+        except BaseException as error:  # noqa: B036 - the poller survives anything
+            logger.warning("batchfutures: job %s: could not check its waiting children: %r",
+                           job.job_id, error)
+            return False
+        if not ready:
+            return False
+        try:
+            if job.rerun is None:  # pragma: no cover - only a job with a rerun hook waits
+                raise BatchError(f"job {job.job_id} cannot run children again")
+            new = job.rerun(job, ready)
+        except Exception as error:  # their futures fail with it; nothing waits in vain
+            logger.warning("batchfutures: could not run %d child(ren) of %s again: %s",
+                           len(ready), job.job_id, error)
+            job.rerun_sent(ready, error)
+            return True
+        logger.info("batchfutures: %d child(ren) of %s failed for a dependency that was retried; "
+                    "running them again as Batch job %s", len(ready), job.job_id, new.job_id)
+        job.rerun_sent(ready)
+        return True
 
     def examine(self, job: TrackedJob, description: Optional[Mapping[str, Any]], batch: Any, *,
                 now: Optional[float] = None) -> bool:

@@ -120,7 +120,7 @@ def _clean_local_storage_once(env: Any) -> None:
 
 
 def _forget_upstream(future: BatchFuture) -> None:
-    future._upstream = None  # no done future keeps other calls' results alive
+    future._upstream = future._upstream_at = None  # no done future keeps other calls' results
 
 
 class Upstream:
@@ -203,10 +203,13 @@ class Upstream:
 
     def remember(self, future: BatchFuture, child: Optional[int] = None) -> None:
         """The dependent keeps its upstream futures while it waits, so that Batch's "Dependent
-        Job failed" becomes DependencyFailedError with the upstream's exception as cause."""
+        Job failed" becomes DependencyFailedError with the upstream's exception as cause, or,
+        when the upstream was retried, a rerun once it is done (reruns.py)."""
         upstream = self.futures_by_child.get(child)
         if upstream:
             future._upstream = list(upstream)
+            # where each one's result is as its FutureRef says: a rerun redirects moved ones
+            future._upstream_at = [(u._job.job_url, u._child) for u in upstream]
             future.add_done_callback(_forget_upstream)
 
     def depends_on(self, size: int) -> List[Dict[str, str]]:

@@ -20,6 +20,7 @@ not SEQUENTIAL arrays). A finished child's futures wake the poller, whose loop c
 from __future__ import annotations
 
 import collections
+import functools
 import getpass
 import logging
 import math
@@ -27,9 +28,9 @@ import re
 import threading
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Deque, Dict, List, Optional
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
-from . import batchapi, serialization
+from . import batchapi, reruns, serialization
 from ._version import __version__
 from .errors import ABORT_REASON_PREFIX, BatchError, ConfigurationError
 from .jobdefinitions import check_tags, definition_with_secrets
@@ -153,6 +154,9 @@ class PendingJob:
     # retry_on_oom's resubmissions (Submitter.resubmit, never paced): per child, where its items
     # are stored and its earlier tries; the worker reads them there (header "sources")
     retried: Optional[List[Any]] = None
+    # a rerun of dependents (Submitter.rerun): upstream results that moved, (first job_url,
+    # child, current job_url, child); the worker's Resolver reads them there (header "redirects")
+    redirects: Optional[List[Tuple[str, int, str, int]]] = None
 
     def _with(self, keep: List[int], depends_on: List[Dict[str, str]]) -> "PendingJob":
         return PendingJob(self.settings, self.function_pickles, [self.blobs[i] for i in keep],
@@ -320,6 +324,8 @@ class Submitter:
             header["initializer"] = self._initializer_location()
         if job.retried:
             header["sources"] = [list(history.origin) for history in job.retried]
+        if job.redirects:
+            header["redirects"] = [list(moved) for moved in job.redirects]
         header.update(serialization.payload_stamp())  # the worker checks its versions against these
         try:
             storage.write_inputs(job_url, header, job.blobs)
@@ -344,6 +350,8 @@ class Submitter:
                              runnable_timeout=job.settings.runnable_timeout)
         if job.settings.retry_on_oom and job.settings.nodes == 1:  # not multi-node jobs
             tracked.retry = self._oom_retry(job)
+        if job.depends_on and job.settings.nodes == 1:
+            tracked.rerun = functools.partial(self.rerun, settings=job.settings, name=job.name)
         with self._lock:
             self.submitted_jobs.append(job_id)
         logger.debug("submitted Batch job %s (%d children, %d items)", job_id, len(job.blobs),
@@ -377,6 +385,25 @@ class Submitter:
                          [source.children[i] for i in children], chunksize=max(counts),
                          name=retry.name, per_child=per_child,
                          retried=list(histories))
+        return self.submit_now(job)
+
+    def rerun(self, source: TrackedJob, children: List[int], *, settings: JobSettings,
+              name: str) -> TrackedJob:
+        """Children Batch failed for a dependency that was retried, as one new Batch job.
+
+        No dependsOn (their upstreams are done); the worker reads each child's items from the
+        first job's inputs ("sources") and each moved upstream result where it is now
+        ("redirects"). Their futures are re-bound to the new job (see reruns.py).
+        """
+        from .oomretry import ChildHistory
+
+        counts = [source.items_in(i) for i in children]
+        futures = [source.children[i] for i in children]
+        job = PendingJob(settings, [], [b""] * len(children), counts, futures,
+                         chunksize=max(counts), name=name,
+                         per_child=source.item_counts is not None,
+                         retried=[ChildHistory((source.job_url, i), ()) for i in children],
+                         redirects=reruns.redirects_of([f for group in futures for f in group]))
         return self.submit_now(job)
 
     def _definition_for(self, settings: JobSettings) -> str:

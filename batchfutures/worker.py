@@ -107,7 +107,10 @@ def run_items(storage: "Storage", header: Dict[str, Any], blob: bytes, index: in
 
     if header.get("sources"):  # a retry_on_oom retry: the items stay in the first job's inputs
         source_url, source_index = header["sources"][index]
+        redirects = header.get("redirects")  # a rerun's: upstream results that moved
         header, blob = storage.read_child_inputs(source_url, int(source_index))
+        if redirects:
+            header = {**header, "redirects": redirects}
     mismatch = serialization.check_stamp(header)
     if mismatch is not None:  # do not even try to unpickle: it may crash or mislead
         logger.warning("child %d: %s", index, mismatch)
@@ -134,7 +137,7 @@ def run_items(storage: "Storage", header: Dict[str, Any], blob: bytes, index: in
 
     from .dependencies import Resolver, UpstreamFailed, has_refs
 
-    resolver = Resolver(storage)
+    resolver = Resolver(storage, header.get("redirects"))
     functions: Dict[int, Any] = {}
     failed_functions: Dict[int, bytes] = {}  # a function that did not load fails each of its items
     pickles: Dict[int, bytes] = {}
