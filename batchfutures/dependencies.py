@@ -29,12 +29,16 @@ MAX_DEPENDENCIES = 20  # Batch's limit of dependsOn entries per job
 
 @dataclass(frozen=True)
 class FutureRef:
-    """Where one item's outcome lives: child ``child`` of the job at ``job_url``, item ``item``."""
+    """Where one item's outcome lives: child ``child`` of the job at ``job_url``, item ``item``.
+
+    ``nodes > 1``: the call of a multi-node job, whose value is the list of every node's return
+    value in node order; node k's outcome is results/k (child k, item 0)."""
 
     job_url: str
     child: int
     item: int
     job_id: str  # the upstream call's Batch job id (for messages)
+    nodes: int = 1
 
 
 class UpstreamFailed(Exception):
@@ -95,6 +99,9 @@ class Resolver:
     def value(self, ref: FutureRef) -> Any:
         from . import serialization
 
+        if ref.nodes > 1:  # as the client's jobs.combine_node_results: each node's, in order
+            return [self.value(FutureRef(ref.job_url, node, 0, f"{ref.job_id}#{node}"))
+                    for node in range(ref.nodes)]
         outcome = self._outcome(ref)
         if serialization.outcome_kind(outcome) != serialization.OK:
             raise UpstreamFailed(ref, outcome)

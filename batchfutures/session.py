@@ -150,9 +150,6 @@ class Upstream:
         if value._job is None and not value.done():
             self._session.flush_for(value)  # buffered: send it now, it needs a job id
         job = value._job
-        if getattr(job, "nodes", 1) > 1:  # its value is every node's: the worker reads one
-            raise ConfigurationError("the future of a multi-node job (nodes > 1) cannot be passed "
-                                     "as an argument; pass its result() instead")
         if value.cancelled():
             self.cancelled = True
         elif value.done() and value.exception() is not None:
@@ -174,7 +171,7 @@ class Upstream:
                     f"a call may depend on at most {MAX_DEPENDENCIES} Batch jobs (Batch's limit); "
                     f"gather the inputs in one map_futures call, or wait for some first")
         return FutureRef(job.job_url, value._child, getattr(value, "_item", 0),
-                         job.child_id(value._child))
+                         job.child_id(value._child), nodes=getattr(job, "nodes", 1))
 
     def settle_dependent(self, future: BatchFuture) -> None:
         """The dependent's fate when an argument already failed or was cancelled."""

@@ -358,13 +358,49 @@ def test_two_multinode_submits_are_two_jobs_and_a_raising_node_fails_only_its_fu
         fine = view.submit(refuse_on_node(-1))
         error = failing.exception(timeout=120)
         assert fine.result(timeout=120) == [0, 1, 2]
-        with pytest.raises(ConfigurationError, match="multi-node"):
-            ex.submit(print, fine)  # its value is every node's: not a dependency (yet)
     assert type(error) is ValueError and error.args == ("node 2 says no",)
     assert failing.job_id != fine.job_id and ":" not in failing.job_id
     with BatchExecutor(three_vcpus) as other:  # attach: from Batch and every node's result
         attached = other.attach(fine.job_id)
         assert attached.result(timeout=60) == [0, 1, 2]
+
+
+@pytest.mark.slow
+def test_a_multinode_future_as_an_argument_is_the_list_of_every_nodes_value(three_vcpus):
+    from batchfutures.errors import DependencyFailedError
+
+    with BatchExecutor(three_vcpus) as ex:
+        view = ex.with_settings(nodes=3)
+        nodes = view.submit(refuse_on_node(-1))
+        total = ex.submit(sum, nodes)  # sent at once: it depends on the multi-node job
+        both = ex.map_futures(len, [nodes, nodes])
+        assert total.result(timeout=120) == 0 + 1 + 2
+        assert [f.result(timeout=120) for f in both] == [3, 3]
+        failing = view.submit(refuse_on_node(1))
+        later = ex.submit(sum, failing)
+        error = later.exception(timeout=120)
+        (dependent,) = three_vcpus.batch.describe_jobs(jobs=[total.job_id])["jobs"]
+    assert dependent["dependsOn"] == [{"jobId": nodes.job_id}]
+    assert type(error) is DependencyFailedError
+    assert type(error.__cause__) is ValueError and error.__cause__.args == ("node 1 says no",)
+
+
+def test_the_worker_reads_a_multinode_upstream_from_every_nodes_result(tmp_path):
+    from batchfutures.dependencies import FutureRef, Resolver
+    from batchfutures.storage import Storage
+
+    storage = Storage(tmp_path.as_uri())
+    job_url = storage.job_url("run", "mnp")
+    for index, value in enumerate("abc"):
+        storage.write_result(job_url, index, ok(value))
+    ref = FutureRef(job_url, 0, 0, "mnp-1", nodes=3)
+    assert Resolver(storage).resolve((ref,), {}) == ((["a", "b", "c"],), {})
+    other = storage.job_url("run", "mnp-raised")
+    for index, data in enumerate([ok("a"), raised(KeyError("one")), ok("c")]):
+        storage.write_result(other, index, data)
+    with pytest.raises(Exception) as failed:
+        Resolver(storage).resolve((FutureRef(other, 0, 0, "mnp-1", nodes=3),), {})
+    assert type(failed.value).__name__ == "UpstreamFailed" and failed.value.ref.job_id == "mnp-1#1"
 
 
 # -- the AWS path: stock boto3 against the emulator's HTTP endpoint, S3 on moto's server ---------
