@@ -8,7 +8,8 @@ chunk of consecutive items, one future per item (or one per child for map's iter
                     poller, see poller.Poller.request_cancel / request_abort)
 
 Each child's `ChildState` changes only on the poller thread, and only in `apply` (after every
-read a decision depended on succeeded) or `drop_settled`.
+read a decision depended on succeeded), `drop_settled`, or for a child WAITING on a retried
+upstream (reruns.py) in `ready_reruns` and `rerun_sent`.
 """
 
 from __future__ import annotations
