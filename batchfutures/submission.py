@@ -381,10 +381,12 @@ class Submitter:
             for future in source.children[index]:
                 future._status_reason = future._exit_code = None
         per_child = source.item_counts is not None
+        futures = [source.children[i] for i in children]
         job = PendingJob(retry.with_memory(memory_mib), [], [b""] * len(children), counts,
-                         [source.children[i] for i in children], chunksize=max(counts),
-                         name=retry.name, per_child=per_child,
-                         retried=list(histories))
+                         futures, chunksize=max(counts), name=retry.name, per_child=per_child,
+                         retried=list(histories),
+                         # a rerun of dependents killed in its turn still reads moved upstreams
+                         redirects=reruns.redirects_of([f for group in futures for f in group]))
         return self.submit_now(job)
 
     def rerun(self, source: TrackedJob, children: List[int], *, settings: JobSettings,

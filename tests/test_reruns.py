@@ -221,3 +221,15 @@ def test_a_dependent_of_an_item_too_big_for_every_try_fails_with_that_cause(loca
         assert second[0].result(timeout=180) == 2
     assert type(error) is DependencyFailedError
     assert type(error.__cause__) is MemoryLimitExceeded and error.__cause__.tried_mib == (256, 512)
+
+
+def allocate_more(mib, extra):
+    return allocate(mib + extra) - extra
+
+
+@pytest.mark.slow
+def test_a_rerun_killed_for_memory_in_its_turn_still_reads_the_retried_upstream(local_env):
+    with BatchExecutor(local_env, memory=256, retry_on_oom=2) as ex:
+        first = ex.map_futures(allocate, [1, 300])
+        second = ex.map_futures(allocate_more, first, [0, 300])  # 600 MiB: killed at 256 and 512
+        assert [f.result(timeout=240) for f in second] == [1, 300]
