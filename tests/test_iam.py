@@ -539,14 +539,8 @@ def kms_statements(document: Dict[str, Any]) -> List[Dict[str, Any]]:
             if any(a.lower().startswith("kms:") for a in as_list(s["Action"]))]
 
 
-def default_encryption(admin, deployed: Dict[str, Any]) -> Dict[str, Any]:
-    (rule,) = admin("s3").get_bucket_encryption(Bucket=deployed["outputs"]["IoBucket"])[
-        "ServerSideEncryptionConfiguration"]["Rules"]
-    return rule["ApplyServerSideEncryptionByDefault"]
-
-
 def test_kms_key_arn_grants_the_job_role_and_the_clients_the_sse_kms_actions_on_that_key(
-        kms_stack, kms_key, admin):
+        kms_stack, kms_key):
     policy_arn = f"arn:aws:iam::{ACCOUNT}:policy/{KMS_STACK}-payload-key"
     assert kms_stack["outputs"]["PayloadKeyPolicy"] == policy_arn
     assert kms_stack["job_role_attached"] == [policy_arn]  # the stack attaches it to the job role
@@ -568,9 +562,6 @@ def test_kms_key_arn_grants_the_job_role_and_the_clients_the_sse_kms_actions_on_
         for action in ("kms:Encrypt", "kms:ReEncryptFrom", "kms:GenerateDataKeyWithoutPlaintext",
                        "kms:CreateGrant", "kms:ScheduleKeyDeletion", "kms:PutKeyPolicy"):
             assert not allowed(merged, action, kms_key), action
-    # and the bucket encrypts with that key by default
-    assert default_encryption(admin, kms_stack) == {"SSEAlgorithm": "aws:kms",
-                                                     "KMSMasterKeyID": kms_key}
 
 
 def test_without_kms_key_arn_no_policy_mentions_kms(stack, admin):
@@ -581,7 +572,6 @@ def test_without_kms_key_arn_no_policy_mentions_kms(stack, admin):
         assert "kms" not in json.dumps(document).lower(), document
     names = [p["PolicyName"] for p in admin("iam").list_policies(Scope="Local")["Policies"]]
     assert f"{STACK}-client" in names and f"{STACK}-payload-key" not in names
-    assert default_encryption(admin, stack) == {"SSEAlgorithm": "AES256"}
 
 
 def test_a_job_runs_under_the_payload_key_with_the_policies_docs_aws_md_names(
