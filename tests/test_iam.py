@@ -34,12 +34,18 @@ What moto can check and what it cannot (so what part 2 leaves to part 1 and to t
   a prefix-scoped grant is refused there. The client's deletes are checked one key at a time
   (DeleteObject, the same action on AWS). Note that s3fs reports a refused key of a bulk delete
   without raising.
+- SSE-KMS (the KmsKeyArn parameter): moto's S3 stores an object under a KMS key without asking
+  KMS, so it never checks the caller's kms:GenerateDataKey or kms:Decrypt. The stack is created
+  with and without the parameter; the grant is checked on the deployed documents (exactly the
+  two actions, on exactly that key) and with moto's evaluator, and the job runs under the key
+  with IAM enforcement on (its S3 side).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -69,8 +75,14 @@ STACK = "bf-iam"
 #   Amazon ECR       https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonelasticcontainerregistry.html
 #   IAM              https://docs.aws.amazon.com/service-authorization/latest/reference/list_awsidentityandaccessmanagementiam.html
 #   STS              https://docs.aws.amazon.com/service-authorization/latest/reference/list_awssecuritytokenservice.html
+#   KMS              https://docs.aws.amazon.com/service-authorization/latest/reference/list_awskeymanagementservice.html
+#                    (the resource type "key" of both actions is also in cfn-lint's bundled copy,
+#                    cfnlint/data/AdditionalSpecs/Policies.json)
 _S3_COMMON = {"s3:AccessGrantsInstanceArn", "s3:authType", "s3:ResourceAccount", "s3:signatureAge",
               "s3:signatureversion", "s3:TlsVersion", "s3:x-amz-content-sha256"}
+# the condition keys of KMS's resource type "key"
+_KMS_KEY = {"aws:ResourceTag/${TagKey}", "kms:KeyOrigin", "kms:KeySpec", "kms:KeyUsage",
+            "kms:MultiRegion", "kms:MultiRegionKeyType", "kms:ResourceAliases"}
 SAR: Dict[str, Tuple[Tuple[str, ...], frozenset]] = {
     "batch:SubmitJob": (("job", "job-queue", "job-definition", "job-definition-revision"),
                         frozenset({"batch:ShareIdentifier", "batch:EKSImage", "batch:EKSNamespace",
@@ -110,6 +122,14 @@ SAR: Dict[str, Tuple[Tuple[str, ...], frozenset]] = {
     "ecr:BatchCheckLayerAvailability": (("repository",), frozenset()),
     "iam:PassRole": (("role",), frozenset({"iam:AssociatedResourceArn", "iam:PassedToService"})),
     "sts:AssumeRole": (("role",), frozenset()),
+    "kms:GenerateDataKey": (("key",), frozenset(_KMS_KEY | {
+        "kms:CallerAccount", "kms:EncryptionAlgorithm", "kms:EncryptionContext:${EncryptionContextKey}",
+        "kms:EncryptionContextKeys", "kms:RecipientAttestation:ImageSha384",
+        "kms:RecipientAttestation:PCR${PCR_ID}", "kms:RequestAlias", "kms:ViaService"})),
+    "kms:Decrypt": (("key",), frozenset(_KMS_KEY | {
+        "kms:CallerAccount", "kms:EncryptionAlgorithm", "kms:EncryptionContext:${EncryptionContextKey}",
+        "kms:EncryptionContextKeys", "kms:RecipientAttestation:ImageSha384",
+        "kms:RecipientAttestation:PCR${PCR_ID}", "kms:RequestAlias", "kms:ViaService"})),
 }
 # the ARN shape of each resource type (the SAR's "Resource types" tables), as a prefix test
 RESOURCE_ARNS = {
@@ -123,6 +143,7 @@ RESOURCE_ARNS = {
     "parameter": ":ssm:{region}:{account}:parameter/",
     "log-stream": ":logs:{region}:{account}:log-group:",
     "repository": ":ecr:{region}:{account}:repository/", "role": ":iam::{account}:role/",
+    "key": ":kms:{region}:{account}:key/",
 }
 # global condition keys (IAM User Guide, "AWS global condition context keys")
 GLOBAL_KEYS = {"aws:SecureTransport", "aws:SourceAccount", "aws:SourceArn"}
@@ -189,6 +210,25 @@ def test_every_action_resource_and_condition_key_is_in_the_service_authorization
     assert "CreateAction" not in setup.template_text()
 
 
+def test_the_kms_grant_names_a_key_arn_and_nothing_else():
+    """The KMS statement's Resource is a Ref to KmsKeyArn: the parameter admits only the SAR's
+    ARN shape of a key (an alias ARN in an identity policy does not grant use of its key)."""
+    template = setup.load_template()
+    (statement,) = template["Resources"]["PayloadKeyPolicy"]["Properties"]["PolicyDocument"][
+        "Statement"]
+    assert statement["Resource"] == {"Ref": "KmsKeyArn"}
+    pattern = re.compile(template["Parameters"]["KmsKeyArn"]["AllowedPattern"])
+    shape = RESOURCE_ARNS["key"].format(region=REGION, account=ACCOUNT)
+    for good in ("", f"arn:aws{shape}1234abcd-12ab-34cd-56ef-1234567890ab",
+                 f"arn:aws{shape}mrk-1234abcd12ab34cd56ef1234567890ab",
+                 "arn:aws-cn:kms:cn-north-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"):
+        assert pattern.match(good), good
+    for bad in ("*", "1234abcd-12ab-34cd-56ef-1234567890ab", "alias/payloads",
+                f"arn:aws:kms:{REGION}:{ACCOUNT}:alias/payloads", f"arn:aws:kms:{REGION}:{ACCOUNT}:key/*",
+                "arn:aws:s3:::bucket/key/x"):
+        assert not pattern.match(bad), bad
+
+
 # -- 2. enforced on moto's server -------------------------------------------------------------
 @pytest.fixture(scope="module")
 def moto_url() -> Iterator[str]:
@@ -211,30 +251,53 @@ def admin(moto_url):
 
 
 @pytest.fixture(scope="module")
-def stack(admin) -> Dict[str, Any]:
-    outputs, physical = setup.create_stack(admin, setup.make_network(admin), STACK,
-                                           setup.load_template())
-    iam = admin("iam")
-    (name,) = iam.list_role_policies(RoleName=physical["JobRole"])["PolicyNames"]
-    job_policy = setup.policy_document(iam.get_role_policy(RoleName=physical["JobRole"],
-                                                           PolicyName=name))
-    client_arn = f"arn:aws:iam::{ACCOUNT}:policy/{STACK}-client"
-    version = iam.get_policy(PolicyArn=client_arn)["Policy"]["DefaultVersionId"]
-    document = iam.get_policy_version(PolicyArn=client_arn, VersionId=version)["PolicyVersion"][
+def network(admin) -> Dict[str, Any]:
+    return setup.make_network(admin)
+
+
+def managed_policy_document(iam: Any, arn: str) -> Dict[str, Any]:
+    version = iam.get_policy(PolicyArn=arn)["Policy"]["DefaultVersionId"]
+    document = iam.get_policy_version(PolicyArn=arn, VersionId=version)["PolicyVersion"][
         "Document"]
-    client_policy = setup.policy_document({"PolicyDocument": document})
-    # the worker and the client each get a user carrying exactly that policy
+    return setup.policy_document({"PolicyDocument": document})
+
+
+def deploy(admin, network, name: str, users: Dict[str, Tuple[str, ...]],
+           **parameters: str) -> Dict[str, Any]:
+    """Create the stack in moto's CloudFormation and read back what its IAM resources hold.
+
+    ``users``: user name -> the documents ("job", "client", "payload_key") put on that user,
+    so that it acts with exactly the permissions of a principal the stack sets up."""
+    outputs, physical = setup.create_stack(admin, network, name, setup.load_template(),
+                                           **parameters)
+    iam = admin("iam")
+    (inline,) = iam.list_role_policies(RoleName=physical["JobRole"])["PolicyNames"]
+    documents = {
+        "job": setup.policy_document(iam.get_role_policy(RoleName=physical["JobRole"],
+                                                         PolicyName=inline)),
+        "client": managed_policy_document(iam, f"arn:aws:iam::{ACCOUNT}:policy/{name}-client")}
+    attached = iam.list_attached_role_policies(RoleName=physical["JobRole"])["AttachedPolicies"]
+    if "PayloadKeyPolicy" in outputs:
+        documents["payload_key"] = managed_policy_document(iam, outputs["PayloadKeyPolicy"])
     keys = {}
-    for user, document in (("bf-iam-worker", job_policy), ("bf-iam-client", client_policy)):
+    for user, carried in users.items():
         iam.create_user(UserName=user)
-        iam.put_user_policy(UserName=user, PolicyName="batchfutures",
-                            PolicyDocument=json.dumps(document))
+        for which in carried:
+            iam.put_user_policy(UserName=user, PolicyName=f"batchfutures-{which}",
+                                PolicyDocument=json.dumps(documents[which]))
         key = iam.create_access_key(UserName=user)["AccessKey"]
         keys[user] = (key["AccessKeyId"], key["SecretAccessKey"])
     roles = {logical: iam.get_role(RoleName=physical[logical])["Role"]["Arn"]
              for logical in ("JobRole", "ExecutionRole")}
-    return {"outputs": outputs, "physical": physical, "job_policy": job_policy,
-            "client_policy": client_policy, "keys": keys, "roles": roles}
+    return {"outputs": outputs, "physical": physical, "job_policy": documents["job"],
+            "client_policy": documents["client"], "payload_key_policy": documents.get("payload_key"),
+            "job_role_attached": [p["PolicyArn"] for p in attached], "keys": keys, "roles": roles}
+
+
+@pytest.fixture(scope="module")
+def stack(admin, network) -> Dict[str, Any]:
+    # the worker and the client each get a user carrying exactly that policy
+    return deploy(admin, network, STACK, {"bf-iam-worker": ("job",), "bf-iam-client": ("client",)})
 
 
 @pytest.fixture
@@ -263,8 +326,8 @@ def credentials(moto_url: str, keys: Tuple[str, str]) -> Dict[str, str]:
 @pytest.fixture
 def as_user(moto_url, stack, monkeypatch):
     """Switch this process's AWS variables to a user's; returns them (for a subprocess too)."""
-    def switch(user: str) -> Dict[str, str]:
-        variables = credentials(moto_url, stack["keys"][user])
+    def switch(user: str, deployed: Dict[str, Any] = stack) -> Dict[str, str]:
+        variables = credentials(moto_url, deployed["keys"][user])
         monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
         monkeypatch.delenv("AWS_PROFILE", raising=False)
         for key, value in variables.items():
@@ -450,3 +513,102 @@ def test_a_missing_key_is_404_because_list_bucket_needs_no_prefix(stack):
                   and bucket_arn in as_list(statement["Resource"])]
         assert grants and all("Condition" not in grant for grant in grants), grants
         assert allowed(document, "s3:ListBucket", bucket_arn)
+
+
+# -- SSE-KMS: the KmsKeyArn parameter ---------------------------------------------------------
+KMS_STACK = "bf-iam-kms"
+SSE_KMS_ACTIONS = {"kms:GenerateDataKey", "kms:Decrypt"}
+
+
+@pytest.fixture(scope="module")
+def kms_key(admin) -> str:
+    return admin("kms").create_key(Description="batchfutures payloads")["KeyMetadata"]["Arn"]
+
+
+@pytest.fixture(scope="module")
+def kms_stack(admin, network, kms_key) -> Dict[str, Any]:
+    # each principal's user carries its own policy and the payload key policy, as docs/aws.md
+    # says to attach them
+    return deploy(admin, network, KMS_STACK, {"bf-iam-kms-worker": ("job", "payload_key"),
+                                              "bf-iam-kms-client": ("client", "payload_key")},
+                  KmsKeyArn=kms_key)
+
+
+def kms_statements(document: Dict[str, Any]) -> List[Dict[str, Any]]:
+    return [s for s in document["Statement"]
+            if any(a.lower().startswith("kms:") for a in as_list(s["Action"]))]
+
+
+def test_kms_key_arn_grants_the_job_role_and_the_clients_the_sse_kms_actions_on_that_key(
+        kms_stack, kms_key):
+    policy_arn = f"arn:aws:iam::{ACCOUNT}:policy/{KMS_STACK}-payload-key"
+    assert kms_stack["outputs"]["PayloadKeyPolicy"] == policy_arn
+    assert kms_stack["job_role_attached"] == [policy_arn]  # the stack attaches it to the job role
+    # what each principal holds: its own policy and the payload key policy
+    for own in (kms_stack["job_policy"], kms_stack["client_policy"]):
+        assert kms_statements(own) == []
+        merged = {"Version": "2012-10-17",
+                  "Statement": own["Statement"] + kms_stack["payload_key_policy"]["Statement"]}
+        (grant,) = kms_statements(merged)
+        assert grant["Effect"] == "Allow" and "Condition" not in grant, grant
+        assert set(as_list(grant["Action"])) == SSE_KMS_ACTIONS
+        assert as_list(grant["Resource"]) == [kms_key]
+        for action in SSE_KMS_ACTIONS:  # the SAR: both take a key ARN
+            assert SAR[action][0] == ("key",)
+            assert RESOURCE_ARNS["key"].format(region=REGION, account=ACCOUNT) in kms_key
+            assert allowed(merged, action, kms_key), action
+            other_key = kms_key.rsplit("/", 1)[0] + "/00000000-0000-4000-8000-000000000000"
+            assert not allowed(merged, action, other_key), action
+        for action in ("kms:Encrypt", "kms:ReEncryptFrom", "kms:GenerateDataKeyWithoutPlaintext",
+                       "kms:CreateGrant", "kms:ScheduleKeyDeletion", "kms:PutKeyPolicy"):
+            assert not allowed(merged, action, kms_key), action
+
+
+def test_without_kms_key_arn_no_policy_mentions_kms(stack, admin):
+    assert "PayloadKeyPolicy" not in stack["outputs"]
+    assert "PayloadKeyPolicy" not in stack["physical"]
+    assert stack["job_role_attached"] == [] and stack["payload_key_policy"] is None
+    for document in (stack["job_policy"], stack["client_policy"]):
+        assert "kms" not in json.dumps(document).lower(), document
+    names = [p["PolicyName"] for p in admin("iam").list_policies(Scope="Local")["Policies"]]
+    assert f"{STACK}-client" in names and f"{STACK}-payload-key" not in names
+
+
+def test_a_job_runs_under_the_payload_key_with_the_policies_docs_aws_md_names(
+        kms_stack, kms_key, enforced, as_user):
+    """The client's writes and the worker's result carry SSE-KMS under the key (the headers
+    AWSBatchEnvironment(kms_key_id=) sends, and BATCHFUTURES_KMS_KEY_ID for the worker), under
+    IAM enforcement of the S3 side (moto does not authorize the KMS side: see the docstring)."""
+    from batchfutures.awsclients import KMS_VARIABLE
+
+    client_env = as_user("bf-iam-kms-client", kms_stack)
+    bucket = kms_stack["outputs"]["IoBucket"]
+    client = Storage(f"s3://{bucket}/batchfutures", storage_options={
+        "key": client_env["AWS_ACCESS_KEY_ID"], "secret": client_env["AWS_SECRET_ACCESS_KEY"],
+        "client_kwargs": {"region_name": REGION},
+        "s3_additional_kwargs": {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": kms_key}})
+    run_id, job_key = "run-" + uuid.uuid4().hex[:8], uuid.uuid4().hex
+    function_url = client.put_function(run_id, serialization.dumps(pow))
+    header = {"functions": [function_url], "items": 1, "chunksize": 1, "run_id": run_id,
+              "job_key": job_key, **serialization.payload_stamp()}
+    job_url = client.job_url(run_id, job_key)
+    client.write_inputs(job_url, header, [serialization.pack_items([(0, (3, 4), {})])])
+
+    worker_env = {key: value for key, value in os.environ.items() if not key.startswith("AWS_")}
+    worker_env.update(credentials(client_env["AWS_ENDPOINT_URL"],
+                                  kms_stack["keys"]["bf-iam-kms-worker"]))
+    worker_env.update({"AWS_BATCH_JOB_ARRAY_INDEX": "0", "AWS_BATCH_JOB_ATTEMPT": "1",
+                       KMS_VARIABLE: kms_key})
+    done = subprocess.run([sys.executable, "-m", "batchfutures.worker", job_url], env=worker_env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    _, outcomes = serialization.unpack_result(client.read_result(job_url, 0))
+    assert [serialization.outcome_result(o) for o in outcomes] == [(True, 81)]
+
+    s3 = s3_client(client_env)
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=f"batchfutures/runs/{run_id}/")
+            ["Contents"]]
+    assert any("results" in key for key in keys) and len(keys) >= 3, keys
+    for key in keys:  # the function, the inputs and the result
+        head = s3.head_object(Bucket=bucket, Key=key)
+        assert (head["ServerSideEncryption"], head["SSEKMSKeyId"]) == ("aws:kms", kms_key), key

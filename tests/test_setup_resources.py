@@ -19,6 +19,9 @@ What moto's CloudFormation cannot do, and how these tests get around it:
   are passed explicitly with their template defaults.
 - AWS::S3::Bucket: moto applies only encryption and tags, so the lifecycle rule and the public
   access block are checked in the template itself.
+- A statement dropped from a policy's Statement list by Fn::If and AWS::NoValue: moto leaves a
+  null in the list and refuses the document (MalformedPolicyDocument), so the template's
+  conditional grant (KmsKeyArn) is a resource of its own with Condition, which moto honours.
 """
 
 import ast
@@ -137,8 +140,14 @@ def test_cfn_lint_passes(template):
 
 
 def test_outputs_are_the_values_the_client_needs(template):
-    # the three BATCHFUTURES_* variables, and the signing secret's ARN (signing_secret=)
-    assert set(template["Outputs"]) == {"JobQueue", "JobDefinition", "IoBucket", "SigningSecret"}
+    # the three BATCHFUTURES_* variables, and the signing secret's ARN (signing_secret=); with
+    # KmsKeyArn, the policy the clients attach for the key
+    always = {name for name, o in template["Outputs"].items() if "Condition" not in o}
+    assert always == {"JobQueue", "JobDefinition", "IoBucket", "SigningSecret"}
+    assert set(template["Outputs"]) - always == {"PayloadKeyPolicy"}
+    assert template["Outputs"]["PayloadKeyPolicy"] == {
+        "Condition": "HasKmsKey", "Value": {"Ref": "PayloadKeyPolicy"},
+        "Description": template["Outputs"]["PayloadKeyPolicy"]["Description"]}
     descriptions = " ".join(o["Description"] for o in template["Outputs"].values())
     for variable in ("BATCHFUTURES_JOB_QUEUE", "BATCHFUTURES_JOB_DEFINITION", "BATCHFUTURES_IO_BUCKET",
                      "signing_secret="):
@@ -155,6 +164,28 @@ def test_the_template_creates_a_random_signing_secret(template):
     assert generated["PasswordLength"] >= 32 and "SecretStringTemplate" not in generated
     assert "SecretString" not in secret["Properties"]  # no value in the template itself
     assert template["Parameters"]["SigningSecretArn"]["Default"] == ""
+
+
+def test_kms_key_arn_switches_the_bucket_to_sse_kms_and_adds_the_key_policy(template):
+    assert template["Parameters"]["KmsKeyArn"]["Default"] == ""
+    assert template["Conditions"]["HasKmsKey"] == {"Fn::Not": [{"Fn::Equals": [
+        {"Ref": "KmsKeyArn"}, ""]}]}
+    (rule,) = template["Resources"]["IoBucket"]["Properties"]["BucketEncryption"][
+        "ServerSideEncryptionConfiguration"]
+    assert rule["ServerSideEncryptionByDefault"] == {
+        "SSEAlgorithm": {"Fn::If": ["HasKmsKey", "aws:kms", "AES256"]},
+        "KMSMasterKeyID": {"Fn::If": ["HasKmsKey", {"Ref": "KmsKeyArn"}, {"Ref": "AWS::NoValue"}]}}
+    policy = template["Resources"]["PayloadKeyPolicy"]
+    assert (policy["Type"], policy["Condition"]) == ("AWS::IAM::ManagedPolicy", "HasKmsKey")
+    assert policy["Properties"]["Roles"] == [{"Ref": "JobRole"}]
+    assert policy["Properties"]["ManagedPolicyName"] == {"Fn::Sub": "${AWS::StackName}-payload-key"}
+    # the only use of the key, and the only conditional resources are this one and the secret
+    assert "KmsKeyArn" not in str({n: r for n, r in template["Resources"].items()
+                                   if n not in ("IoBucket", "PayloadKeyPolicy")})
+    assert {n for n, r in template["Resources"].items() if "Condition" in r} == {
+        "SigningSecret", "PayloadKeyPolicy"}
+    groups = template["Metadata"]["AWS::CloudFormation::Interface"]["ParameterGroups"]
+    assert sorted(p for g in groups for p in g["Parameters"]) == sorted(template["Parameters"])
 
 
 def test_bucket_expires_runs_blocks_public_access_and_denies_plain_http(template):
@@ -241,6 +272,10 @@ def test_iam_is_least_privilege(template):
                 "batch:DescribeComputeEnvironments"}, (name, actions)
     job_statements = {s["Sid"]: s for n, s in statements if n == "JobRole"}
     assert set(job_statements) == {"RunObjects", "MissingKeysAre404", "ReadSigningKey"}
+    (key_statement,) = [s for n, s in statements if n == "PayloadKeyPolicy"]
+    assert set(key_statement["Action"]) == {"kms:GenerateDataKey", "kms:Decrypt"}
+    assert key_statement["Resource"] == {"Ref": "KmsKeyArn"}
+    assert not [s for n, s in statements if n != "PayloadKeyPolicy" and "kms" in str(s).lower()]
     objects = job_statements["RunObjects"]
     assert objects["Resource"] == {"Fn::Sub": "${IoBucket.Arn}/${IoPrefix}/runs/*"}
     assert set(objects["Action"]) == {"s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"}
@@ -348,8 +383,11 @@ def stack(aws, network, template):
 def test_stack_creates_in_moto_with_the_three_outputs(aws, stack, template):
     outputs, physical = stack["outputs"], stack["physical"]
     assert set(outputs) == {"JobQueue", "JobDefinition", "IoBucket", "SigningSecret"}
-    # every resource but the types moto's CloudFormation does not implement
-    assert set(template["Resources"]) - set(physical) <= {"IoBucketPolicy", "SigningSecret"}
+    # every resource but the types moto's CloudFormation does not implement, and the key's
+    # policy (KmsKeyArn is empty)
+    assert set(template["Resources"]) - set(physical) <= {"IoBucketPolicy", "SigningSecret",
+                                                          "PayloadKeyPolicy"}
+    assert "PayloadKeyPolicy" not in physical and "PayloadKeyPolicy" not in outputs
     assert outputs["SigningSecret"].startswith(f"arn:aws:secretsmanager:{REGION}:{MOTO_ACCOUNT}:secret:")
 
     batch = aws("batch")
@@ -410,6 +448,29 @@ def test_job_role_reaches_only_the_payload_prefix(aws, stack):
     assert iam.list_attached_role_policies(RoleName=role)["AttachedPolicies"] == []
     client = iam.get_policy(PolicyArn=f"arn:aws:iam::{MOTO_ACCOUNT}:policy/bf-test-client")
     assert client["Policy"]["PolicyName"] == "bf-test-client"
+
+
+def test_kms_key_arn_stack_encrypts_with_the_key_and_attaches_its_policy(aws, network, template):
+    key = aws("kms").create_key(Description="batchfutures payloads")["KeyMetadata"]["Arn"]
+    outputs, physical = create_stack(aws, network, "bf-kms", template, KmsKeyArn=key)
+    (rule,) = aws("s3").get_bucket_encryption(Bucket=outputs["IoBucket"])[
+        "ServerSideEncryptionConfiguration"]["Rules"]
+    assert rule["ApplyServerSideEncryptionByDefault"] == {"SSEAlgorithm": "aws:kms",
+                                                         "KMSMasterKeyID": key}
+    policy_arn = f"arn:aws:iam::{MOTO_ACCOUNT}:policy/bf-kms-payload-key"
+    assert outputs["PayloadKeyPolicy"] == policy_arn
+    iam = aws("iam")
+    attached = iam.list_attached_role_policies(RoleName=physical["JobRole"])["AttachedPolicies"]
+    assert [p["PolicyArn"] for p in attached] == [policy_arn]
+    # the job role's own policy is what it is without the key (test_iam checks the statements)
+    (name,) = iam.list_role_policies(RoleName=physical["JobRole"])["PolicyNames"]
+    document = policy_document(iam.get_role_policy(RoleName=physical["JobRole"], PolicyName=name))
+    assert [s["Sid"] for s in document["Statement"]] == ["RunObjects", "MissingKeysAre404",
+                                                         "ReadSigningKey"]
+    # an object written without SSE headers lands under the key too
+    aws("s3").put_object(Bucket=outputs["IoBucket"], Key="batchfutures/check/x", Body=b"x")
+    head = aws("s3").head_object(Bucket=outputs["IoBucket"], Key="batchfutures/check/x")
+    assert (head["ServerSideEncryption"], head["SSEKMSKeyId"]) == ("aws:kms", key)
 
 
 def test_fargate_outputs(aws, network, template):
