@@ -6,12 +6,14 @@
     every interval (or when the emulator says a job changed), on the poller thread:
       owner.flush_due()                          send coalesced calls whose window closed
       queued CancelJob / TerminateJob calls
-      DescribeJobs, 100 ids per call, outstanding jobs only
+      children waiting for a retried upstream    TrackedJob.ready_reruns ─> job.rerun (reruns.py)
+      DescribeJobs, 100 ids per call, jobs with open children only
       per job:  TrackedJob.view ─> reconcile(view, reads) ─┬─ needs: ListJobs / DescribeJobs of
-                   ^                                       │  children / GET results / LIST
-                   └──────── reads ────────────────────────┘  storage (a failed read: this job
-                                                               waits for the next poll, nothing
-                            actions ─> CancelJob (unplaceable) committed)
+                   ^                                       │  children or nodes / GET results /
+                   └──────── reads ────────────────────────┘  LIST storage (a failed read: this
+                                                               job waits for the next poll,
+                            actions ─> CancelJob (unplaceable)  nothing committed)
+                                    ─> TerminateJob (a multi-node job's node failed)
                                     ─> log tails of failed children
                                     ─> TrackedJob.apply: futures settled, facts committed
 
