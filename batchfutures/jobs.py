@@ -304,6 +304,12 @@ class TrackedJob:
             self.status = actions.status
         if actions.summary is not None:
             self.summary = dict(actions.summary)
+        if actions.stuck_reason and self.stuck_reason is None:  # once, when it starts
+            then = ("it is cancelled after runnable_timeout=%gs" % self.runnable_timeout
+                    if self.runnable_timeout is not None else
+                    "it may never start: set runnable_timeout= to give up after a while")
+            logger.warning("batchfutures: Batch job %s waits RUNNABLE: %s; %s", self.job_id,
+                           actions.stuck_reason, then)
         self.stuck_since, self.stuck_reason = actions.stuck_since, actions.stuck_reason
         if actions.checked_at is not None:
             self.checked_at = actions.checked_at

@@ -559,14 +559,21 @@ def test_a_plain_job_held_runnable_shows_why_and_is_cancelled_after_runnable_tim
     assert world.cancelled[0][1].startswith("batchfutures:")
 
 
-def test_a_runnable_job_without_runnable_timeout_waits_and_shows_why():
+def test_a_runnable_job_without_runnable_timeout_waits_and_shows_why(caplog, monkeypatch):
+    import logging
+
+    # a library's logging.config (moto, cfn-lint) may have disabled existing loggers
+    monkeypatch.setattr(logging.getLogger("batchfutures"), "disabled", False)
     world = World(1, "plain-2")
     rig = Rig(world)
     world.child(0, "RUNNABLE", "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY - no Spot capacity")
-    for _ in range(3):
-        rig.poll(advance=10_000)
+    with caplog.at_level("WARNING", logger="batchfutures"):
+        for _ in range(3):
+            rig.poll(advance=10_000)
     assert not rig.future(0).done() and not world.cancelled
     assert rig.future(0).status_reason.startswith("CAPACITY:")
+    warned = [r.getMessage() for r in caplog.records if "waits RUNNABLE" in r.getMessage()]
+    assert len(warned) == 1 and "plain-2" in warned[0] and "set runnable_timeout=" in warned[0]
 
 
 def test_an_array_held_runnable_is_cancelled_as_one_job_after_runnable_timeout():
