@@ -202,6 +202,18 @@ UNPLACEABLE_PREFIXES = ("MISCONFIGURATION:", "CAPACITY:")
 RESOURCES_TOO_LARGE_PREFIX = "MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT"
 
 
+def add_note(error: BaseException, note: str) -> None:
+    """PEP 678's ``error.add_note(note)``; before Python 3.11 the same ``__notes__`` list (kept
+    through pickling, shown by tracebacks from 3.11 on)."""
+    try:
+        if hasattr(error, "add_note"):
+            error.add_note(note)
+        else:
+            error.__notes__ = [*getattr(error, "__notes__", []), note]  # type: ignore[attr-defined]
+    except Exception:  # an exception type that refuses attributes keeps its message alone
+        pass
+
+
 def is_unplaceable_reason(reason: Optional[str]) -> bool:
     """Whether a RUNNABLE job's reason says Batch cannot place it as things are."""
     return bool(reason) and str(reason).startswith(UNPLACEABLE_PREFIXES)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from . import reruns, serialization, signing
-from .errors import BatchError, IntegrityError, RemoteError
+from .errors import BatchError, IntegrityError, RemoteError, add_note
 from .futures import BatchFuture
 from .statuses import JobStatus
 
@@ -476,8 +476,9 @@ def combine_node_results(node_data: Sequence[Optional[bytes]], job_id: str) -> T
                 f"finished (or the main node stopped waiting for it, BATCHFUTURES_NODE_WAIT)")
         (ok, value), = decode_result(data, 1)
         if not ok:
-            if isinstance(value, BaseException) and hasattr(value, "add_note"):
-                value.add_note(f"raised on node {index} of the {len(node_data)} nodes of Batch job {job_id}")
+            if isinstance(value, BaseException):
+                add_note(value, f"raised on node {index} of the {len(node_data)} nodes of Batch "
+                                f"job {job_id}")
             return False, value
         values.append(value)
     return True, values

@@ -409,11 +409,11 @@ def encode_ok(value: Any) -> bytes:
     except MemoryError:
         raise
     except Exception as error:
-        note = f"batchfutures: the function returned {_type_name(value)}, which could not be pickled"
-        if hasattr(error, "add_note"):  # Python 3.11+: the note travels with the exception
-            error.add_note(note)
-            return encode_error(error, traceback.format_exc())
-        return encode_error(error, traceback.format_exc() + note + "\n")
+        from .errors import add_note
+
+        add_note(error, f"batchfutures: the function returned {_type_name(value)}, which could "
+                        f"not be pickled")  # the note travels with the exception
+        return encode_error(error, traceback.format_exc())
     return _envelope(OK, payload)
 
 
