@@ -411,9 +411,12 @@ def encode_ok(value: Any) -> bytes:
     except Exception as error:
         from .errors import add_note
 
-        add_note(error, f"batchfutures: the function returned {_type_name(value)}, which could "
-                        f"not be pickled")  # the note travels with the exception
-        return encode_error(error, traceback.format_exc())
+        note = f"batchfutures: the function returned {_type_name(value)}, which could not be pickled"
+        add_note(error, note)  # the note travels with the exception
+        text = traceback.format_exc()
+        if sys.version_info < (3, 11):  # tracebacks show notes from 3.11 on
+            text += note + "\n"
+        return encode_error(error, text)
     return _envelope(OK, payload)
 
 
