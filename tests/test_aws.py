@@ -88,6 +88,37 @@ def test_map_on_the_aws_path(aws, bucket, requests_seen):
     assert submits and all(p["jobQueue"] == "batchfutures" for p in submits)
 
 
+def plus_one(x):
+    return x + 1
+
+
+def fail_on_two(x):
+    if x == 2:
+        raise ValueError("two")
+    return x
+
+
+def test_a_pipeline_on_the_aws_path(aws, bucket, requests_seen):
+    from batchfutures import DependencyFailedError
+
+    with BatchExecutor(environment(bucket)) as executor:
+        first = executor.map_futures(square, range(4))              # 0 1 4 9
+        second = executor.map_futures(plus_one, first)              # 1 2 5 10
+        third = executor.map_futures(fail_on_two, second)           # 1 ValueError 5 10
+        fourth = executor.map_futures(plus_one, third)              # 2 DependencyFailed 6 11
+        total = executor.submit(sum, [fourth[0], fourth[2], fourth[3]])
+        assert total.result(timeout=180) == 2 + 6 + 11
+        error = fourth[1].exception(timeout=180)
+        assert type(third[1].exception()) is ValueError
+    assert type(error) is DependencyFailedError
+    assert type(error.__cause__) is ValueError and error.__cause__.args == ("two",)
+    submits = [params for name, params in requests_seen if name == "SubmitJob"]
+    assert len(submits) == 5  # every stage sent at once, Batch holds them
+    for stage in submits[1:4]:  # equal layouts: child i waits for child i only
+        assert [d.get("type") for d in stage["dependsOn"]] == ["N_TO_N"]
+    assert submits[4]["dependsOn"] == [{"jobId": fourth[0].job_id.split(":")[0]}]
+
+
 def test_requests_fit_the_model_and_aws_limits(aws, bucket, requests_seen):
     model = botocore.session.get_session().get_service_model("batch")
     with BatchExecutor(environment(bucket, job_definition=None, image="example/worker:py3.11"),
