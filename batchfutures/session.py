@@ -20,6 +20,8 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import logging
+import platform
+import sys
 import threading
 import time
 import uuid
@@ -219,6 +221,11 @@ class Upstream:
                     self.pairs_by_child == {i: {i} for i in range(size)}:
                 return [{"jobId": job_id, "type": "N_TO_N"}]
         return [{"jobId": job_id} for job_id in sorted(self.unfinished)]
+
+
+# CPython 3.12.0 to 3.12.2 refuse to start threads once the interpreter exits, also in the
+# threading atexit hooks where concurrent.futures (and finish_at_exit) run (gh-113964)
+THREADS_REFUSED_AT_EXIT = (3, 12, 0) <= sys.version_info[:3] < (3, 12, 3)
 
 
 class Session:
@@ -514,6 +521,13 @@ class Session:
         from .environments import LocalEnvironment
 
         if isinstance(self.env, LocalEnvironment):
+            if THREADS_REFUSED_AT_EXIT:
+                logger.warning(
+                    "batchfutures: %d call(s) are unfinished at interpreter exit, and Python %s "
+                    "cannot start the threads the local emulator needs to run them now (CPython "
+                    "gh-113964, fixed in 3.12.3): they fail to start. Call executor.shutdown() "
+                    "(or use a with block) before the script ends, or upgrade Python.",
+                    len(unfinished), platform.python_version())
             # the emulator's jobs die with this process, so wait, as ProcessPoolExecutor does
             concurrent.futures.wait(unfinished)
             return

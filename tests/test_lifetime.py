@@ -12,6 +12,8 @@ import time
 
 import pytest
 
+from batchfutures.session import THREADS_REFUSED_AT_EXIT
+
 pytestmark = pytest.mark.slow
 
 
@@ -38,7 +40,10 @@ def test_calls_submitted_just_before_exit_still_run(tmp_path):
     """)
     out, err = process.communicate(timeout=120)
     assert process.returncode == 0, err
-    assert marker.read_text() == "done"
+    if THREADS_REFUSED_AT_EXIT:  # CPython 3.12.0-3.12.2: no thread can start at exit; it says so
+        assert "gh-113964" in err and "executor.shutdown()" in err and not marker.exists()
+    else:
+        assert marker.read_text() == "done"
 
 
 def test_submit_from_an_atexit_hook_is_refused(tmp_path):

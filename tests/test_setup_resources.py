@@ -623,12 +623,13 @@ def test_image_commands_name_this_python_and_its_cloudpickle():
 
 
 def test_image_commands_for_another_python_and_repository():
-    text = image_commands("3.12.1", "210987654321.dkr.ecr.eu-west-1.amazonaws.com/team/worker")
-    assert "--build-arg PYTHON_VERSION=3.12" in text
+    other = "3.13" if MINOR == "3.12" else "3.12"  # a Python other than the one running
+    text = image_commands(f"{other}.1", "210987654321.dkr.ecr.eu-west-1.amazonaws.com/team/worker")
+    assert f"--build-arg PYTHON_VERSION={other}" in text
     assert "CLOUDPICKLE_VERSION=" not in text.replace("CLOUDPICKLE_VERSION=<", "")  # not ours to pin
     assert "REGION=eu-west-1" in text
     assert "REGISTRY=210987654321.dkr.ecr.eu-west-1.amazonaws.com" in text
-    assert 'IMAGE="$REGISTRY/team/worker:py3.12"' in text
+    assert f'IMAGE="$REGISTRY/team/worker:py{other}"' in text
     assert "ImageUri=$IMAGE" in text
     tagged = image_commands(repository="ghcr.io/me/worker:v7")
     assert "IMAGE=ghcr.io/me/worker:v7" in tagged and "aws " not in tagged
