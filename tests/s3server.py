@@ -161,6 +161,31 @@ def s3_root(s3_bucket: str) -> str:
 
 
 @contextlib.contextmanager
+def private_moto_server() -> Iterator[str]:
+    """A moto server of one test module's own (its IAM enforcement and CloudFormation state are
+    that module's alone); yields its endpoint URL on 127.0.0.1."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+def admin_clients(endpoint: str):
+    """A client factory, ``clients("iam")``, for the test account of the moto server at
+    ``endpoint``."""
+    import boto3
+
+    session = boto3.session.Session(aws_access_key_id="testing", aws_secret_access_key="testing",
+                                    region_name=REGION)
+    return lambda service: session.client(service, endpoint_url=endpoint)
+
+
+@contextlib.contextmanager
 def emulator_endpoint(folder, max_vcpus: int, **settings) -> Iterator[object]:
     """An emulator behind its HTTP endpoint, with boto3's batch and logs clients pointed at it
     (AWS_ENDPOINT_URL_BATCH / _CLOUDWATCH_LOGS, as a user would point them at any compatible

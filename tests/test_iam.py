@@ -232,22 +232,17 @@ def test_the_kms_grant_names_a_key_arn_and_nothing_else():
 # -- 2. enforced on moto's server -------------------------------------------------------------
 @pytest.fixture(scope="module")
 def moto_url() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
+    from s3server import private_moto_server
 
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
+    with private_moto_server() as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
 def admin(moto_url):
-    import boto3
+    from s3server import admin_clients
 
-    session = boto3.session.Session(aws_access_key_id="testing", aws_secret_access_key="testing",
-                                    region_name=REGION)
-    return lambda service: session.client(service, endpoint_url=moto_url)
+    return admin_clients(moto_url)
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,6 @@ import ast
 import os
 import re
 import shutil
-import socket
 import stat
 import subprocess
 import sys
@@ -294,30 +293,19 @@ def test_iam_is_least_privilege(template):
 
 
 # -- the stack in moto's CloudFormation -------------------------------------------------------
-def _free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def moto_url():
-    from moto.server import ThreadedMotoServer
+    from s3server import private_moto_server
 
-    port = _free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
+    with private_moto_server() as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
 def aws(moto_url):
-    import boto3
+    from s3server import admin_clients
 
-    session = boto3.session.Session(aws_access_key_id="testing", aws_secret_access_key="testing",
-                                    region_name=REGION)
-    return lambda service: session.client(service, endpoint_url=moto_url)
+    return admin_clients(moto_url)
 
 
 @pytest.fixture(scope="module")
