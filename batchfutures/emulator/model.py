@@ -45,6 +45,45 @@ def service_model(service: str = "batch") -> Any:
     return model
 
 
+# Members the emulator answers with that botocore's Batch model gained only in 2026. With an
+# older botocore, boto3 drops them from AWS's answers; the emulator's answers lose them too.
+NEWER_MEMBERS = (("JobDetail", "isCancelled"), ("JobDetail", "isTerminated"),
+                 ("JobSummary", "isCancelled"), ("JobSummary", "isTerminated"),
+                 ("ArrayPropertiesDetail", "statusSummaryLastUpdatedAt"),
+                 ("ArrayPropertiesSummary", "statusSummaryLastUpdatedAt"))
+_older_model: Optional[bool] = None
+
+
+def model_has(shape: str, member: str, service: str = "batch") -> bool:
+    """Whether the installed botocore's model knows ``shape.member``."""
+    return member in service_model(service).shape_for(shape).members
+
+
+def as_boto3_returns(operation: str, response: Dict[str, Any]) -> Dict[str, Any]:
+    """A Batch answer as boto3 would return it from AWS: without the members the installed
+    botocore's model does not know (a no-op, and free, with a model that knows them all)."""
+    global _older_model
+    if _older_model is None:
+        _older_model = not all(model_has(shape, member) for shape, member in NEWER_MEMBERS)
+    if not _older_model:
+        return response
+    return _known_only(response, service_model("batch").operation_model(operation).output_shape)
+
+
+def _known_only(value: Any, shape: Any) -> Any:
+    if shape is None:
+        return value
+    kind = shape.type_name
+    if kind == "structure" and isinstance(value, dict):
+        members = shape.members
+        return {k: _known_only(v, members[k]) for k, v in value.items() if k in members}
+    if kind == "list" and isinstance(value, list):
+        return [_known_only(v, shape.member) for v in value]
+    if kind == "map" and isinstance(value, dict):
+        return {k: _known_only(v, shape.value) for k, v in value.items()}
+    return value
+
+
 def validate_request(operation: str, params: Mapping[str, Any], service: str = "batch") -> None:
     """Raise ParamValidationError, as boto3 would, when `params` do not fit the input shape."""
     global _validator

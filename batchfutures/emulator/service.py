@@ -47,7 +47,7 @@ from .jobs import FINAL, STATUSES, DependencyKind, Job, JobStatus, Unit, describ
 from .launcher import ProcessLauncher
 from .listing import job_filter, token, untoken
 from .logs import LogsService
-from .model import arn_resource, client_error, job_arn, validate_request
+from .model import arn_resource, as_boto3_returns, client_error, job_arn, validate_request
 from .monitor import MemoryMonitor
 from .records import QueueStore, owner_token, process_alive
 from .retries import normalized
@@ -98,7 +98,7 @@ def _api(operation: str) -> Callable[[Callable[..., Dict[str, Any]]], Callable[.
                 raise client_error(str(error), error.code, operation=operation) from None
             if operation == "SubmitJob" and self.faults.reply_lost(operation):
                 raise self.faults.lost_reply_error(operation)  # the job exists all the same
-            return response
+            return as_boto3_returns(operation, response)
 
         call.operation = operation  # type: ignore[attr-defined]
         return call

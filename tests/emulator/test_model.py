@@ -81,3 +81,26 @@ def test_requests_are_validated_as_botocore_does(emu, method, params):
 def test_log_requests_are_validated_too(emu):
     with pytest.raises(ParamValidationError):
         emu.logs.get_log_events(logGroupName="/aws/batch/job")  # logStreamName missing
+
+
+def test_with_an_older_botocore_answers_lose_what_its_model_lacks(monkeypatch):
+    from batchfutures.emulator import model
+
+    answer = {"jobs": [{"jobId": "j", "status": "FAILED", "isCancelled": True,
+                        "notInAnyModel": 1, "container": {"exitCode": 1, "madeUp": "x"},
+                        "arrayProperties": {"size": 2, "statusSummary": {"FAILED": 2}}}]}
+    monkeypatch.setattr(model, "_older_model", False)  # a model that knows every member
+    assert model.as_boto3_returns("DescribeJobs", answer) is answer  # untouched, no copy
+    monkeypatch.setattr(model, "_older_model", True)
+    pruned = model.as_boto3_returns("DescribeJobs", answer)
+    assert pruned == {"jobs": [{"jobId": "j", "status": "FAILED", "isCancelled": True,
+                                "container": {"exitCode": 1},
+                                "arrayProperties": {"size": 2, "statusSummary": {"FAILED": 2}}}]}
+    assert "notInAnyModel" in answer["jobs"][0]  # the emulator's own record is not changed
+
+
+def test_the_newer_members_are_named_against_the_installed_model():
+    from batchfutures.emulator import model
+
+    for shape, _ in model.NEWER_MEMBERS:  # each names a real shape; its member may be new
+        assert model.service_model().shape_for(shape).type_name == "structure"
