@@ -38,7 +38,6 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Set, 
 from . import batchapi
 from .errors import (
     ABORT_REASON_PREFIX,
-    BatchError,
     DependencyFailedError,
     IntegrityError,
     JobAbortedError,
@@ -352,9 +351,7 @@ class Poller:
         if not ready:
             return False
         try:
-            if job.rerun is None:  # pragma: no cover - only a job with a rerun hook waits
-                raise BatchError(f"job {job.job_id} cannot run children again")
-            new = job.rerun(job, ready)
+            new = job.rerun(job, ready)  # set: only a job with a rerun hook has waiting children
         except Exception as error:  # their futures fail with it; nothing waits in vain
             logger.warning("batchfutures: could not run %d child(ren) of %s again: %s",
                            len(ready), job.job_id, error)

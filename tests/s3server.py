@@ -160,6 +160,25 @@ def s3_root(s3_bucket: str) -> str:
     return f"s3://{s3_bucket}/{PREFIX}"
 
 
+def new_bucket() -> str:
+    """A fresh bucket on the moto server boto3 is pointed at (s3_endpoint); its name."""
+    import boto3
+
+    name = f"bf-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", region_name=REGION).create_bucket(Bucket=name)
+    return name
+
+
+def emulator_environment(bucket: str, **settings):
+    """The AWSBatchEnvironment of the queue and worker definition behind emulator_endpoint."""
+    from batchfutures import AWSBatchEnvironment
+
+    if "image" not in settings:
+        settings.setdefault("job_definition", "batchfutures-worker")
+    return AWSBatchEnvironment(job_queue="batchfutures", io_bucket=bucket, region_name=REGION,
+                               **settings)
+
+
 @contextlib.contextmanager
 def private_moto_server() -> Iterator[str]:
     """A moto server of one test module's own (its IAM enforcement and CloudFormation state are

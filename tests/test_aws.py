@@ -18,10 +18,9 @@ import boto3
 import botocore.session
 import pytest
 from botocore.validate import ParamValidator
-from s3server import emulator_endpoint
+from s3server import emulator_endpoint, emulator_environment, new_bucket
 
 from batchfutures import (
-    AWSBatchEnvironment,
     BatchExecutor,
     ConfigurationError,
     JobTimeoutError,
@@ -44,9 +43,7 @@ def aws(tmp_path_factory, s3_endpoint):
 
 @pytest.fixture
 def bucket(s3_endpoint):
-    name = f"bf-{uuid.uuid4().hex[:12]}"
-    boto3.client("s3", region_name=REGION).create_bucket(Bucket=name)
-    return name
+    return new_bucket()
 
 
 @pytest.fixture
@@ -68,10 +65,7 @@ def requests_seen():
     boto3.session.Session.client = original
 
 
-def environment(bucket, **kwargs):
-    kwargs.setdefault("job_definition", "batchfutures-worker")
-    return AWSBatchEnvironment(job_queue="batchfutures", io_bucket=bucket, region_name=REGION,
-                               **kwargs)
+environment = emulator_environment
 
 
 def test_map_on_the_aws_path(aws, bucket, requests_seen):

@@ -418,12 +418,9 @@ def test_on_the_aws_path_image_registers_a_multinode_definition_and_submits_node
     import uuid
 
     import boto3
-    from s3server import emulator_endpoint
+    from s3server import emulator_endpoint, emulator_environment, new_bucket
 
-    from batchfutures import AWSBatchEnvironment
-
-    bucket = f"bf-{uuid.uuid4().hex[:12]}"
-    boto3.client("s3", region_name="us-east-1").create_bucket(Bucket=bucket)
+    bucket = new_bucket()
     seen = []
     original = boto3.session.Session.client
 
@@ -436,9 +433,7 @@ def test_on_the_aws_path_image_registers_a_multinode_definition_and_submits_node
         return made
     monkeypatch.setattr(boto3.session.Session, "client", client)
     with emulator_endpoint(tmp_path / "aws-emulator", max_vcpus=2):
-        env = AWSBatchEnvironment(job_queue="batchfutures", io_bucket=bucket,
-                                  image=f"example/worker:{uuid.uuid4().hex[:8]}",
-                                  region_name="us-east-1")
+        env = emulator_environment(bucket, image=f"example/worker:{uuid.uuid4().hex[:8]}")
         with BatchExecutor(env) as ex:
             assert ex.with_settings(nodes=2).submit(node_index).result(timeout=120) == [
                 (0, 2), (1, 2)]

@@ -205,18 +205,12 @@ def test_doubling_stops_at_what_the_queue_can_place(tmp_path):
 def test_on_aws_a_retry_larger_than_any_instance_fails_for_memory_instead_of_waiting(
         tmp_path, s3_endpoint):
     import time
-    import uuid
 
     import boto3
-    from s3server import emulator_endpoint
-
-    from batchfutures import AWSBatchEnvironment
+    from s3server import emulator_endpoint, emulator_environment, new_bucket
 
     with emulator_endpoint(tmp_path / "emulator", max_vcpus=2, max_memory_mib=600):
-        bucket = f"bf-{uuid.uuid4().hex[:12]}"
-        boto3.client("s3", region_name="us-east-1").create_bucket(Bucket=bucket)
-        env = AWSBatchEnvironment(job_queue="batchfutures", io_bucket=bucket,
-                                  job_definition="batchfutures-worker", region_name="us-east-1")
+        env = emulator_environment(new_bucket())
         with BatchExecutor(env, memory=256, retry_on_oom=3) as ex:  # no runnable_timeout
             future = ex.submit(allocate, 700)  # killed at 256 and 512; 1024 fits no instance
             error = future.exception(timeout=180)

@@ -13,13 +13,12 @@ import os
 import sys
 import threading
 import time
-import uuid
 
 import boto3
 import pytest
-from s3server import emulator_endpoint
+from s3server import emulator_endpoint, emulator_environment, new_bucket
 
-from batchfutures import AWSBatchEnvironment, BatchExecutor, JobFailedError, LocalEnvironment
+from batchfutures import BatchExecutor, JobFailedError, LocalEnvironment
 from batchfutures.errors import JobUnplaceableError, PollerStoppedError
 
 pytestmark = pytest.mark.slow
@@ -160,10 +159,7 @@ def aws(tmp_path_factory, s3_endpoint):
 
 @pytest.fixture
 def aws_env(aws):
-    bucket = f"bf-{uuid.uuid4().hex[:12]}"
-    boto3.client("s3", region_name=REGION).create_bucket(Bucket=bucket)
-    return AWSBatchEnvironment(job_queue="batchfutures", io_bucket=bucket,
-                               job_definition="batchfutures-worker", region_name=REGION)
+    return emulator_environment(new_bucket())
 
 
 def test_a_job_held_runnable_past_runnable_timeout_is_cancelled_and_says_why(aws, aws_env):
