@@ -31,6 +31,15 @@ the refusal in its JSON metadata only (never a pickle), so the client raises Int
 without unpickling. No key at all is a failed container (exit 1) whose log says where the key
 was looked for.
 
+In a thread (the emulator's ``launcher="threads"``, emulator/threads.py) the same code runs
+through ``run(job_url, environ, fork=False, cancelled=...)``: the attempt's environment is the
+mapping given (threads share os.environ), the items run in this thread (no forked pool), nothing
+calls os._exit (``run`` returns the exit status; a MemoryError propagates), and once
+``cancelled()`` is true (the attempt was killed) no further item runs and no result is written.
+
+    python -m batchfutures.worker <url>  ->  main: logging, run(url, os.environ) -> _exit(status)
+    ThreadLauncher (emulator)            ->  run(url, its env, fork=False, cancelled) -> status
+
 Imports stay light: no boto3 for file:// URLs, s3fs only through fsspec for s3:// URLs.
 """
 
@@ -43,12 +52,14 @@ import socket
 import sys
 import time
 import traceback
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional
 
-from .errors import IntegrityError
+from .errors import ConfigurationError, IntegrityError
 
 if TYPE_CHECKING:
     from .nodes import NodeInfo
+    from .signing import Signer
     from .storage import Storage
 
 logger = logging.getLogger("batchfutures")
@@ -58,6 +69,31 @@ NODE_POLL_INTERVAL = 0.25  # the main node's look for the other nodes' results (
 # stops the nodes still running), so a node that wrote its result usually exits SUCCEEDED.
 NODE_EXIT_GRACE = 1.0
 _OOM_LINE = b"batchfutures.worker: MemoryError: out of memory; exiting with status 137 like the OOM killer\n"
+
+
+def _never() -> bool:
+    return False
+
+
+class Cancelled(Exception):
+    """The attempt was killed while its thread ran: stop, write nothing."""
+
+
+@dataclass(frozen=True)
+class Context:
+    """One attempt's world as the worker sees it: a process's is os.environ, forking allowed."""
+
+    environ: Mapping[str, str]
+    fork: bool = True  # may run the items on forked processes (pool.py); never in a thread
+    cancelled: Callable[[], bool] = _never  # true once the attempt was killed (threads only)
+
+    def check(self) -> None:
+        if self.cancelled():
+            raise Cancelled()
+
+
+def _process_context() -> Context:
+    return Context(os.environ)
 
 
 def _out_of_memory() -> None:
@@ -101,9 +137,12 @@ def _load_failure(what: str, header: Dict[str, Any], error: BaseException) -> by
         traceback.format_exc(), type_name=type(error).__name__)
 
 
-def run_items(storage: "Storage", header: Dict[str, Any], blob: bytes, index: int) -> List[bytes]:
+def run_items(storage: "Storage", header: Dict[str, Any], blob: bytes, index: int,
+              context: Optional[Context] = None) -> List[bytes]:
     """Run child ``index``'s items; one encoded outcome per item. MemoryError propagates."""
     from . import serialization
+
+    context = context or _process_context()
 
     if header.get("sources"):  # a retry_on_oom retry: the items stay in the first job's inputs
         source_url, source_index = header["sources"][index]
@@ -125,7 +164,7 @@ def run_items(storage: "Storage", header: Dict[str, Any], blob: bytes, index: in
         return [_load_failure("the call's arguments", header, error)] * _item_count(header, index)
     from . import pool
 
-    processes = pool.processes_for(len(items))
+    processes = pool.processes_for(len(items), context.environ) if context.fork else 1
     if processes > 1:  # a job of N vCPUs: the items on N processes, the initializer in each
         return pool.run_items(storage, header, items, index, processes)
 
@@ -153,6 +192,7 @@ def run_items(storage: "Storage", header: Dict[str, Any], blob: bytes, index: in
             failed_functions[function_index] = _load_failure("the function", header, error)
     outcomes: List[bytes] = []
     for function_index, args, kwargs in items:
+        context.check()
         if function_index in failed_functions:
             outcomes.append(failed_functions[function_index])
             continue
@@ -220,7 +260,7 @@ def _run_initializer(storage: "Storage", header: Dict[str, Any], url: str,
 
 
 def run_child(job_url: str, index: int, attempt: Optional[str] = None,
-              node: "Optional[NodeInfo]" = None) -> int:
+              node: "Optional[NodeInfo]" = None, context: Optional[Context] = None) -> int:
     """Run one child of a Batch job and record its result; the container's exit status.
 
     ``node``: a node of a multi-node job. Every node runs child 0's items and writes its result
@@ -228,27 +268,53 @@ def run_child(job_url: str, index: int, attempt: Optional[str] = None,
     the job and stops the nodes still running (BATCHFUTURES_NODE_WAIT bounds the wait, in
     seconds; unset, the job's timeout does).
     """
-    from . import signing
     from .awsclients import worker_storage_options  # the S3 guards the client set for the job
     from .storage import Storage
 
-    storage = Storage.from_url(job_url, signer=signing.job_signer(),
-                               storage_options=worker_storage_options(dict(os.environ)) or None)
+    context = context or _process_context()
+    storage = Storage.from_url(job_url, signer=_job_signer(context.environ),
+                               storage_options=worker_storage_options(dict(context.environ)) or None)
     if storage.has_result(job_url, index):
         logger.info("child %d: a result is already written (an earlier attempt finished); "
                     "keeping it, not running again", index)
     else:
-        _run_and_record(storage, job_url, index, attempt, 0 if node is not None else index)
+        _run_and_record(storage, job_url, index, attempt, 0 if node is not None else index,
+                        context)
     if node is not None and node.is_main:
-        _wait_for_other_nodes(storage, job_url, node)
+        _wait_for_other_nodes(storage, job_url, node, context)
     return 0
 
 
-def _wait_for_other_nodes(storage: "Storage", job_url: str, node: "NodeInfo") -> None:
-    limit = os.environ.get("BATCHFUTURES_NODE_WAIT")
+def _job_signer(environ: Mapping[str, str]) -> "Signer":
+    """signing.job_signer's choice of key, made from ``environ`` (a thread's is not os.environ)."""
+    from . import signing
+
+    if environ is os.environ:
+        return signing.job_signer()
+    source = environ.get(signing.SOURCE_VARIABLE)
+    if source and source != "env":
+        return signing.Signer.from_source(source)
+    key = environ.get(signing.KEY_VARIABLE)
+    if key:
+        return signing.Signer.from_key(key, "env")
+    if source == "env":
+        def missing() -> bytes:
+            raise ConfigurationError(f"no signing key: {signing.KEY_VARIABLE} is not set "
+                                             "in this attempt's environment")
+        return signing.Signer(missing, "env")
+    workdir = environ.get("BATCHFUTURES_WORKDIR") or os.path.join(
+        environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "batchfutures")
+    return signing.Signer.from_key_file(os.path.join(workdir, signing.KEY_FILE_NAME))
+
+
+def _wait_for_other_nodes(storage: "Storage", job_url: str, node: "NodeInfo",
+                          context: Context) -> None:
+    limit = context.environ.get("BATCHFUTURES_NODE_WAIT")
     deadline = time.monotonic() + float(limit) if limit else None
     waiting = [i for i in range(node.count) if i != node.index]
     while waiting:  # one node looked at a time: a few requests a second, however many nodes
+        context.check()
         if storage.has_result(job_url, waiting[0]):
             waiting.pop(0)
             continue
@@ -261,7 +327,7 @@ def _wait_for_other_nodes(storage: "Storage", job_url: str, node: "NodeInfo") ->
 
 
 def _run_and_record(storage: "Storage", job_url: str, index: int, attempt: Optional[str],
-                    child: int) -> None:
+                    child: int, context: Context) -> None:
     """Run child ``child``'s items and write the result at ``index``."""
     from . import serialization, signing
 
@@ -271,7 +337,7 @@ def _run_and_record(storage: "Storage", job_url: str, index: int, attempt: Optio
     }
     try:
         header, blob = storage.read_child_inputs(job_url, child)
-        outcomes = run_items(storage, header, blob, child)
+        outcomes = run_items(storage, header, blob, child, context)
         del blob
     except IntegrityError as refused:  # raised before any item ran
         logger.error("child %d: refusing this job (nothing unverified was unpickled, nothing ran): "
@@ -280,6 +346,7 @@ def _run_and_record(storage: "Storage", job_url: str, index: int, attempt: Optio
         outcomes = []
     _flush()
     meta["finished"] = time.time()
+    context.check()  # a killed attempt's thread must not record a result after its end
     if not storage.write_result(job_url, index, serialization.pack_result(outcomes, meta)):
         logger.info("child %d: another attempt wrote its result first; kept that one", index)
 
@@ -304,32 +371,50 @@ def main(argv: Optional[List[str]] = None) -> int:
         sys.stderr.write("usage: python -m batchfutures.worker <job_url>\n")
         return 2
     _configure_logging()
+    try:
+        return run(args[0], os.environ)
+    except MemoryError:
+        _out_of_memory()
+    return 1  # not reached: _out_of_memory() does not return
+
+
+def run(job_url: str, environ: Mapping[str, str], *, fork: bool = True,
+        cancelled: Optional[Callable[[], bool]] = None) -> int:
+    """One attempt of the worker over ``environ`` (its AWS_BATCH_* variables, signing key
+    source, BATCHFUTURES_VCPUS...); returns the container's exit status.
+
+    A MemoryError propagates (the caller ends as the OOM killer would). ``fork=False`` runs
+    the items in this thread; ``cancelled()`` true stops it before the next item and before the
+    result is written (exit status 137, as the kill it stands for).
+    """
     from .nodes import node as this_node
 
+    context = Context(environ, fork=fork, cancelled=cancelled or _never)
     node = None
-    if os.environ.get("AWS_BATCH_JOB_NODE_INDEX"):  # a node of a multi-node job
+    if environ.get("AWS_BATCH_JOB_NODE_INDEX"):  # a node of a multi-node job
         try:
-            node = this_node()
+            node = this_node(environ)
         except RuntimeError as error:
             logger.error("%s", error)
             return 2
         index = node.index
     else:
-        raw_index = os.environ.get("AWS_BATCH_JOB_ARRAY_INDEX", "0") or "0"
+        raw_index = environ.get("AWS_BATCH_JOB_ARRAY_INDEX", "0") or "0"
         try:
             index = int(raw_index)
         except ValueError:
             logger.error("AWS_BATCH_JOB_ARRAY_INDEX=%r is not an integer", raw_index)
             return 2
     try:
-        return run_child(args[0], index, os.environ.get("AWS_BATCH_JOB_ATTEMPT"), node)
+        return run_child(job_url, index, environ.get("AWS_BATCH_JOB_ATTEMPT"), node, context)
     except MemoryError:
-        _out_of_memory()
+        raise
+    except Cancelled:
+        return OOM_EXIT_STATUS  # 128 + SIGKILL: what the kill reported already
     except Exception as error:  # storage unreachable, inputs missing...: the container fails
         logger.error("child %d failed on Python %s: %s: %s", index, platform.python_version(),
                      type(error).__name__, error, exc_info=True)
         return 1
-    return 1  # not reached: _out_of_memory() does not return
 
 
 def _exit(code: int) -> None:

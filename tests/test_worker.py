@@ -293,3 +293,44 @@ def test_worker_does_not_import_boto3_for_local_storage(local):
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
     assert results(local, job)[1] == [(True, 1)]
+
+
+# -- in a thread (the emulator's launcher="threads"): run(job_url, environ, ...) -----------------
+def test_run_takes_the_attempts_environment_and_runs_the_items_in_this_thread(local):
+    from batchfutures import signing, worker
+
+    def pid_of(x):
+        return x, os.getpid()
+
+    job = make_job(local, [[(pid_of, (0,), {})], [(pid_of, (x,), {}) for x in range(1, 7)]])
+    environ = {"AWS_BATCH_JOB_ARRAY_INDEX": "1", "AWS_BATCH_JOB_ATTEMPT": "3",
+               signing.SOURCE_VARIABLE: local.signer.source, "BATCHFUTURES_VCPUS": "4"}
+    assert "AWS_BATCH_JOB_ARRAY_INDEX" not in os.environ
+    assert worker.run(job, environ, fork=False) == 0
+    meta, outcomes = results(local, job, 1)
+    assert meta["attempt"] == "3"  # from the mapping, not os.environ
+    assert outcomes == [(True, (x, os.getpid())) for x in range(1, 7)]  # no forked pool
+    assert local.list_results(job) == {1}
+
+
+def test_a_cancelled_run_stops_before_the_next_item_and_writes_nothing(local, tmp_path):
+    from batchfutures import signing, worker
+
+    ran = tmp_path / "ran"
+
+    def note(x):
+        with open(ran, "a") as handle:
+            handle.write(f"{x}\n")
+        return x
+
+    job = make_job(local, [[(note, (x,), {}) for x in range(5)]])
+    environ = {signing.SOURCE_VARIABLE: local.signer.source}
+    calls = []
+
+    def cancelled():  # the attempt is killed while its second item runs
+        calls.append(1)
+        return len(calls) > 2
+
+    assert worker.run(job, environ, fork=False, cancelled=cancelled) == worker.OOM_EXIT_STATUS
+    assert ran.read_text() == "0\n1\n"
+    assert not local.has_result(job, 0)

@@ -2,13 +2,14 @@
 
     python -m batchfutures.emulator [--port N] [--host H] [--folder DIR] [--max-vcpus N]
                                     [--gpus N] [--metadata-ttl S] [--isolation auto|cgroups|rlimit]
-                                    [--inherit-client-path]
+                                    [--inherit-client-path] [--launcher process|threads]
                                     [--summary-lag S] [--throttle-rate F] [--server-error-rate F]
                                     [--lost-reply-rate F] [--host-loss-rate F]
                                     [--host-loss-after S] [--fault-operations A,B]
-                                    [--fault-seed N]
+                                    [--fault-seed N] [--account-tps R] [--account-burst N]
 
 The fault flags set the emulator's FaultProfile (faults.py); all are off by default.
+`--launcher threads` runs each worker attempt in a thread of this process (threads.py).
 
 Prints one line, the endpoint URL, then serves until SIGINT or SIGTERM; jobs still running then
 are ended and recorded FAILED. Point a stock boto3 client at it:
@@ -60,6 +61,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                              "(auto, the default), cgroups or fail, or RLIMIT_DATA and sampling")
     parser.add_argument("--inherit-client-path", action="store_true",
                         help="give attempts this process's sys.path and working directory")
+    parser.add_argument("--launcher", choices=["process", "threads"], default="process",
+                        help="how attempts run: a process each (default), or the worker's code "
+                             "in threads of this process (no memory limits; for benchmarks)")
     faults = parser.add_argument_group("faults", "AWS's harshness on demand (all off by default)")
     faults.add_argument("--summary-lag", type=float, default=0.0, metavar="S",
                         help="refresh an array's statusSummary at most every S seconds")
@@ -77,6 +81,12 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                         help="throttle and fail only these operations (e.g. ListJobs,DescribeJobs)")
     faults.add_argument("--fault-seed", type=int, default=None, metavar="N",
                         help="seed of the fault random streams, for reproducible runs")
+    faults.add_argument("--account-tps", type=float, default=0.0, metavar="R",
+                        help="the account's API budget: R calls a second, every Batch operation "
+                             "of every client together (AWS: 50); over it, 429 "
+                             "TooManyRequestsException")
+    faults.add_argument("--account-burst", type=float, default=None, metavar="N",
+                        help="calls the budget lets through at once (default: a second's worth)")
     return parser.parse_args(argv)
 
 
@@ -90,7 +100,8 @@ def fault_profile(args: argparse.Namespace) -> Any:
                         server_error_rate=args.server_error_rate,
                         lost_reply_rate=args.lost_reply_rate, host_loss_rate=args.host_loss_rate,
                         host_loss_after=args.host_loss_after, operations=operations,
-                        seed=args.fault_seed)
+                        seed=args.fault_seed, account_tps=args.account_tps,
+                        account_burst=args.account_burst)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -116,7 +127,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         emulator = BatchEmulator(args.folder or default_folder(), isolation=args.isolation,
                                  inherit_client_path=args.inherit_client_path,
-                                 faults=fault_profile(args), **options)
+                                 faults=fault_profile(args), launcher=args.launcher, **options)
     except (ValueError, TypeError, OSError) as error:  # a bad option or an unusable folder
         print(f"batchfutures emulator: {error}", file=sys.stderr)
         return 2

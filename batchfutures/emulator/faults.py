@@ -5,6 +5,9 @@
                                        random streams (one per kind of fault), so a test with a
                                        seed sees the same faults every run
       .maybe_raise(operation)          raise 429 TooManyRequestsException or 500 ServerException
+                                       (first the account budget: one TokenBucket per injector,
+                                       i.e. per emulator, shared by every Batch operation and
+                                       every client; `over_budget` counts the calls it refused)
       .reply_lost(operation)           True: act on the call (SubmitJob did create the job),
                                        then answer 500, as when AWS's reply is lost
       .host_loss_delay()               None, or seconds after RUNNING at which the attempt's host
@@ -21,14 +24,44 @@ HTTP endpoint takes the same as flags of `python -m batchfutures.emulator` (see 
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 import threading
-from typing import FrozenSet, Iterable, Optional
+import time
+from typing import Callable, FrozenSet, Iterable, List, Optional, Sequence
 
 from .model import client_error
 
 THROTTLED = "TooManyRequestsException"
 SERVER_ERROR = "ServerException"
+# CloudWatch Logs is another service, with its own quotas: not Batch's account budget
+_NOT_BATCH = frozenset({"GetLogEvents"})
+
+
+class TokenBucket:
+    """`burst` tokens at most, refilled at `rate` a second; a call passes when it takes one.
+
+    Pure: time is given (`take(now)`), so a table of times decides which calls pass.
+    """
+
+    def __init__(self, rate: float, burst: float, now: float = 0.0) -> None:
+        self.rate, self.burst = float(rate), float(burst)
+        self.tokens, self.updated = self.burst, now  # full at the start, as AWS's buckets are
+
+    def take(self, now: float) -> bool:
+        if now > self.updated:
+            self.tokens = min(self.burst, self.tokens + (now - self.updated) * self.rate)
+            self.updated = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
+
+
+def admitted(rate: float, burst: float, times: Sequence[float]) -> List[bool]:
+    """Which of the calls made at `times` (seconds, ascending) a fresh bucket lets through."""
+    bucket = TokenBucket(rate, burst, times[0] if times else 0.0)
+    return [bucket.take(t) for t in times]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,25 +76,36 @@ class FaultProfile:
     host_loss_after: float = 0.5     # at most this many seconds after RUNNING (uniform)
     operations: Optional[FrozenSet[str]] = None  # throttle/5xx only these ("DescribeJobs"...)
     seed: Optional[int] = None
+    # the account's API budget (AWS: 50 calls a second per account and Region, every Batch
+    # operation together): calls over it get 429; 0 is no budget. The burst defaults to a
+    # second's worth (at least 1 call).
+    account_tps: float = 0.0
+    account_burst: Optional[float] = None
 
     def __post_init__(self) -> None:
         for name in ("throttle_rate", "server_error_rate", "lost_reply_rate", "host_loss_rate"):
             value = getattr(self, name)
             if not 0 <= value <= 1:
                 raise ValueError(f"{name}={value!r} must be between 0 and 1")
-        for name in ("summary_lag", "host_loss_after"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name}={getattr(self, name)!r} must not be negative")
+        for name in ("summary_lag", "host_loss_after", "account_tps"):
+            if not getattr(self, name) >= 0 or math.isinf(getattr(self, name)):
+                raise ValueError(f"{name}={getattr(self, name)!r} must be a finite number >= 0")
+        if self.account_burst is not None and not 1 <= self.account_burst < math.inf:
+            raise ValueError(f"account_burst={self.account_burst!r} must be at least 1")
         if self.operations is not None and not isinstance(self.operations, frozenset):
             object.__setattr__(self, "operations", frozenset(self.operations))
 
 
 class FaultInjector:
-    """Applies a FaultProfile; `injected` counts the API faults so far (tests read it)."""
+    """Applies a FaultProfile; `injected` counts the API faults so far (tests read it), of which
+    `over_budget` were calls over the account budget."""
 
-    def __init__(self, profile: Optional[FaultProfile] = None) -> None:
+    def __init__(self, profile: Optional[FaultProfile] = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._lock = threading.Lock()
+        self._clock = clock
         self.injected = 0
+        self.over_budget = 0
         self.hosts_lost = 0
         self._code: Optional[str] = None  # a throttling code other than Batch's (inject_faults)
         self.set(profile or FaultProfile())
@@ -74,6 +118,10 @@ class FaultInjector:
             self._calls = random.Random(None if seed is None else f"{seed}/calls")
             self._replies = random.Random(None if seed is None else f"{seed}/replies")
             self._hosts = random.Random(None if seed is None else f"{seed}/hosts")
+            self._budget: Optional[TokenBucket] = None
+            if profile.account_tps:
+                burst = profile.account_burst or max(1.0, profile.account_tps)
+                self._budget = TokenBucket(profile.account_tps, burst, self._clock())
 
     # the older form: one error code at one rate
     def configure(self, rate: float, *, code: str = THROTTLED,
@@ -99,6 +147,13 @@ class FaultInjector:
         """Raise the ClientError of a throttled or failed call of `operation`, or return."""
         with self._lock:
             profile = self.profile
+            if (self._budget is not None and operation not in _NOT_BATCH
+                    and not self._budget.take(self._clock())):
+                self.injected += 1
+                self.over_budget += 1
+                raise client_error(f"Too Many Requests (over the account's API budget of "
+                                   f"{profile.account_tps:g} calls a second, in {operation})",
+                                   THROTTLED, 429, operation)
             if not (profile.throttle_rate or profile.server_error_rate) or not self._applies(operation):
                 return
             draw = self._calls.random()

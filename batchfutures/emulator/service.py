@@ -1,4 +1,5 @@
-"""`BatchEmulator`: the AWS Batch API in process, each job attempt run as a local process.
+"""`BatchEmulator`: the AWS Batch API in process, each job attempt run as a local process
+(or, chosen explicitly with ``launcher="threads"``, as a thread of this one: threads.py).
 
 It has the methods of a boto3 `batch` client (keyword arguments and response dicts as in
 botocore's model), validates each request as botocore does (`ParamValidationError`) and as Batch
@@ -7,6 +8,7 @@ does (`ClientError` with code ClientException), and hands jobs to the scheduler:
     submit_job ─> Job (jobs.py) ─> JobTable (table.py) ─> records (records.py): <folder>/jobs
                        └────────────> Scheduler (scheduler.py) ─> ProcessLauncher (launcher.py)
                                          │  cgroups.py (or monitor.py), container.py
+                                         └─ launcher="threads": ThreadLauncher (threads.py)
     describe_jobs, list_jobs <─ JobTable.find / in_queue <─ jobs.describe / summary
     logs.get_log_events ─> LogsService (logs.py): <folder>/logs/...
 
@@ -61,6 +63,7 @@ from .submission import (
     check_request,
 )
 from .table import EXIT_REASON, JobTable
+from .threads import NullMonitor, ThreadLauncher
 
 logger = logging.getLogger("batchfutures")
 
@@ -77,6 +80,13 @@ class Isolation(enum.Enum):
     AUTO = "auto"        # cgroups where this process may create them, else RLIMIT
     CGROUPS = "cgroups"  # cgroups, or ValueError when they cannot be made
     RLIMIT = "rlimit"    # RLIMIT_DATA and /proc sampling (the fallback), even where cgroups work
+
+
+class Launcher(enum.Enum):
+    """How an attempt runs."""
+
+    PROCESS = "process"  # a fresh process per attempt, as a container (the default)
+    THREADS = "threads"  # the worker's code in a thread of this process: no process, no limits
 
 
 class StopAction(enum.Enum):
@@ -118,18 +128,28 @@ class BatchEmulator:
                  compute_environment: str = "batchfutures-local",
                  isolation: Union[Isolation, str, None] = None, inherit_client_path: bool = False,
                  faults: Optional[FaultProfile] = None, gpus: Optional[int] = None,
-                 max_memory_mib: Optional[int] = None) -> None:
+                 max_memory_mib: Optional[int] = None,
+                 launcher: Union[Launcher, str] = Launcher.PROCESS) -> None:
         """``max_memory_mib``: the most memory a job may ask for, as the largest instance of
         a compute environment (default: this machine's); a job asking for more waits RUNNABLE
-        with Batch's MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT reason."""
+        with Batch's MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT reason. ``launcher="threads"``
+        runs each attempt of the worker's command in a thread of this process (threads.py; no
+        memory limits, no other commands); never chosen by default."""
         if max_vcpus is not None and not max_vcpus > 0:
             raise ValueError(f"max_vcpus={max_vcpus!r} must be positive")
         if max_memory_mib is not None and not max_memory_mib > 0:
             raise ValueError(f"max_memory_mib={max_memory_mib!r} must be positive")
         if not metadata_ttl > 0:
             raise ValueError(f"metadata_ttl={metadata_ttl!r} must be positive")
+        try:
+            self.launcher_kind = Launcher(launcher)
+        except ValueError:
+            raise ValueError(f"launcher={launcher!r} must be 'process' or 'threads'") from None
+        threads = self.launcher_kind is Launcher.THREADS
+        if threads and isolation is not None and Isolation(isolation) is Isolation.CGROUPS:
+            raise ValueError("isolation='cgroups' needs launcher='process': threads have no cgroup")
         isolation = Isolation(isolation or os.environ.get("BATCHFUTURES_EMULATOR_ISOLATION") or "auto")
-        found = None if isolation is Isolation.RLIMIT else cgroups_module.detect()
+        found = None if isolation is Isolation.RLIMIT or threads else cgroups_module.detect()
         if isolation is Isolation.CGROUPS and found is None:
             raise ValueError("isolation='cgroups': this process cannot create cgroups here "
                              "(it needs Linux and a writable cgroup v1 memory or v2 hierarchy)")
@@ -154,8 +174,8 @@ class BatchEmulator:
         self._seq = itertools.count()
         self._closed = False
         self.scratch = Scratch(self.folder, self._owner)
-        self.monitor = MemoryMonitor()
-        self.launcher = ProcessLauncher()
+        self.monitor: Any = NullMonitor() if threads else MemoryMonitor()
+        self.launcher: Any = ThreadLauncher() if threads else ProcessLauncher()
         self.scheduler = Scheduler(
             lock=self._lock, launcher=self.launcher, monitor=self.monitor, max_vcpus=self.max_vcpus,
             host_memory_mib=int(max_memory_mib) if max_memory_mib else host.memory_mib(),
@@ -163,7 +183,7 @@ class BatchEmulator:
             compute_environment=compute_environment,
             logs_folder=self.folder / "logs", on_change=self._notify,
             housekeeping=self._housekeeping, foreign_status=self.table.status_of,
-            cgroups=self.cgroups, scratch=self.scratch,
+            cgroups=self.cgroups, scratch=None if threads else self.scratch,  # a thread has no cwd
             inherit_client_path=self.inherit_client_path, faults=self.faults,
             queue_actions=self.queues.actions)
         self.scheduler.start()
@@ -581,7 +601,8 @@ class BatchEmulator:
         self.close()
 
     def __repr__(self) -> str:
-        return f"BatchEmulator({str(self.folder)!r}, max_vcpus={self.max_vcpus:g})"
+        threads = ", launcher='threads'" if self.launcher_kind is Launcher.THREADS else ""
+        return f"BatchEmulator({str(self.folder)!r}, max_vcpus={self.max_vcpus:g}{threads})"
 
 
 def _close_at_exit(ref: "weakref.ref[BatchEmulator]") -> None:

@@ -191,3 +191,59 @@ def test_the_endpoint_started_with_fault_flags_throttles_stock_boto3(tmp_path):
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+# -- the account's API budget (a token bucket per emulator) ------------------------------------
+@pytest.mark.parametrize("rate, burst, times, expected", [
+    # a full bucket at the start, then one token a second
+    (1.0, 1, [0, 0, 0.5, 1.0, 1.0], [True, False, False, True, False]),
+    # a burst of 3, refilled at 2 a second
+    (2.0, 3, [0, 0, 0, 0, 0.5, 1.0, 1.0, 1.0], [True, True, True, False, True, True, False, False]),
+    # a long idle time refills up to the burst, never more
+    (10.0, 2, [0, 10, 10, 10], [True, True, True, False]),
+    # a refused call takes nothing: the fraction of a token keeps growing
+    (0.5, 1, [0, 1, 1.5, 2.0], [True, False, False, True]),
+])
+def test_the_token_bucket_decides_which_calls_pass(rate, burst, times, expected):
+    from batchfutures.emulator.faults import admitted
+
+    assert admitted(rate, burst, times) == expected
+
+
+def test_the_budget_is_validated():
+    with pytest.raises(ValueError):
+        FaultProfile(account_tps=-1)
+    with pytest.raises(ValueError):
+        FaultProfile(account_tps=5, account_burst=0.5)
+
+
+def test_calls_over_the_account_budget_get_429_whatever_the_operation_and_client(http):
+    emu, batch, _ = http
+    # a burst of 5 and (within this test) no refill: the first 5 calls pass, the rest are refused
+    emu.set_faults(FaultProfile(account_tps=0.001, account_burst=5))
+    calls = [lambda: submit(emu, "a"), lambda: emu.describe_job_queues(),
+             lambda: batch.list_jobs(jobQueue=QUEUE), lambda: submit(batch, "b"),
+             lambda: emu.list_jobs(jobQueue=QUEUE), lambda: batch.describe_job_queues(),
+             lambda: submit(emu, "c"), lambda: emu.describe_jobs(jobs=["x"]),
+             lambda: batch.describe_jobs(jobs=["x"])]
+    outcomes = []
+    for call in calls:
+        try:
+            call()
+            outcomes.append("ok")
+        except ClientError as error:
+            response = error.response
+            outcomes.append((response["Error"]["Code"], response["ResponseMetadata"]["HTTPStatusCode"]))
+    assert outcomes == ["ok"] * 5 + [("TooManyRequestsException", 429)] * 4
+    assert emu.faults.over_budget == 4
+    filters = [{"name": "JOB_NAME", "values": ["*"]}]
+    emu.set_faults(None)  # a new profile: no budget
+    listed = emu.list_jobs(jobQueue=QUEUE, filters=filters)["jobSummaryList"]
+    assert {j["jobName"] for j in listed} == {"a", "b"}
+
+
+def test_the_command_line_sets_the_account_budget():
+    from batchfutures.emulator.__main__ import fault_profile, parse_args
+
+    args = parse_args(["--account-tps", "50", "--account-burst", "100"])
+    assert fault_profile(args) == FaultProfile(account_tps=50, account_burst=100)
