@@ -8,10 +8,11 @@
                                     S3 signs with the keys Batch and Logs use, refreshed with them
 
 Every client has botocore's own retries off (`CLIENT_CONFIG`): the one retry budget per call is
-`batchapi.call` (Batch, Logs, STS, Secrets Manager) or the storage layer (S3), so budgets never
-multiply. One exception, on every client: an `ExpiredToken` answer forces a refresh of the
-credentials and the request is signed and sent once more (`ExpiredTokenRetry`), so temporary
-credentials that expired early never become a permanent PermissionError.
+`batchapi.call` (Batch, Logs, STS, Secrets Manager) or the storage layer (S3:
+`storage.STORAGE_RETRY`, which also turns s3fs's own loop off), so budgets never multiply.
+One exception, on every client: an `ExpiredToken` answer forces a refresh of the credentials
+and the request is signed and sent once more (`ExpiredTokenRetry`), so temporary credentials
+that expired early never become a permanent PermissionError.
 
 On S3, every operation whose model has `ExpectedBucketOwner` gets it (`owner_hook`), from a
 callable so the account can be looked up lazily (STS GetCallerIdentity, once).

@@ -31,6 +31,7 @@ logger = logging.getLogger("batchfutures")
 
 
 ACTIVE = (JobStatus.STARTING, JobStatus.RUNNING)
+QUEUED = (JobStatus.SUBMITTED, JobStatus.PENDING, JobStatus.RUNNABLE)
 FINISHED = (JobStatus.SUCCEEDED, JobStatus.FAILED)
 # the same vocabulary as plain strings, for what prints or keys dicts by Batch's own names
 STATUS_ORDER = tuple(status.value for status in JobStatus)
@@ -114,6 +115,10 @@ class Actions:
     expired: Tuple[int, ...] = ()                # Batch forgot the job, storage holds nothing
     unplaceable: Dict[int, str] = field(default_factory=dict)  # child -> Batch's reason
     requested: str = ""                          # what the unplaceable job asked for
+    read: Tuple[int, ...] = ()                   # results to read in the background (results.py)
+    read_done: Tuple[int, ...] = ()              # background reads that came back without one
+    reread: Tuple[int, ...] = ()                 # ...of these because storage failed: read again
+    missing: Tuple[int, ...] = ()                # ...of these because there was no object yet
     cancel: Tuple[Tuple[str, str], ...] = ()     # (job id, reason) CancelJob calls to send
     terminate: Tuple[Tuple[str, str], ...] = ()  # (job id, reason) TerminateJob calls to send
     # the committed facts the next step starts from
@@ -151,6 +156,9 @@ class JobView:
     checked_at: Optional[float] = None
     nodes: int = 1                  # > 1: a multi-node parallel job (one child, N results)
     memory_raised: bool = False     # a retry_on_oom retry: its memory is more than was asked
+    reading: FrozenSet[int] = frozenset()  # open children whose result is being read
+    reread: FrozenSet[int] = frozenset()   # open children whose result read failed: again
+    missing: FrozenSet[int] = frozenset()  # open children whose result was not there when read
 
     def child_id(self, index: int) -> str:
         return f"{self.job_id}:{index}" if self.array else self.job_id
@@ -195,6 +203,9 @@ class TrackedJob:
                        for i in range(len(self.children))]
         self._open = {i for i in range(len(self.children)) if i in followed}
         self._started: set = set()
+        self._reading: set = set()  # results requested from the ResultReader, not yet arrived
+        self._reread: set = set()   # reads that failed: asked for again by the next step
+        self._missing: set = set()  # read and not there: only a listing names them again
         # retry_on_oom > 0: an oomretry.OomRetry that may resubmit children killed for memory
         self.retry: Optional[Any] = None
         # a job with dependsOn: Submitter.rerun(job, children), for children Batch failed for a
@@ -253,7 +264,9 @@ class TrackedJob:
             runnable_timeout=self.runnable_timeout,
             check_interval=check_interval, stuck_since=self.stuck_since,
             stuck_reason=self.stuck_reason, checked_at=self.checked_at,
-            nodes=self.nodes, memory_raised=self.retry is not None and self.retry.raised)
+            nodes=self.nodes, memory_raised=self.retry is not None and self.retry.raised,
+            reading=frozenset(self._reading), reread=frozenset(self._reread),
+            missing=frozenset(self._missing))
 
     def drop_settled(self) -> None:
         """Children whose every future is already done (cancelled, aborted) need no polling."""
@@ -264,8 +277,10 @@ class TrackedJob:
     def apply(self, actions: Actions, *, failure_for: Callable[[int, Mapping[str, Any]], BaseException],
               no_result_error: Callable[[int], BaseException],
               expired_error: Callable[[int], BaseException],
-              unplaceable_error: Callable[[int, str], BaseException]) -> None:
+              unplaceable_error: Callable[[int, str], BaseException]) -> List[int]:
         """Commit one reconcile step: show statuses, settle futures, keep the new facts.
+
+        Returns the children whose results the caller is to read now (in the background).
 
         Each settlement is guarded on its own: whatever one child's decoding or error building
         raises (BaseException included) fails that child's futures, and the rest go on.
@@ -300,6 +315,13 @@ class TrackedJob:
         for index, reason in actions.unplaceable.items():
             self._guarded(index, lambda index=index, reason=reason: self._fail_child(
                 index, lambda: unplaceable_error(index, reason)))
+        self._reading.difference_update(actions.read_done)
+        self._reread.update(i for i in actions.reread if i in self._open)
+        self._missing.update(i for i in actions.missing if i in self._open)
+        wanted = [i for i in actions.read if i in self._open]
+        self._reading.update(wanted)
+        self._reread.difference_update(wanted)
+        self._missing.difference_update(wanted)
         if actions.status is not None:
             self.status = actions.status
         if actions.summary is not None:
@@ -313,6 +335,13 @@ class TrackedJob:
         self.stuck_since, self.stuck_reason = actions.stuck_since, actions.stuck_reason
         if actions.checked_at is not None:
             self.checked_at = actions.checked_at
+        return wanted
+
+    def read_lost(self, indices: Iterable[int]) -> None:
+        """Results read but not settled (settling them failed): read them again."""
+        lost = self._reading.intersection(indices)
+        self._reading -= lost
+        self._reread |= lost
 
     def fail_all(self, error_for_each: Callable[[], BaseException]) -> None:
         """Fail every open child (the poller is going away and nothing else will settle them)."""
@@ -423,6 +452,9 @@ class TrackedJob:
     def _settled(self, index: int) -> None:
         self.states[index] = ChildState.SETTLED
         self._open.discard(index)
+        self._reading.discard(index)
+        self._reread.discard(index)
+        self._missing.discard(index)
         # nothing polls this child again: let its futures (and their results) go with the
         # caller, not with a job that may run for hours more
         self.children[index] = []

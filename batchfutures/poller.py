@@ -39,7 +39,6 @@ from . import batchapi
 from .errors import (
     ABORT_REASON_PREFIX,
     DependencyFailedError,
-    IntegrityError,
     JobAbortedError,
     JobMetadataExpired,
     JobUnplaceableError,
@@ -49,7 +48,8 @@ from .errors import (
 )
 from .futures import BatchFuture
 from .jobs import Actions, TrackedJob, settle
-from .reconcile import Needs, Reads, reconcile
+from .reconcile import Needs, Reads, arrived, reconcile
+from .results import ReadFailed, ResultReader
 from .statuses import JobStatus
 
 logger = logging.getLogger("batchfutures")
@@ -77,10 +77,13 @@ class Poller:
         (its coalescing buffers); it is held by weak reference, and the thread ends once the
         owner is gone and nothing is outstanding."""
         self._wake = threading.Event()
+        self._round_due = True  # a Batch round at the next wake (not for results that arrived)
         wake = self._wake
         self._owner = weakref.ref(owner, lambda _ref: wake.set())
         self._batch_getter = _hold(batch, owner)
         self._storage = storage
+        # results are read on the reader's threads; each arrival wakes this thread to settle it
+        self._reader = ResultReader(storage, self._results_arrived)
         self._log_tail = _hold(log_tail, owner) if log_tail is not None else None
         self._min_interval = min_interval
         self._max_interval = max_interval
@@ -111,7 +114,12 @@ class Poller:
         self.wake()
 
     def wake(self) -> None:
+        """Poll Batch now (a job was tracked or changed, a request was queued)."""
+        self._round_due = True
         self._wake.set()
+
+    def _results_arrived(self) -> None:
+        self._wake.set()  # settle them; no Batch round for this
 
     def stop(self, wait: bool = True) -> None:
         """Stop once no job is outstanding (the thread drains what it tracks first)."""
@@ -182,23 +190,27 @@ class Poller:
 
     def _loop(self) -> None:
         interval = self._min_interval
+        next_round = time.monotonic()
         while True:
             self._wake.clear()
-            changed = False
             try:
-                changed = self._round()
+                self._owner_call("flush_due", None)  # sends coalesced calls whose window closed
+                self._send_requests()
+                self.apply_arrivals()
+                if self._round_due or time.monotonic() >= next_round:
+                    self._round_due = False
+                    changed = self.poll_once()
+                    interval = (self._min_interval if changed
+                                else min(interval * 2, self._max_interval))
+                    next_round = time.monotonic() + interval
             except BaseException:  # never let one bad poll strand every future
                 logger.exception("batchfutures poller: poll failed; trying again")
+                next_round = time.monotonic() + interval
             if self._finished():
                 return
-            interval = self._min_interval if changed else min(interval * 2, self._max_interval)
-            delay = min(interval, self._owner_call("next_flush_delay", float("inf")))
+            delay = min(next_round - time.monotonic(),
+                        self._owner_call("next_flush_delay", float("inf")))
             self._wake.wait(max(delay, 0.0))
-
-    def _round(self) -> bool:
-        self._owner_call("flush_due", None)
-        self._send_requests()
-        return self.poll_once()
 
     def _finished(self) -> bool:
         if not (self._stopping or self._owner() is None):
@@ -215,6 +227,8 @@ class Poller:
             leftover = bool(self._jobs or self._requests)
             if error is not None:
                 jobs, self._jobs = list(self._jobs.values()), {}
+        if not leftover or error is not None:
+            self._reader.close()  # its threads end; a new request makes new ones
         if error is None:
             if leftover:  # tracked between the last idle check and now: a new thread takes it
                 self.start()
@@ -408,13 +422,13 @@ class Poller:
                      for d in batchapi.describe_jobs(batch, ids, budget=batchapi.POLL_BUDGET)}
             for index, node in zip(needs.nodes, ids):
                 reads.nodes[index] = by_id.get(node) or {}
-        for index in needs.results:
-            try:
-                reads.results[index] = self._storage.read_result(job.job_url, index)
-            except IntegrityError as refused:  # forged or altered: its items fail, unpickled never
-                reads.results[index] = refused
+        if needs.results:  # concurrently, waited for (a forgotten job, a multi-node job's nodes)
+            for index, arrival in self._reader.read_now(job.job_url, needs.results).items():
+                if isinstance(arrival, ReadFailed):
+                    raise arrival.error  # nothing committed; the next poll reads again
+                reads.results[index] = arrival
         if needs.stored:
-            reads.stored = frozenset(self._storage.list_results(job.job_url))
+            reads.stored = frozenset(self._storage.list_results(job.job_url, needs.stored_from))
 
     def _apply(self, job: TrackedJob, actions: Actions) -> None:
         tails = {index: self._tail(description) for index, description in actions.failed.items()}
@@ -450,11 +464,32 @@ class Poller:
                 f"whose compute environments can run it.",
                 job_id=child_id, status_reason=reason)
 
-        job.apply(actions, failure_for=failure_for, no_result_error=no_result_error,
-                  expired_error=expired_error, unplaceable_error=unplaceable_error)
+        to_read = job.apply(actions, failure_for=failure_for, no_result_error=no_result_error,
+                            expired_error=expired_error, unplaceable_error=unplaceable_error)
+        self._reader.request(job, job.job_url, to_read)
         if actions.settles:
             logger.debug("batchfutures: job %s: %d child(ren) settled, %d open", job.job_id,
                          actions.settles, len(job.unresolved))
+
+    def apply_arrivals(self, wait: bool = False) -> bool:
+        """Settle the children whose results the reader brought back; True if any arrived.
+
+        ``wait``: first wait until every requested read has arrived (tests, and the end of a
+        run, use it)."""
+        while wait and self._reader.busy:
+            time.sleep(0.005)
+        arrivals = self._reader.take()
+        now = time.monotonic()
+        for job, found in arrivals.items():
+            assert isinstance(job, TrackedJob)
+            try:
+                self._apply(job, arrived(job.view(now), found))
+            except BaseException as error:  # noqa: B036 - the next round reads them again
+                logger.warning("batchfutures poller: results of job %s not settled: %r",
+                               job.job_id, error)
+                job.read_lost(found)
+        self._forget([job for job in arrivals if isinstance(job, TrackedJob) and job.done])
+        return bool(arrivals)
 
     def _tail(self, description: Mapping[str, Any]) -> Optional[str]:
         if self._log_tail is None or self._tails_left <= 0:

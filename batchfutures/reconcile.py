@@ -24,19 +24,23 @@ The rules (issue 11): counts are hints, never the truth.
 - A job held RUNNABLE with a MISCONFIGURATION:/CAPACITY: reason shows it on its futures; after
   ``runnable_timeout`` it is cancelled and its futures fail as unplaceable.
 
-Request budget: listings only when the counts moved (or the job finished, or a RUNNABLE check is
-due), one GET per finished child, DescribeJobs only of failed children; no storage listing
-except for a job Batch has forgotten.
+Request budget per job and poll: no Batch read when its counts did not move; ListJobs(FAILED)
+only when the FAILED count grew (or the job finished with children unsettled), DescribeJobs only
+of failed children, ListJobs(RUNNABLE) now and then while nothing runs. Running children are
+never listed: which children finished is what storage holds (one listing of the results written
+since the lowest child still waiting, when SUCCEEDED grew), and each result is read once, in the
+background (``Actions.read``; ``arrived`` settles what the reader brought back).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 from .batchapi import node_index
 from .errors import ABORT_REASON_PREFIX, is_too_large_reason, is_unplaceable_reason
-from .jobs import ACTIVE, Actions, JobStatus, JobView, Shown, default_child_status
+from .jobs import ACTIVE, QUEUED, Actions, JobStatus, JobView, Shown, default_child_status
+from .results import Arrival, ReadFailed
 
 __all__ = ["Reads", "Needs", "Step", "reconcile", "last_container"]
 
@@ -51,7 +55,7 @@ class Reads:
     listings: Dict[JobStatus, List[Mapping[str, Any]]] = field(default_factory=dict)  # ListJobs
     children: Dict[int, Mapping[str, Any]] = field(default_factory=dict)  # DescribeJobs of children
     results: Dict[int, Optional[bytes]] = field(default_factory=dict)     # GET; None: no object
-    stored: Optional[FrozenSet[int]] = None   # storage listing of written results
+    stored: Optional[FrozenSet[int]] = None   # storage listing of written results (from stored_from)
     failed_nodes: Optional[List[Mapping[str, Any]]] = None  # ListJobs(multiNodeJobId, FAILED)
     nodes: Dict[int, Mapping[str, Any]] = field(default_factory=dict)  # DescribeJobs of "<id>#<k>"
 
@@ -63,7 +67,8 @@ class Needs:
     listings: Tuple[JobStatus, ...] = ()  # ListJobs(arrayJobId, status), every page
     children: Tuple[int, ...] = ()        # DescribeJobs of these children
     results: Tuple[int, ...] = ()         # GET results/<index>
-    stored: bool = False                  # list the results in storage
+    stored: bool = False                  # list the results in storage...
+    stored_from: int = 0                  # ...of the children from this index on
     failed_nodes: bool = False            # ListJobs(multiNodeJobId, FAILED), every page
     nodes: Tuple[int, ...] = ()           # DescribeJobs of these nodes of a multi-node job
 
@@ -76,6 +81,31 @@ class Needs:
 class Step:
     needs: Needs = Needs()
     actions: Actions = field(default_factory=Actions)
+
+
+def arrived(view: JobView, arrivals: Mapping[int, Arrival]) -> Actions:
+    """Results the ResultReader brought back: settle the children whose result is there.
+
+    No object: a plain job is read only once Batch said SUCCEEDED, so it succeeded without
+    writing one; an array child is `missing` until a listing of storage names it (a finished job
+    then asks ListJobs whether it succeeded). A read that failed is made again by the next step.
+    """
+    actions = Actions(read_done=tuple(arrivals))
+    reread, missing = [], []
+    for index, data in arrivals.items():
+        if index not in view.open:
+            continue  # settled meanwhile (cancelled, aborted, moved to a retry)
+        if isinstance(data, ReadFailed):
+            reread.append(index)
+        elif data is not None:
+            actions.results[index] = data
+        elif not view.array:
+            actions.no_result += (index,)
+        else:
+            missing.append(index)
+    actions.reread, actions.missing = tuple(reread), tuple(missing)
+    actions.changed = bool(actions.settles)
+    return actions
 
 
 def reconcile(view: JobView, reads: Reads) -> Step:
@@ -126,14 +156,9 @@ def _plain(view: JobView, reads: Reads) -> Step:
         actions.node_results[0] = tuple(reads.results[i] for i in range(view.nodes))
         actions.changed = True
     elif status is JobStatus.SUCCEEDED:
-        if 0 not in reads.results:
-            return Step(Needs(results=(0,)))
-        data = reads.results[0]
-        if data is None:
-            actions.no_result = (0,)
-        else:
-            actions.results[0] = data
-        actions.changed = True
+        if 0 not in view.reading:  # read in the background; `arrived` settles it
+            actions.read = (0,)
+            actions.changed = True
     elif status is JobStatus.FAILED:
         actions.failed[0] = description
         actions.changed = True
@@ -188,9 +213,10 @@ def _array(view: JobView, reads: Reads) -> Step:
     finished = status is not None and status.finished
     moved = summary != dict(before) or status != view.status
     check_runnable = _runnable_check_due(view, summary, finished)
+    unknown = view.open - view.reading  # open children whose result is not being read
     actions = Actions(status=status, summary=summary, stuck_since=view.stuck_since,
                       stuck_reason=view.stuck_reason, changed=moved)
-    if not moved and not finished and not check_runnable:
+    if not (moved or check_runnable or view.reread or (finished and unknown)):
         return Step(actions=actions)  # nothing to look at: no reads at all
 
     succeeded_grew = _count(summary, JobStatus.SUCCEEDED) > _count(before, JobStatus.SUCCEEDED)
@@ -198,12 +224,10 @@ def _array(view: JobView, reads: Reads) -> Step:
     # Parent FAILED and the summary names no child: perhaps no child ever existed.
     childless = status is JobStatus.FAILED and not any(summary.values())
 
-    # 1. the listings this step depends on, all at once
-    active_lists = [] if finished else [
-        s for s in ACTIVE
-        if _count(summary, s) and (succeeded_grew or _count(summary, s) != _count(before, s))]
-    wanted: List[JobStatus] = list(active_lists)
-    if failed_grew or finished:
+    # 1. the listings this step depends on, all at once; never the running children (their
+    # pages would grow with them, every round): finished ones are found in storage
+    wanted: List[JobStatus] = []
+    if failed_grew or (finished and unknown):
         wanted.append(JobStatus.FAILED)
     if childless:
         wanted.append(JobStatus.SUCCEEDED)
@@ -212,19 +236,11 @@ def _array(view: JobView, reads: Reads) -> Step:
     missing = tuple(s for s in wanted if s not in reads.listings)
     if missing:
         return Step(Needs(listings=missing))
-
-    open_ = view.open
-    active_now: Set[int] = set()
-    for status_listed in active_lists:
-        for index, item in _listed(view, reads, status_listed):
-            active_now.add(index)
-            actions.shown[index] = Shown(status_listed, item.get("statusReason"))
-    actions.started = frozenset(active_now)
     failed_listed = dict(_listed(view, reads, JobStatus.FAILED))
 
     # 2. a parent that failed before any child existed: its own description says why
     if childless and not failed_listed and not dict(_listed(view, reads, JobStatus.SUCCEEDED)):
-        actions.failed = {index: description for index in sorted(open_)}
+        actions.failed = {index: description for index in sorted(view.open)}
         actions.changed = True
         return Step(actions=actions)
 
@@ -235,36 +251,33 @@ def _array(view: JobView, reads: Reads) -> Step:
     for index, item in failed_listed.items():
         actions.failed[index] = reads.children.get(index) or item  # a summary types it too
 
-    # 4. children that succeeded: read their results
-    waiting = open_ - set(failed_listed)
-    candidates, confirmed = _success_candidates(view, reads, summary, finished, succeeded_grew,
-                                                waiting, active_now)
-    if candidates is None:
-        return Step(Needs(listings=(JobStatus.SUCCEEDED,)))
-    unread = tuple(sorted(i for i in candidates if i not in reads.results))
-    if unread:
-        return Step(Needs(results=unread))
-    without = set()
-    for index in sorted(candidates):
-        data = reads.results[index]
-        if data is None:
-            without.add(index)
-        else:
-            actions.results[index] = data
-    if without and finished and not confirmed:
-        # a finished child with no result: ListJobs says whether it succeeded (then the result
-        # is truly missing) or is still to be seen in a listing (lag: next poll)
+    # 4. children that finished: read their results in the background
+    waiting = unknown - set(failed_listed)
+    to_read, list_from = results_to_read(view, reads, status, summary, succeeded_grew, waiting)
+    if to_read is None:
+        return Step(Needs(stored=True, stored_from=list_from))
+    actions.read = tuple(sorted(to_read))
+
+    # 5. a finished job's children with neither a result nor a failure: ListJobs says whether
+    # they succeeded (then the result is truly missing) or are still to be seen (lag: next poll)
+    without = waiting - to_read if finished else frozenset()
+    if without:
         if JobStatus.SUCCEEDED not in reads.listings:
             return Step(Needs(listings=(JobStatus.SUCCEEDED,)))
-        confirmed_ok = dict(_listed(view, reads, JobStatus.SUCCEEDED))
-        without = {i for i in without if i in confirmed_ok}
-        confirmed = True
-    if without and confirmed:
-        actions.no_result = tuple(sorted(without))
-        for index in without:
+        succeeded = dict(_listed(view, reads, JobStatus.SUCCEEDED))
+        actions.no_result = tuple(sorted(i for i in without if i in succeeded))
+        for index in actions.no_result:
             actions.shown[index] = Shown(JobStatus.SUCCEEDED)
 
-    # 5. children Batch cannot place
+    # 6. which children run: those that ended did; once none waits to start, all of them did
+    started = set(to_read) | set(failed_listed)
+    if _none_queued(summary):
+        for index in view.open - view.started - started:
+            actions.shown[index] = Shown(JobStatus.RUNNING)
+        started |= view.open
+    actions.started = frozenset(started - view.started)
+
+    # 7. children Batch cannot place
     if check_runnable:
         actions.checked_at = view.now
         stuck: Dict[int, str] = {}
@@ -282,36 +295,43 @@ def _array(view: JobView, reads: Reads) -> Step:
 
     if moved:
         actions.default_shown = default_child_status(status, summary)
-    if actions.settles:
+    if actions.settles or actions.read:
         actions.changed = True
     return Step(actions=actions)
 
 
-def _success_candidates(view: JobView, reads: Reads, summary: Mapping[str, int], finished: bool,
-                        succeeded_grew: bool, waiting: FrozenSet[int],
-                        active_now: Set[int]) -> Tuple[Optional[FrozenSet[int]], bool]:
-    """The children whose result objects to read, and whether Batch confirmed they succeeded.
+def results_to_read(view: JobView, reads: Reads, status: Optional[JobStatus],
+                    summary: Mapping[str, int], succeeded_grew: bool, waiting: FrozenSet[int]
+                    ) -> Tuple[Optional[FrozenSet[int]], int]:
+    """The open children whose result objects to read now, or (None, k): list the results
+    storage holds from child k on first.
 
-    (None, _) asks for ListJobs(SUCCEEDED) first. In order of cost:
-    - the job finished: every open child that did not fail (their results say which succeeded);
-    - as many newly succeeded as children still waiting: all of them, most likely;
-    - as many newly succeeded as children seen active that are no longer: those, most likely
-      (unconfirmed: one that failed just after the listing looks the same);
-    - else ListJobs(SUCCEEDED), whose pages grow with the children that succeeded so far.
+    A written result is the truth that a child succeeded, so storage, not Batch, says which did:
+    Batch's counts only say when to look. In order of cost:
+    - reads that failed before are made again;
+    - the job SUCCEEDED (every child did), or as many newly succeeded as children still
+      waiting: all of them, without a listing (but those read before and found `missing`);
+    - SUCCEEDED grew, or the job FAILED: the written results, listed from the lowest child
+      still waiting (S3's StartAfter: the pages grow with the results new since, not with every
+      child of the job nor with the children running).
     """
-    if finished:
-        return waiting, False
-    if not succeeded_grew:
-        return frozenset(), False
+    again = view.reread & waiting
+    fresh = waiting - view.missing
+    finished = status is not None and status.finished
+    if not waiting or not (finished or succeeded_grew):
+        return again, 0
     newly = _count(summary, JobStatus.SUCCEEDED) - _count(view.summary, JobStatus.SUCCEEDED)
-    if newly >= len(waiting):
-        return waiting, False
-    left = (view.started & waiting) - active_now
-    if left and newly == len(left):
-        return frozenset(left), False
-    if JobStatus.SUCCEEDED not in reads.listings:
-        return None, False
-    return frozenset(i for i, _ in _listed(view, reads, JobStatus.SUCCEEDED) if i in waiting), True
+    if fresh == waiting and (status is JobStatus.SUCCEEDED
+                             or (not finished and newly >= len(waiting))):
+        return waiting, 0
+    if reads.stored is None:
+        return None, min(waiting)
+    return frozenset(i for i in waiting if i in reads.stored) | again, 0
+
+
+def _none_queued(summary: Mapping[str, int]) -> bool:
+    """The counts name children and none of them waits to start (SUBMITTED..RUNNABLE)."""
+    return any(summary.values()) and not any(_count(summary, s) for s in QUEUED)
 
 
 def _runnable_check_due(view: JobView, summary: Mapping[str, int], finished: bool) -> bool:

@@ -51,7 +51,8 @@ whatever happens. An object store PUT (s3fs ``pipe_file``) is atomic by itself (
 uploads in parts, visible only once completed and aborted on failure), and an exclusive one sends
 ``If-None-Match: *``. A half-written object is never visible and a failed write leaves nothing
 behind. On object stores, transient errors (5xx, throttling, connection trouble) are retried
-with tenacity on top of s3fs's own retries; local disk errors fail at once.
+with tenacity within ``STORAGE_RETRY`` (s3fs's and botocore's own retries off); local disk
+errors and permanent answers (404, 403, a lost conditional write) fail at once.
 """
 
 from __future__ import annotations
@@ -60,17 +61,21 @@ import errno
 import hashlib
 import inspect
 import json
+import logging
 import os
 import re
 import struct
 import threading
+import time
 import uuid
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, TypeVar
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
+from .awsclients import CLIENT_CONFIG
 from .errors import IntegrityError
 from .signing import TAG_SIZE, Signer, default_signer
 
@@ -81,10 +86,41 @@ HEADER_MAC_FIELD = "hmac"
 # the header's last field: ,"hmac":"<64 hex>"} (the "," is absent when it is the only field)
 _HEADER_MAC_SUFFIX = re.compile(rb'"hmac":"([0-9a-f]{64})"\}\Z')
 PREFIX_READ = 64 * 1024
-ATTEMPTS = 4
+# digits of a result object's name (results/00042): arrays have at most 10,000 children
+RESULT_DIGITS = 5
 _U64 = struct.Struct("<Q")
 _PAIR = struct.Struct("<2Q")
 _T = TypeVar("_T")
+logger = logging.getLogger("batchfutures")
+
+try:  # tenacity >= 8.3: stop before a wait that would end past the budget's seconds
+    from tenacity import stop_before_delay
+except ImportError:  # older tenacity: may overshoot by one wait
+    from tenacity import stop_after_delay as stop_before_delay  # type: ignore[assignment]
+
+
+@dataclass(frozen=True)
+class StorageRetryBudget:
+    """How long one storage call may keep trying: attempts and seconds, whichever ends first."""
+
+    attempts: int
+    seconds: float  # from the first attempt; a wait that would end past it is not started
+    first_wait: float  # full jitter: wait n is uniform in [0, min(max_wait, first_wait * 2^(n-1))]
+    max_wait: float
+
+
+STORAGE_RETRY = StorageRetryBudget(attempts=10, seconds=20.0, first_wait=0.5, max_wait=5.0)
+"""The one retry budget of every S3 call, in the client and in the worker (s3fs's loop and
+botocore's retries are off, so budgets never multiply).
+
+Why these numbers: every child of a run GETs the same function and inputs objects, so at
+thousands of children S3 answers 503 SlowDown in bursts until the prefix scales. The old 4
+attempts in ~1.4 s failed children a longer wait would have carried. Waits widen 0.5, 1, 2, 4 s
+then stay at 5 s (full jitter, so children that failed together do not return together): about
+16 s of waiting on average over 9 waits, never past 20 s. That outlasts a burst of seconds, and
+is still short against a child's run and Batch's own retry of a failed attempt, so an S3 that
+is really down fails the call within ~20 s.
+"""
 
 # errno values that say "try again" (s3fs maps 500 to EREMOTEIO, 503 SlowDown and 409 to EBUSY)
 _TRANSIENT_ERRNOS = {
@@ -92,27 +128,72 @@ _TRANSIENT_ERRNOS = {
     errno.ECONNABORTED, errno.ECONNREFUSED, errno.EPIPE, getattr(errno, "EREMOTEIO", 121),
     getattr(errno, "ESTALE", 116),
 }
+# 408 RequestTimeout, 409 a conflicting operation in progress ("try again"), 429 throttling
+_TRANSIENT_STATUSES = {408, 409, 429, 500, 502, 503, 504}
 _PERMANENT = (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError,
               NotADirectoryError, NotImplementedError)
-_TRANSIENT_NAMES = ("Timeout", "Connection", "IncompleteRead", "ResponseParser", "ClientPayload")
+_TRANSIENT_NAMES = ("Timeout", "Connection", "IncompleteRead", "ResponseParser", "ClientPayload",
+                    "HTTPClientError")
+
+
+def _http_status(error: BaseException) -> Optional[int]:
+    """The HTTP status of the S3 answer behind an error (s3fs keeps the ClientError as its
+    cause), or None for errors without one (connections, local disks)."""
+    for candidate in (error, error.__cause__):
+        response = getattr(candidate, "response", None)
+        if isinstance(response, dict):
+            status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+            if isinstance(status, int) and status:
+                return status
+    return None
 
 
 def _transient(error: BaseException) -> bool:
-    """Worth another attempt: network trouble, throttling, a 5xx; not a missing object."""
+    """Worth another attempt: network trouble, throttling, a 5xx; not a missing object, a
+    refusal or a lost conditional write (those fail at once)."""
     if isinstance(error, _PERMANENT):
         return False
     if isinstance(error, (TimeoutError, ConnectionError)):
-        return True
+        return True  # S3's RequestTimeout is a 400, mapped to TimeoutError by s3fs
+    status = _http_status(error)
+    if status is not None:
+        return status in _TRANSIENT_STATUSES  # any other 4xx, and 501, is permanent
     if isinstance(error, OSError):
-        # s3fs turns an S3 error code it does not know into an OSError without errno
+        # s3fs turns an S3 error code it does not know into an OSError without errno or EIO
         return error.errno is None or error.errno in _TRANSIENT_ERRNOS
-    # botocore/aiohttp connection and read errors that escaped s3fs's own retries
+    # botocore/aiohttp connection and read errors that reach us untranslated
     return any(word in cls.__name__ for cls in type(error).__mro__ for word in _TRANSIENT_NAMES)
 
 
-def _retrying() -> Retrying:
-    return Retrying(retry=retry_if_exception(_transient), stop=stop_after_attempt(ATTEMPTS),
-                    wait=wait_random_exponential(multiplier=0.2, max=5), reraise=True)
+def _log_retry(state: Any) -> None:
+    logger.debug("storage: retrying %s after %r (attempt %d)",
+                 getattr(state.fn, "__name__", "call"), state.outcome.exception(),
+                 state.attempt_number)
+
+
+def _retrying(budget: StorageRetryBudget = STORAGE_RETRY,
+              sleep: Callable[[float], Any] = time.sleep) -> Retrying:
+    """The tenacity policy of one storage call (``sleep``: a fake clock's, in tests)."""
+    return Retrying(
+        retry=retry_if_exception(_transient),
+        wait=wait_random_exponential(multiplier=budget.first_wait, max=budget.max_wait),
+        stop=stop_after_attempt(budget.attempts) | stop_before_delay(budget.seconds),
+        before_sleep=_log_retry, sleep=sleep, reraise=True)
+
+
+def _one_retry_layer(options: Dict[str, Any]) -> Tuple[Dict[str, Any], int]:
+    """s3fs options with botocore's retries off (unless the caller set them), and how many
+    passes s3fs's own loop makes (``retries``, 1 unless given): STORAGE_RETRY is the budget.
+
+    s3fs ignores ``retries`` as an option (its loop count is the ``retries`` attribute, and an
+    unknown option reaches AioSession), so it is taken out here and set on the filesystem.
+    """
+    options = dict(options)
+    loops = int(options.pop("retries", 1))
+    config = dict(options.get("config_kwargs") or {})  # never mutate the caller's dict
+    config.setdefault("retries", dict(CLIENT_CONFIG["retries"]))
+    options["config_kwargs"] = config
+    return options, max(1, loops)
 
 
 def _s3_options(options: Dict[str, Any]) -> Dict[str, Any]:
@@ -138,10 +219,13 @@ class Storage:
     def __init__(self, root_url: str, *, storage_options: Optional[Dict[str, Any]] = None,
                  signer: Optional[Signer] = None) -> None:
         options = dict(storage_options or {})
-        if root_url.startswith(("s3://", "s3a://")):
-            options = _s3_options(options)
+        s3, loops = root_url.startswith(("s3://", "s3a://")), 1
+        if s3:
+            options, loops = _one_retry_layer(_s3_options(options))
         self.storage_options = options
         self.fs, path = fsspec.core.url_to_fs(root_url, **options)
+        if s3:
+            self.fs.retries = loops  # s3fs's own loop: one pass; STORAGE_RETRY does the retrying
         self.root = path.rstrip("/")
         self.root_url = root_url.rstrip("/")
         self.local = isinstance(self.fs, LocalFileSystem)
@@ -193,7 +277,8 @@ class Storage:
         return f"{job_url}/inputs"
 
     def result_url(self, job_url: str, index: int) -> str:
-        return f"{job_url}/results/{int(index)}"
+        # zero-padded, so the keys sort as the indices do: a listing can start after a child
+        return f"{job_url}/results/{int(index):0{RESULT_DIGITS}d}"
 
     def _path(self, url: str) -> str:
         if url.startswith(self.root_url):
@@ -277,6 +362,25 @@ class Storage:
                 return []
             return [entry.rstrip("/").rpartition("/")[2] for entry in entries]
         return self._retried(names)
+
+    def _names_after(self, url: str, after: str) -> List[str]:
+        """The names in a folder that sort after ``after``: ListObjectsV2 with StartAfter, through
+        s3fs's own paging and retries (its ``ls`` has no StartAfter)."""
+        from fsspec.asyn import sync  # s3fs has imported it already; the worker's file:// need not
+
+        list_pages = getattr(self.fs, "_list_pages", None)
+        if list_pages is None:  # an s3fs without it: the whole folder
+            return [name for name in self._names(url) if name > after]
+        bucket, key, _ = self.fs.split_path(self._path(url))
+        prefix = key.rstrip("/") + "/"
+
+        async def collect() -> List[str]:
+            names: List[str] = []
+            async for page in list_pages("list_objects_v2", Bucket=bucket, Prefix=prefix,
+                                         StartAfter=prefix + after, **self.fs.req_kw):
+                names.extend(item["Key"][len(prefix):] for item in page.get("Contents", ()))
+            return names
+        return self._retried(lambda: sync(self.fs.loop, collect))
 
     def delete(self, url: str) -> None:
         """Remove an object or a whole folder; nothing there is fine."""
@@ -457,9 +561,20 @@ class Storage:
             return True
         return self._retried(probe)
 
-    def list_results(self, job_url: str) -> Set[int]:
-        """Indices of the children whose result is written (one listing; temporaries skipped)."""
-        return {int(name) for name in self._names(f"{job_url}/results") if name.isdigit()}
+    def list_results(self, job_url: str, start: int = 0) -> Set[int]:
+        """Indices ``>= start`` of the children whose result is written (temporaries skipped).
+
+        On S3 the listing starts after the key of ``start - 1`` (StartAfter), so its pages grow
+        with the results written from ``start`` on, not with every result of the job.
+        """
+        folder = f"{job_url}/results"
+        if start > 0 and not self.local:
+            after = self.name_of(self.result_url(job_url, start - 1))
+            names = self._names_after(folder, after.rpartition("/")[2])
+        else:
+            names = self._names(folder)
+        return {index for index in map(_result_index, names)
+                if index is not None and index >= start}
 
     # -- job pointers, runs, cleanup ---------------------------------------------------------
     def write_job_pointer(self, job_id: str, job_url: str) -> None:
@@ -546,6 +661,12 @@ class Storage:
             known = runs.get(run_id)
             runs[run_id] = modified if known is None else max(known, modified or known)
         return sorted(runs.items())
+
+
+def _result_index(name: str) -> Optional[int]:
+    """A result object's child index from its name (``00042``, or ``42`` as written before the
+    names were padded); None for anything else (a temporary)."""
+    return int(name) if name.isdigit() else None
 
 
 def _epoch(value: Any) -> Optional[float]:

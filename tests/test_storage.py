@@ -94,7 +94,7 @@ def test_layout_and_from_url(tmp_path):
     job = storage.job_url("run1", "key1")
     assert job == f"{root}/runs/run1/jobs/key1"
     assert storage.run_url("run1") == f"{root}/runs/run1"
-    assert storage.result_url(job, 3) == f"{job}/results/3"
+    assert storage.result_url(job, 3) == f"{job}/results/00003"
     assert Storage.from_url(job).root_url == root
     assert Storage.from_url("s3://bkt/runs/x/runs/r/jobs/k").root_url == "s3://bkt/runs/x"
     with pytest.raises(ValueError):
@@ -286,6 +286,23 @@ def test_results_write_once_list_and_read(storage):
     assert storage.read_result(job, 2) == b"replaced"
     if storage.local:
         assert not [f for f in all_files(storage.root) if os.path.basename(f).startswith(".")]
+
+
+def test_results_are_listed_from_a_child_on_with_pages_of_only_the_later_keys(storage, s3_requests):
+    """Result names sort as their indices (results/00042), so the poller lists only the results
+    from the lowest child still waiting: on S3 one ListObjectsV2 with StartAfter."""
+    job = storage.job_url("run1", "job1")
+    for index in (0, 3, 9, 10, 11, 100, 1234):
+        storage.write_result(job, index, b"r")
+    assert storage.result_url(job, 42).endswith("/results/00042")
+    assert storage.list_results(job, 10) == {10, 11, 100, 1234}
+    assert storage.list_results(job, 1235) == set()
+    assert storage.list_results(job) == {0, 3, 9, 10, 11, 100, 1234}
+    if s3_requests is not None:  # the later keys only came back, not every result of the job
+        s3_requests.clear()
+        assert storage.list_results(job, 11) == {11, 100, 1234}
+        (listing,) = [url for _, url, _ in s3_requests.sent if "list-type=2" in url]
+        assert "start-after=" in listing and "results%2F00010&" in listing
 
 
 def test_readers_never_see_a_partial_object(storage):

@@ -1,0 +1,143 @@
+"""`ResultReader`: finished children's result objects, read concurrently, off the poller thread.
+
+    poller thread                        reader threads (at most CONCURRENCY)          storage
+    -------------                        ------------------------------------          -------
+    reconcile says: read children 3..9
+      reader.request(job, (3, ..., 9)) ─> tasks of up to BATCH indices each ──> GET results/<i>
+                                          each result goes to the inbox as it arrives
+      ...the poller goes on with Batch   <── wake(): the poller settles what arrived, without
+         reads of other jobs                 waiting for its next DescribeJobs round
+      reader.take() ─> {job: {index: Arrival}}  ─> reconcile.arrived ─> TrackedJob.apply
+
+One GET costs S3's first-byte latency (20-50 ms); read one after the other on the poller thread,
+10,000 results took minutes and held up every other job's Batch reads. Here up to CONCURRENCY
+GETs are in flight at once, the poller never waits for one, and a result is settled as soon as
+it is read. `read_now` is the blocking form, for the rare reads a decision waits on (a job Batch
+has forgotten, a multi-node job's node results).
+
+An arrival is the result's bytes, None (no object there), the `IntegrityError` its seal check
+raised (its items fail; nothing of it is unpickled), or a `ReadFailed` (storage failed past its
+retry budget: the child is read again later).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Callable, Dict, Hashable, Iterable, List, Optional, Protocol, Sequence, Tuple, Union
+
+from .errors import IntegrityError
+
+logger = logging.getLogger("batchfutures")
+
+__all__ = ["ResultReader", "ReadFailed", "Arrival", "CONCURRENCY"]
+
+# GETs in flight at once: S3 serves thousands per second per prefix; 32 keeps the client's own
+# sockets and threads modest while reading about 1,000 results a second at 30 ms each.
+CONCURRENCY = 32
+# indices per task at most: fewer hand-offs between threads when thousands arrive at once
+BATCH = 16
+
+
+@dataclass(frozen=True)
+class ReadFailed:
+    """Storage failed to answer (past its retry budget); the child is to be read again."""
+
+    error: BaseException
+
+
+Arrival = Union[bytes, None, IntegrityError, ReadFailed]
+
+
+class ResultStore(Protocol):
+    """What the reader needs of storage.Storage."""
+
+    def read_result(self, job_url: str, index: int) -> Optional[bytes]: ...
+
+
+class ResultReader:
+    """Reads result objects on a bounded pool of threads; the poller takes what arrived."""
+
+    def __init__(self, storage: ResultStore, on_arrival: Callable[[], None], *,
+                 concurrency: int = CONCURRENCY) -> None:
+        self._storage = storage
+        self._on_arrival = on_arrival
+        self._concurrency = concurrency
+        self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._lock = threading.Lock()
+        self._inbox: Dict[Hashable, Dict[int, Arrival]] = {}
+        self._in_flight = 0  # indices requested and not yet in the inbox
+
+    def request(self, job: Hashable, job_url: str, indices: Sequence[int]) -> None:
+        """Read these children's results in the background; they arrive in the inbox under
+        ``job`` (the poller's TrackedJob)."""
+        if not indices:
+            return
+        with self._lock:
+            self._in_flight += len(indices)
+        pool = self._threads()
+        for batch in batches(indices, self._concurrency):
+            pool.submit(self._read_batch, job, job_url, batch)
+
+    def read_now(self, job_url: str, indices: Iterable[int]) -> Dict[int, Arrival]:
+        """Read these results concurrently and wait for them all."""
+        wanted = list(indices)
+        if len(wanted) <= 1:
+            return {index: self._read_one(job_url, index) for index in wanted}
+        pool = self._threads()
+        return dict(zip(wanted, pool.map(lambda i: self._read_one(job_url, i), wanted)))
+
+    def take(self) -> Dict[Hashable, Dict[int, Arrival]]:
+        """Everything that arrived since the last take, by job (the poller thread's)."""
+        with self._lock:
+            arrived, self._inbox = self._inbox, {}
+        return arrived
+
+    @property
+    def busy(self) -> bool:
+        """Some requested read has not arrived yet."""
+        return self._in_flight > 0
+
+    def close(self) -> None:
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False)
+
+    def _threads(self) -> concurrent.futures.ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:  # made on first use: most executors of a script read little
+                self._pool = concurrent.futures.ThreadPoolExecutor(
+                    self._concurrency, thread_name_prefix="batchfutures-results")
+            return self._pool
+
+    # -- reader threads --------------------------------------------------------------------------
+    def _read_batch(self, job: Hashable, job_url: str, indices: Tuple[int, ...]) -> None:
+        for index in indices:
+            arrival = self._read_one(job_url, index)
+            with self._lock:
+                self._inbox.setdefault(job, {})[index] = arrival
+                self._in_flight -= 1
+            try:
+                self._on_arrival()
+            except Exception:  # the poller's next round takes it anyway
+                logger.debug("batchfutures: could not wake the poller", exc_info=True)
+
+    def _read_one(self, job_url: str, index: int) -> Arrival:
+        try:
+            return self._storage.read_result(job_url, index)
+        except IntegrityError as refused:  # forged or altered: its items fail, unpickled never
+            return refused
+        except Exception as error:  # past storage's retry budget: read again later
+            logger.warning("batchfutures: could not read result %d of %s: %s", index, job_url,
+                           error)
+            return ReadFailed(error)
+
+
+def batches(indices: Sequence[int], concurrency: int = CONCURRENCY) -> List[Tuple[int, ...]]:
+    """How ``request`` splits indices into tasks (pure; for tests): every reader busy, at most
+    BATCH indices per task."""
+    size = max(1, min(BATCH, -(-len(indices) // concurrency)))
+    return [tuple(indices[i:i + size]) for i in range(0, len(indices), size)]
