@@ -14,14 +14,20 @@ Workload per scenario: a map of 2,000 items at chunksize 1 and at chunksize 10, 
     all         the four above at once
     s3-503      10% of S3 requests answered 503 SlowDown (AWS path: stock boto3 against the
                 emulator's HTTP endpoint, S3 on moto behind a failing proxy; chunksize 10 only,
-                since each worker builds an S3 client and 2,000 children would take ~5 min)
+                since each worker builds an S3 client)
+    s3-503-2k   the same 10% of S3 requests answered 503, at scale: the map of 2,000 items at
+                chunksize 1 (2,000 children, each GETting the same function and inputs objects),
+                no submits; each child's S3 calls must ride out the 503s within the storage
+                retry budget (storage.STORAGE_RETRY), else the child exits 1 and Batch retries it
     sigkill     the client process SIGKILLed mid-map (AWS path, emulator in its own process);
                 a new process attaches by job id and must recover every result
 
 Columns: results correct, typed errors (by type), lost (neither a correct result nor a typed
 error), hung (still pending 600 s after the group was submitted, long after its jobs ended),
 duplicate jobs (Batch jobs sharing one
-submission's name), Batch requests against the fault-free run, wall time against it.
+submission's name), Batch requests against the fault-free run, wall time against it. (The
+s3-503-2k row waits 1,800 s before counting a future as hung: its 2,000 worker processes take
+longer than 600 s on 2 cores.)
 The bar: 0 lost, 0 hung, 0 duplicates, every result correct or typed.
 """
 
@@ -40,7 +46,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -83,11 +89,12 @@ class Row:
         self.seconds = 0.0
         self.note = ""
 
-    def outcomes(self, futures: List[Any], expected: List[int]) -> None:
+    def outcomes(self, futures: List[Any], expected: List[int],
+                 deadline: float = DEADLINE) -> None:
         from batchfutures import BatchError
 
-        # every job ends long before DEADLINE; what is still pending then would wait forever
-        done, pending = concurrent.futures.wait(futures, timeout=DEADLINE)
+        # every job ends long before the deadline; what is still pending then would wait forever
+        done, pending = concurrent.futures.wait(futures, timeout=deadline)
         self.hung += len(pending)
         for future, want in zip(futures, expected):
             if future in pending:
@@ -106,11 +113,14 @@ class Row:
         self.total += len(pending)
 
 
-def workload(executor: Any, quick: bool, chunksizes: List[int]) -> Iterator[tuple]:
+def workload(executor: Any, quick: bool, chunksizes: List[int],
+             submits: bool = True) -> Iterator[tuple]:
     items = 200 if quick else 2000
     for chunksize in chunksizes:
         yield executor.map_futures(work, range(items), chunksize=chunksize), \
             [work(x) for x in range(items)]
+    if not submits:
+        return
     submits = 20 if quick else 200
     yield [executor.submit(work, x) for x in range(submits)], [work(x) for x in range(submits)]
 
@@ -224,26 +234,44 @@ def aws_environment(stack: Dict[str, Any]) -> Any:
                                expected_bucket_owner="123456789012")
 
 
-def s3_scenario(quick: bool, folder: Path) -> Row:
+def failed_attempts(emulator: Any, futures: List[Any]) -> int:
+    """Attempts of these futures' Batch jobs that failed (a worker exited 1 and Batch retried)."""
+    ids = sorted({f.job_id for f in futures if f.job_id})
+    failed = 0
+    for start in range(0, len(ids), 100):
+        for job in emulator.describe_jobs(jobs=ids[start:start + 100])["jobs"]:
+            failed += max(0, len(job.get("attempts") or []) - 1) \
+                + (job.get("status") == "FAILED")
+    return failed
+
+
+def s3_scenario(quick: bool, folder: Path, name: str = "s3-503", chunksizes: Sequence[int] = (10,),
+                submits: bool = True, deadline: float = DEADLINE) -> Row:
     import s3fs
     from bench_requests import RequestCounter
 
     from batchfutures import BatchExecutor
 
-    row = Row("s3-503")
-    with aws_stack(folder / "s3", 0.10, emulator_process=False) as stack:
+    row = Row(name)
+    all_futures: List[Any] = []
+    with aws_stack(folder / name, 0.10, emulator_process=False) as stack:
         s3fs.S3FileSystem.clear_instance_cache()
         with RequestCounter() as counter:  # every request the client sends, by operation
             env = aws_environment(stack)
             started = time.perf_counter()
             with BatchExecutor(env, retries=3) as executor:
-                for futures, expected in list(workload(executor, quick, [10])):
-                    row.outcomes(futures, expected)
+                for futures, expected in list(workload(executor, quick, list(chunksizes), submits)):
+                    row.outcomes(futures, expected, deadline)
+                    all_futures.extend(futures)
             row.seconds = time.perf_counter() - started
             row.requests = sum(counter.snapshot().service("batch").values())
         row.duplicates = duplicates_in(stack["emulator"])
-        row.note = (f"{stack['proxy'].injected} S3 requests answered 503; chunksize 10 only; "
-                    f"requests and time not comparable with the local rows")
+        children = len({f.job_id for f in all_futures if f.job_id})
+        proxy = stack["proxy"]
+        row.note = (f"{children} children; {proxy.injected} of "
+                    f"{proxy.injected + proxy.forwarded} S3 requests answered 503; "
+                    f"{failed_attempts(stack['emulator'], all_futures)} child attempts failed; "
+                    f"chunksize {', '.join(map(str, chunksizes))} only")
     return row
 
 
@@ -298,7 +326,7 @@ def table(rows: List[Row], baseline: Optional[Row]) -> str:
              f"{'dup':>3} {'requests':>9} {'time':>6}  notes"]
     for row in rows:
         errors = ", ".join(f"{n} {k}" for k, n in sorted(row.errors.items())) or "0"
-        comparable = row.name not in ("s3-503", "sigkill")
+        comparable = not row.name.startswith(("s3-503", "sigkill"))
         requests = f"{row.requests / baseline.requests:.2f}x" if comparable and baseline \
             and baseline.requests and row.requests else "-"
         wall = f"{row.seconds / baseline.seconds:.2f}x" if comparable and baseline \
@@ -337,6 +365,11 @@ def main() -> None:
                 print(f"  {name}: {rows[-1].seconds:.1f} s", file=sys.stderr, flush=True)
         if wanted is None or "s3-503" in wanted:
             rows.append(s3_scenario(args.quick, folder))
+            print(f"  s3-503: {rows[-1].seconds:.1f} s", file=sys.stderr, flush=True)
+        if wanted is None or "s3-503-2k" in wanted:
+            rows.append(s3_scenario(args.quick, folder, "s3-503-2k", (1,), submits=False,
+                                    deadline=3 * DEADLINE))
+            print(f"  s3-503-2k: {rows[-1].seconds:.1f} s", file=sys.stderr, flush=True)
         if wanted is None or "sigkill" in wanted:
             rows.append(sigkill_scenario(args.quick, folder))
     print(f"python {sys.version.split()[0]}; map of {200 if args.quick else 2000} items at "
