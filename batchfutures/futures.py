@@ -22,6 +22,10 @@ from typing import Any, Optional, Protocol
 
 __all__ = ["BatchFuture", "FutureCore", "BoundJob"]
 
+# One lock for every future's (job, child) pair: a rebind (an OOM retry moves a call to a new job)
+# is rare, and a lock per future would cost ~100 bytes each, times a million futures.
+_BIND_LOCK = threading.Lock()
+
 
 class FutureCore(Protocol):
     """What a future asks of the executor core that made it (the Session)."""
@@ -49,16 +53,16 @@ class BatchFuture(concurrent.futures.Future):
         self._status: Optional[str] = None
         self._status_reason: Optional[str] = None
         self._exit_code: Optional[int] = None
-        self._bind_lock = threading.Lock()
 
     # -- what Batch says about the call ---------------------------------------------------
     @property
     def job_id(self) -> Optional[str]:
         """The Batch job id; ``"<array job id>:<index>"`` for an array child; None before submission."""
-        job = self._job
+        with _BIND_LOCK:
+            job, child = self._job, self._child
         if job is None:
             return None
-        return job.child_id(self._child)
+        return job.child_id(child)
 
     @property
     def status(self) -> Optional[str]:
@@ -106,7 +110,7 @@ class BatchFuture(concurrent.futures.Future):
 
     # -- used by the poller -----------------------------------------------------------------
     def _bind(self, job: BoundJob, child: int) -> None:
-        with self._bind_lock:
+        with _BIND_LOCK:
             self._job = job
             self._child = child
             self._status = "SUBMITTED"

@@ -29,6 +29,7 @@ reader) are given to it, and a collaborator that is a method of the owner is hel
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -48,7 +49,7 @@ from .errors import (
 )
 from .futures import BatchFuture
 from .jobs import Actions, TrackedJob, settle
-from .reconcile import Needs, Reads, arrived, reconcile
+from .reconcile import LISTING_LIMIT, Needs, Reads, arrived, reconcile
 from .results import ReadFailed, ResultReader
 from .statuses import JobStatus
 
@@ -404,8 +405,9 @@ class Poller:
 
     def _read(self, job: TrackedJob, needs: Needs, reads: Reads, batch: Any) -> None:
         for status in needs.listings:
-            reads.listings[status] = list(batchapi.list_children(
-                batch, job.job_id, status.value, budget=batchapi.POLL_BUDGET))
+            listed = batchapi.list_children(batch, job.job_id, status.value,
+                                            budget=batchapi.POLL_BUDGET)
+            reads.listings[status] = list(itertools.islice(listed, LISTING_LIMIT.get(status)))
         if needs.children:
             ids = [job.child_id(i) for i in needs.children]
             by_id = {d.get("jobId"): d

@@ -39,12 +39,15 @@ from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tupl
 
 from .batchapi import node_index
 from .errors import ABORT_REASON_PREFIX, is_too_large_reason, is_unplaceable_reason
-from .jobs import ACTIVE, QUEUED, Actions, JobStatus, JobView, Shown, default_child_status
+from .jobs import ACTIVE, FINISHED, QUEUED, Actions, JobStatus, JobView, Shown, default_child_status
 from .results import Arrival, ReadFailed
 
 __all__ = ["Reads", "Needs", "Step", "reconcile", "last_container"]
 
 MAX_REASON = 250  # CancelJob's reason is free text; keep ours short
+# Listings read only in part: RUNNABLE children are listed for their reasons, which every child
+# of an array shares (one resource request): a sample says it without a page per 1,000 children.
+LISTING_LIMIT = {JobStatus.RUNNABLE: 100}
 
 
 @dataclass
@@ -227,7 +230,7 @@ def _array(view: JobView, reads: Reads) -> Step:
     # 1. the listings this step depends on, all at once; never the running children (their
     # pages would grow with them, every round): finished ones are found in storage
     wanted: List[JobStatus] = []
-    if failed_grew or (finished and unknown):
+    if failed_grew or (status is JobStatus.FAILED and unknown):  # SUCCEEDED: no child failed
         wanted.append(JobStatus.FAILED)
     if childless:
         wanted.append(JobStatus.SUCCEEDED)
@@ -287,6 +290,12 @@ def _array(view: JobView, reads: Reads) -> Step:
             if is_unplaceable_reason(reason):
                 stuck[index] = str(reason)
         if stuck:
+            # none runs and every unfinished child waits RUNNABLE: the reason is the whole job's
+            waiting = _count(summary, JobStatus.RUNNABLE)
+            unfinished = sum(summary.values()) - sum(_count(summary, s) for s in FINISHED)
+            if not view.started and waiting and waiting >= unfinished:
+                reason = next(iter(stuck.values()))
+                stuck = {index: stuck.get(index, reason) for index in view.open}
             _stuck(view, actions, stuck, description)
         else:
             actions.stuck_since = actions.stuck_reason = None

@@ -35,9 +35,10 @@ from batchfutures.errors import (
     classify_failure,
 )
 from batchfutures.futures import BatchFuture
-from batchfutures.jobs import ChildState, JobStatus, TrackedJob
+from batchfutures.jobs import ChildState, JobStatus, JobView, TrackedJob
 from batchfutures.poller import Poller
 from batchfutures.reconcile import Reads, reconcile
+from batchfutures.results import ReadFailed
 
 MISCONFIGURED = ("MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT - The job resource requirement "
                  "(vCPU/memory/GPU) is higher than that can be met by the CE(s) attached to the "
@@ -634,6 +635,22 @@ def test_an_array_held_runnable_is_cancelled_as_one_job_after_runnable_timeout()
     assert [target for target, _ in world.cancelled] == ["arr-1"]  # one CancelJob, the parent
 
 
+def test_a_large_array_held_runnable_is_judged_from_a_sample_of_one_page():
+    """RUNNABLE children are listed for their reason, which all share: one page of a sample,
+    not a page per 1,000 children every check (a 10,000-child array cost 10 ListJobs)."""
+    world = World(2500)
+    rig = Rig(world, runnable_timeout=120)
+    for i in range(2500):
+        world.child(i, "RUNNABLE", MISCONFIGURED)
+    rig.poll()
+    assert world.calls["ListJobs:RUNNABLE"] == 1
+    assert rig.future(2400).status == "RUNNABLE"
+    rig.poll(advance=121)
+    assert world.calls["ListJobs:RUNNABLE"] == 2
+    assert all(type(rig.future(i).exception()) is JobUnplaceableError for i in (0, 99, 2499))
+    assert [target for target, _ in world.cancelled] == ["arr-1"]
+
+
 def test_an_array_whose_children_run_is_not_timed_out():
     world = World(3)
     rig = Rig(world, runnable_timeout=60)
@@ -792,3 +809,79 @@ def test_the_poller_holds_its_owner_weakly():
 
 def test_errors_stay_batch_errors():
     assert issubclass(JobUnplaceableError, BatchError)
+
+
+# -- which results to read (reconcile.results_to_read), as a table ------------------------------
+def _view(open_=range(10), *, reading=(), reread=(), missing=(), summary=None, status="RUNNING"):
+    return JobView(job_id="arr-1", array=True, size=10, open=frozenset(open_),
+                   started=frozenset(), status=JobStatus.of(status),
+                   summary=dict(summary or {"RUNNING": 4, "RUNNABLE": 6}), submitted_at=0.0,
+                   now=1.0, reading=frozenset(reading), reread=frozenset(reread),
+                   missing=frozenset(missing))
+
+
+# (view, status now, summary now, stored listing or None, expected: set to read, or ("list", k))
+TO_READ = [
+    # nothing succeeded since the last poll: nothing to read, no listing
+    (_view(), "RUNNING", {"RUNNING": 4, "RUNNABLE": 6}, None, set()),
+    # ...but a read that failed is made again
+    (_view(reread={3}), "RUNNING", {"RUNNING": 4, "RUNNABLE": 6}, None, {3}),
+    # two more succeeded, eight wait: list storage from the lowest child waiting
+    (_view(), "RUNNING", {"RUNNING": 2, "SUCCEEDED": 2, "RUNNABLE": 6}, None, ("list", 0)),
+    (_view(open_=range(4, 10)), "RUNNING", {"RUNNING": 3, "SUCCEEDED": 5, "RUNNABLE": 2},
+     None, ("list", 4)),
+    # the listing names what to read; children being read are not waiting
+    (_view(reading={0}), "RUNNING", {"RUNNING": 2, "SUCCEEDED": 2, "RUNNABLE": 6},
+     frozenset({0, 1}), {1}),
+    # as many newly succeeded as wait: all of them, no listing
+    (_view(open_={8, 9}, summary={"SUCCEEDED": 8, "RUNNING": 2}), "RUNNING", {"SUCCEEDED": 10},
+     None, {8, 9}),
+    # the job SUCCEEDED: every child did, read them all without a listing
+    (_view(), "SUCCEEDED", {"SUCCEEDED": 10}, None, set(range(10))),
+    # ...except one read before and not there: then storage says which are written
+    (_view(missing={5}), "SUCCEEDED", {"SUCCEEDED": 10}, None, ("list", 0)),
+    (_view(missing={5}), "SUCCEEDED", {"SUCCEEDED": 10}, frozenset(range(10)) - {5},
+     set(range(10)) - {5}),
+    # the job FAILED: the results storage holds (the failed ones hold none)
+    (_view(), "FAILED", {"SUCCEEDED": 9, "FAILED": 1}, None, ("list", 0)),
+    (_view(), "FAILED", {"SUCCEEDED": 9, "FAILED": 1}, frozenset(range(9)), set(range(9))),
+]
+
+
+@pytest.mark.parametrize("view, status, summary, stored, expected", TO_READ)
+def test_which_results_are_read_and_when_storage_is_listed(view, status, summary, stored,
+                                                            expected):
+    from batchfutures.reconcile import results_to_read
+
+    reads = Reads({"status": status})
+    reads.stored = stored
+    grew = summary.get("SUCCEEDED", 0) > view.summary.get("SUCCEEDED", 0)
+    waiting = view.open - view.reading
+    to_read, start = results_to_read(view, reads, JobStatus.of(status), summary, grew, waiting)
+    if isinstance(expected, tuple):
+        assert to_read is None and start == expected[1]
+    else:
+        assert to_read == frozenset(expected)
+
+
+ARRIVED = [
+    # (array, arrivals, expected settled results, no_result, reread, missing)
+    (True, {0: b"r0", 1: None, 2: ReadFailed(OSError("503"))}, {0}, (), (2,), (1,)),
+    (False, {0: None}, set(), (0,), (), ()),  # a plain job said SUCCEEDED: no result at all
+    (False, {0: b"r0"}, {0}, (), (), ()),
+]
+
+
+@pytest.mark.parametrize("array, arrivals, results, no_result, reread, missing", ARRIVED)
+def test_what_the_reader_brought_back_settles(array, arrivals, results, no_result, reread,
+                                               missing):
+    from batchfutures.reconcile import arrived
+
+    view = JobView(job_id="j", array=array, size=3 if array else 1,
+                   open=frozenset(range(3 if array else 1)), started=frozenset(),
+                   status=JobStatus.SUCCEEDED if not array else JobStatus.RUNNING, summary={},
+                   submitted_at=0.0, now=1.0, reading=frozenset(arrivals))
+    actions = arrived(view, arrivals)
+    assert set(actions.results) == results and actions.no_result == no_result
+    assert actions.reread == reread and actions.missing == missing
+    assert set(actions.read_done) == set(arrivals)
