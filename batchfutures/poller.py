@@ -9,13 +9,19 @@
       children waiting for a retried upstream    TrackedJob.ready_reruns ─> job.rerun (reruns.py)
       DescribeJobs, 100 ids per call, jobs with open children only
       per job:  TrackedJob.view ─> reconcile(view, reads) ─┬─ needs: ListJobs / DescribeJobs of
-                   ^                                       │  children or nodes / GET results /
-                   └──────── reads ────────────────────────┘  LIST storage (a failed read: this
-                                                               job waits for the next poll,
-                            actions ─> CancelJob (unplaceable)  nothing committed)
+                   ^                                       │  children or nodes / LIST results
+                   └──────── reads ────────────────────────┘  (a failed read: this job waits
+                                                               for the next poll, nothing
+                            actions ─> CancelJob (unplaceable)  committed)
                                     ─> TerminateJob (a multi-node job's node failed)
                                     ─> log tails of failed children
                                     ─> TrackedJob.apply: futures settled, facts committed
+                                    ─> ResultReader.request(children that finished)
+    whenever a result arrives (results.py's threads wake this one; no Batch round for it):
+      ResultReader.take ─> reconcile.arrived ─> TrackedJob.apply: their futures settled
+
+Batch rounds come every interval (the minimum after a change, doubling while nothing changes)
+or when woken by `wake()`; results are settled as they arrive, between rounds.
 
 The decisions are `reconcile.reconcile` (pure, table-tested); this module only reads, sends and
 applies. Nothing one job or one result does stops the thread: each job's examination and each
