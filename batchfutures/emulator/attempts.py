@@ -9,19 +9,24 @@ running, negative for death by signal), `running`, `kill_reason` (a `KillReason`
 first `kill`), `exit_code()` (Docker's: 128+N for signal N), `memory_exceeded` (known once it
 ended: the attempt was killed for its memory limit), `wait()` and `resident_mib()`. It kills the
 whole container: its process group, its session, and its cgroup when it has one. When the main
-process has ended, `finish(returncode)` kills what is left, reads the cgroup's OOM count, removes
-the cgroup and calls `on_exit(handle)`.
+process has ended, `finish(returncode)` kills what is left, reads the cgroup's OOM count and
+calls `on_exit(handle)`. The emptied cgroup's folders are removed by a background thread, off the
+path from one attempt's end to the next one's start; once they are gone (the kernel's word that
+no process of the attempt is left) its scratch folder is recycled (container.Scratch) or removed.
+`cleanup_done()` waits for that thread (the emulator's shutdown).
 """
 
 from __future__ import annotations
 
 import enum
+import logging
 import os
+import queue
 import shutil
 import signal
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .procfs import resident_bytes, session_members
 
@@ -50,12 +55,50 @@ class LaunchRequest:
     vcpus: float = 1.0
     cgroup: Any = None  # a cgroups.AttemptCgroup, or None: RLIMIT_DATA and sampling instead
     scratch: Optional[str] = None  # a working directory removed when the attempt ends
+    # keeps the emptied scratch folder for a later attempt, once the cgroup says none is left
+    recycle: Optional[Callable[[str], None]] = None
 
 
 def docker_exit_code(returncode: Optional[int]) -> int:
     """The code Docker reports for a process: 128+N for death by signal N."""
     code = returncode if returncode is not None else -signal.SIGKILL
     return 128 - code if code < 0 else code
+
+
+_cleanup_queue: "queue.Queue[Tuple[Any, Optional[str], Any]]" = queue.Queue()
+_cleanup_lock = threading.Lock()
+_cleanup_thread: Optional[threading.Thread] = None
+
+
+def _clean() -> None:
+    while True:
+        group, scratch, recycle = _cleanup_queue.get()
+        try:
+            removed = group.remove()
+            if scratch and removed and recycle is not None:
+                recycle(scratch)
+            elif scratch:
+                shutil.rmtree(scratch, ignore_errors=True)
+        except Exception:  # one odd folder must not stop the others' removal
+            logging.getLogger("batchfutures").exception("batchfutures emulator: cleanup failed")
+        finally:
+            _cleanup_queue.task_done()
+
+
+def _clean_later(group: Any, scratch: Optional[str], recycle: Any) -> None:
+    global _cleanup_thread
+    with _cleanup_lock:
+        if _cleanup_thread is None:
+            _cleanup_thread = threading.Thread(target=_clean, name="bf-emulator-cleanup",
+                                               daemon=True)
+            _cleanup_thread.start()
+    _cleanup_queue.put((group, scratch, recycle))
+
+
+def cleanup_done() -> None:
+    """Wait until the cgroups and scratch folders of the attempts that ended are gone."""
+    if _cleanup_thread is not None:
+        _cleanup_queue.join()
 
 
 class AttemptHandle:
@@ -67,6 +110,7 @@ class AttemptHandle:
         self.memory_mib = request.memory_mib
         self.cgroup = request.cgroup
         self.scratch = request.scratch
+        self._recycle = request.recycle
         self.kill_reason: Optional[KillReason] = None
         self.returncode: Optional[int] = None
         self.memory_exceeded = False
@@ -108,12 +152,14 @@ class AttemptHandle:
         """The main process ended (`returncode`): end the rest, judge memory, report."""
         if self.cgroup is not None:
             self.memory_exceeded = self.cgroup.oom_killed()
-            self.cgroup.remove()
-        elif self.memory_mib:  # RLIMIT world: the monitor's kill, or the worker's MemoryError
-            self.memory_exceeded = (self.kill_reason is KillReason.MEMORY
-                                    or returncode == OOM_EXIT_STATUS)
-        if self.scratch:
-            shutil.rmtree(self.scratch, ignore_errors=True)
+            self.cgroup.kill()  # the container ends now; its empty folders go in the background
+            _clean_later(self.cgroup, self.scratch, self._recycle)
+        else:
+            if self.memory_mib:  # RLIMIT world: the monitor's kill, or the worker's MemoryError
+                self.memory_exceeded = (self.kill_reason is KillReason.MEMORY
+                                        or returncode == OOM_EXIT_STATUS)
+            if self.scratch:  # no cgroup to say the attempt's processes are all gone: no reuse
+                shutil.rmtree(self.scratch, ignore_errors=True)
         with self._lock:
             self.returncode = returncode
         self._done.set()

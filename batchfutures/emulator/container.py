@@ -16,7 +16,10 @@ so an attempt gets:
                  interpreter cannot import it by itself, e.g. a checkout run in place): never
                  the client's sys.path or working directory
     directory    a fresh scratch folder per attempt, <folder>/scratch/<owner>/<task id>, removed
-                 when the attempt ends (as a container's writable layer is discarded)
+                 when the attempt ends (as a container's writable layer is discarded); one
+                 left empty is kept (renamed) for a later attempt once the attempt's cgroup
+                 says none of its processes is left, as making and removing a folder costs
+                 an inode each time (~0.25 ms on a busy ext4), a rename nothing
 
 `inherit_client_path=True` (of `BatchEmulator` and `LocalEnvironment`) is the explicit way back
 to the client's world for quick local iteration: the client's sys.path on PYTHONPATH and its
@@ -26,10 +29,12 @@ import by reference. It hides what a container on AWS would lack; the default do
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import threading
@@ -107,17 +112,60 @@ def image_python_path() -> List[str]:
         return [_package_path[0]] if _package_path[0] else []
 
 
+SPARE_FOLDERS = 8  # emptied scratch folders kept for later attempts
+
+
 class Scratch:
     """Per-attempt working directories under <folder>/scratch/<owner pid>-<start ticks>/."""
 
     def __init__(self, folder: Path, owner: List[Any]) -> None:
         self.root = Path(folder) / "scratch"
         self.mine = self.root / f"{owner[0]}-{owner[1]}"
+        self._spares: List[Path] = []
+        self._mode: Optional[int] = None  # st_mode of a folder as made here
+        self._count = itertools.count(1)
+        self._lock = threading.Lock()
 
     def make(self, task_id: str) -> str:
         path = self.mine / task_id
+        with self._lock:
+            spare = self._spares.pop() if self._spares else None
+        if spare is not None:
+            try:
+                os.rename(spare, path)
+                if not os.listdir(path):
+                    return str(path)
+            except OSError:
+                pass
+            shutil.rmtree(path, ignore_errors=True)  # not empty after all: never handed out
         path.mkdir(parents=True, exist_ok=True)
+        if self._mode is None:
+            self._mode = os.lstat(path).st_mode
         return str(path)
+
+    def recycle(self, path: str) -> None:
+        """An attempt's folder once no process of it is left: kept if as made and empty."""
+        try:
+            info = os.lstat(path)
+            fresh = (stat.S_ISDIR(info.st_mode) and info.st_mode == self._mode
+                     and info.st_uid == os.getuid() and not os.listdir(path))
+            if fresh:
+                with self._lock:
+                    if len(self._spares) < SPARE_FOLDERS:
+                        spare = self.mine / f".spare-{next(self._count)}"
+                        os.rename(path, spare)
+                        self._spares.append(spare)
+                        return
+        except OSError:
+            pass
+        self.remove(path)
+
+    def close(self) -> None:
+        """Remove the spare folders (the emulator closes)."""
+        with self._lock:
+            spares, self._spares = self._spares, []
+        for spare in spares:
+            shutil.rmtree(spare, ignore_errors=True)
 
     @staticmethod
     def remove(path: Optional[str]) -> None:

@@ -17,7 +17,10 @@ log file on stdout/stderr, exactly the request's environment and working directo
 closes its stdin (or dies), killing the attempts it started.
 
 What the server holds is what no attempt should pay for again, and nothing that runs:
-- the worker and its imports (cloudpickle, fsspec, and what fsspec imports on its first URL);
+- the worker and everything it imports on a file:// attempt (WORKER_IMPORTS: pool.py and
+  multiprocessing too; cloudpickle, fsspec, and what fsspec imports on its first URL), and the
+  worker's code compiled once (WorkerCode: -m would compile it per attempt where no .pyc may be
+  written), so an attempt imports and compiles nothing of batchfutures;
   s3fs (~0.5 s) once the first s3:// attempt comes, so file:// attempts fork from a smaller
   process (~30 MiB resident instead of ~48: faster fork and exit);
 - the standard-library modules the emulator's process has imported (a request carries the ones
@@ -26,6 +29,7 @@ What the server holds is what no attempt should pay for again, and nothing that 
   or the client's code (their imports may start threads or have side effects), and not the few
   with side effects at import (`this`, `antigravity`, `readline`, GUI toolkits...). A module
   whose state would be shared by every attempt is reseeded at fork by Python itself (`random`);
+- no finder's directory listing: invalidated after every import, here rather than in each attempt;
 - `gc.freeze()` after every import, so a collection in an attempt does not write to (and copy)
   every page of the server's objects.
 """
@@ -48,6 +52,13 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 from .attempts import AttemptHandle, LaunchRequest
 
 WORKER_MODULE = "batchfutures.worker"
+# What the worker imports, at its top or inside its functions, on every attempt of a file:// job
+# (pool.py brings multiprocessing.connection): all of it without side effects at import.
+WORKER_IMPORTS = (
+    "batchfutures.serialization", "batchfutures.storage", "batchfutures.signing",
+    "batchfutures.awsclients", "batchfutures.nodes", "batchfutures.dependencies",
+    "batchfutures.pool", WORKER_MODULE,
+)
 
 # Standard-library modules never preloaded: side effects at import (printing, a browser, the
 # terminal, a GUI toolkit, files written) or test and tooling packages no job needs warm.
@@ -131,6 +142,44 @@ def _fresh_sys_path(cwd: str, python_path: str, base: List[str]) -> List[str]:
     return [cwd] + rest
 
 
+class WorkerCode:
+    """The worker module's code, compiled once in the server for every attempt (`-m` would
+    read it again each time, and compile it where no .pyc may be written), while its file is
+    unchanged (size and mtime, as a .pyc is checked)."""
+
+    def __init__(self) -> None:
+        self.spec: Any = None
+        self.code: Any = None
+        self.stamp: Optional[Tuple[int, int]] = None
+
+    @staticmethod
+    def _stamp(path: str) -> Optional[Tuple[int, int]]:
+        try:
+            info = os.stat(path)
+        except OSError:
+            return None
+        return info.st_size, info.st_mtime_ns
+
+    def refresh(self) -> None:
+        """In the server: (re)compile when the file changed since."""
+        try:
+            spec = importlib.util.find_spec(WORKER_MODULE)
+            stamp = self._stamp(spec.origin) if spec is not None and spec.origin else None
+            if stamp is None or spec is None or spec.loader is None:
+                self.code = None
+            elif stamp != self.stamp or self.code is None:
+                self.code = spec.loader.get_code(WORKER_MODULE)  # type: ignore[attr-defined]
+            self.spec, self.stamp = spec, stamp
+        except Exception:  # the child then runs the module as -m does, and meets the error there
+            self.code = None
+
+    def current(self) -> Tuple[Any, Any]:
+        """In the child: (code, spec), or (None, None) when the file changed since."""
+        if self.code is None or self._stamp(self.spec.origin) != self.stamp:
+            return None, None
+        return self.code, self.spec
+
+
 def _join_cgroup(procs: List[str]) -> None:
     for path in procs:
         fd = os.open(path, os.O_WRONLY)
@@ -140,7 +189,8 @@ def _join_cgroup(procs: List[str]) -> None:
             os.close(fd)
 
 
-def _child(request: Dict[str, Any], server_fds: Tuple[int, ...], base_path: List[str]) -> None:
+def _child(request: Dict[str, Any], server_fds: Tuple[int, ...], base_path: List[str],
+           worker: Optional[WorkerCode] = None) -> None:
     """In the forked child: become `python -m batchfutures.worker <url>`, exit with its status."""
     code = 1
     try:
@@ -173,8 +223,8 @@ def _child(request: Dict[str, Any], server_fds: Tuple[int, ...], base_path: List
                 os.environ[name] = value
         cwd = os.path.abspath(request["cwd"])
         os.chdir(cwd)
+        # (the finders' directory caches were invalidated in the server: see _forget_listings)
         sys.path[:] = _fresh_sys_path(cwd, environment.get("PYTHONPATH", ""), base_path)
-        importlib.invalidate_caches()
         memory = request.get("memory_mib")
         if memory:
             import resource
@@ -194,7 +244,16 @@ def _child(request: Dict[str, Any], server_fds: Tuple[int, ...], base_path: List
         sys.orig_argv = [sys.executable, "-m", WORKER_MODULE, request["url"]]
         import runpy
 
-        runpy._run_module_as_main(WORKER_MODULE, alter_argv=True)  # what -m itself calls
+        compiled: Any = None
+        spec: Any = None
+        if worker is not None:
+            compiled, spec = worker.current()
+        if compiled is None:  # what -m itself calls
+            runpy._run_module_as_main(WORKER_MODULE, alter_argv=True)  # type: ignore[attr-defined]
+        else:  # what _run_module_as_main does with the code it finds
+            sys.argv[0] = spec.origin
+            runpy._run_code(compiled, sys.modules["__main__"].__dict__,  # type: ignore[attr-defined]
+                            None, "__main__", spec)
         code = 0
     except SystemExit as exit_:
         if exit_.code is None or isinstance(exit_.code, int):
@@ -212,6 +271,13 @@ def _child(request: Dict[str, Any], server_fds: Tuple[int, ...], base_path: List
             _finalize()
         finally:
             os._exit(code)
+
+
+def _forget_listings() -> None:
+    """In the server, after any import or module lookup: no finder keeps a directory listing,
+    so an attempt lists a folder afresh, as a new interpreter would (each attempt doing this
+    itself writes to, and copies, every finder's page)."""
+    importlib.invalidate_caches()
 
 
 def _finalize() -> None:
@@ -235,9 +301,10 @@ def _finalize() -> None:
 
 def serve() -> None:
     """The server's loop: single-threaded, so forking is safe."""
-    import batchfutures.serialization  # noqa: F401  preload what every attempt needs
-    import batchfutures.storage  # noqa: F401
-    import batchfutures.worker  # noqa: F401
+    for name in WORKER_IMPORTS:  # preload what every attempt needs
+        importlib.import_module(name)
+    worker = WorkerCode()
+    worker.refresh()
 
     try:  # fsspec imports what resolving a URL needs on the first call: here, not per attempt
         import fsspec
@@ -256,6 +323,7 @@ def serve() -> None:
     own = {os.path.abspath(e) for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e}
     base_path = [e for e in sys.path[1:] if os.path.abspath(e) not in own]
     s3_loaded = False
+    _forget_listings()
     gc.freeze()
 
     wakeup_read, wakeup_write = os.pipe()
@@ -306,18 +374,21 @@ def serve() -> None:
             while b"\n" in buffer:
                 line, buffer = buffer.split(b"\n", 1)
                 request = json.loads(line)
-                imported = _preload(request.get("preload") or (), folders)
+                names = request.get("preload") or ()
+                imported = _preload(names, folders)
                 if not s3_loaded and str(request.get("url", "")).startswith("s3://"):
                     s3_loaded = imported = True
                     try:  # S3 payloads: s3fs and aiobotocore take ~0.5 s to import, once here
                         import s3fs  # noqa: F401
                     except ImportError:
                         pass
-                if imported:
+                worker.refresh()
+                if imported or names:  # names: looked up, even if none was imported
+                    _forget_listings()
                     gc.freeze()
                 pid = os.fork()
                 if pid == 0:
-                    _child(request, server_fds, base_path)
+                    _child(request, server_fds, base_path, worker)
                 children[pid] = request["id"]
                 send({"id": request["id"], "pid": pid})
         reap()

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 
 from . import container, retries
-from .attempts import KillReason, LaunchRequest
+from .attempts import KillReason, LaunchRequest, cleanup_done
 from .dependencies import Dependencies
 from .faults import FaultInjector
 from .jobs import (
@@ -365,6 +365,7 @@ class Scheduler:
         if not request.cwd:
             if self.scratch is not None:
                 request.cwd = request.scratch = self.scratch.make(os.path.basename(request.log_path))
+                request.recycle = self.scratch.recycle
             else:
                 request.cwd = os.path.abspath(os.sep)
         if self.cgroups is not None:
@@ -570,3 +571,6 @@ class Scheduler:
                 if job.has_children and job.status not in FINAL:  # (a parent of no live children)
                     job.finish_parent(JobStatus.FAILED, reason, now)
             self.dependencies.drain()
+        cleanup_done()  # the attempts' cgroups and scratch folders are gone when close returns
+        if self.scratch is not None:
+            self.scratch.close()

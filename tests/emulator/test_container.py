@@ -84,3 +84,33 @@ def test_a_command_that_cannot_start_fails_the_attempt(emu, tmp_path):
     assert detail["status"] == "FAILED"
     assert len(detail["attempts"]) == 1
     assert detail["attempts"][0]["container"]["reason"].startswith("CannotStartContainerError")
+
+
+def test_an_emptied_scratch_folder_is_kept_for_a_later_attempt_and_anything_else_removed(tmp_path):
+    import os
+
+    from batchfutures.emulator.container import Scratch
+
+    scratch = Scratch(tmp_path, [123, "456"])
+    first = scratch.make("task-1")
+    inode = os.stat(first).st_ino
+    scratch.recycle(first)
+    assert not os.path.exists(first)
+    second = scratch.make("task-2")  # the same folder, renamed: empty, named for its task
+    assert second.endswith("task-2") and os.stat(second).st_ino == inode
+    assert os.listdir(second) == []
+    with open(os.path.join(second, "left"), "w"):
+        pass
+    scratch.recycle(second)  # not empty: removed, never handed out again
+    assert not os.path.exists(second)
+    third = scratch.make("task-3")
+    assert os.listdir(third) == []  # a new folder (its inode number may be the freed one's)
+    scratch.recycle(third)
+    spare = next(p for p in os.listdir(scratch.mine) if p.startswith(".spare"))
+    with open(os.path.join(scratch.mine, spare, "late"), "w"):  # written after it was kept
+        pass
+    fourth = scratch.make("task-4")
+    assert os.listdir(fourth) == []
+    scratch.recycle(fourth)
+    scratch.close()
+    assert os.listdir(scratch.mine) == []

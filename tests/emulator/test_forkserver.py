@@ -84,3 +84,39 @@ def test_attempts_get_the_jobs_environment_and_the_clients_library_modules(tmp_p
         assert seen == {wanted: True, "this": False, "s3fs": False}  # s3fs: only for s3:// jobs
     finally:
         executor.shutdown()
+
+
+def test_the_server_preloads_every_batchfutures_module_the_worker_imports():
+    # an attempt of a file:// job imports nothing of batchfutures itself (~10 ms each time)
+    import ast
+    import json
+    import subprocess
+
+    import batchfutures.worker
+
+    tree = ast.parse(open(batchfutures.worker.__file__).read())
+    wanted = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            names = [node.module] if node.module else [a.name for a in node.names]
+            wanted.update(f"batchfutures.{name}" for name in names)
+    done = subprocess.run(
+        [sys.executable, "-c", "import importlib, json, sys\n"
+         "from batchfutures.emulator import forkserver\n"
+         "for name in forkserver.WORKER_IMPORTS: importlib.import_module(name)\n"
+         "print(json.dumps(sorted(sys.modules)))"],
+        capture_output=True, text=True, check=True)
+    preloaded = set(json.loads(done.stdout))
+    assert wanted and not wanted - preloaded
+    assert "multiprocessing.connection" in preloaded  # what pool.py imports
+
+
+def test_the_workers_code_is_compiled_once_and_used_while_its_file_is_unchanged():
+    worker = forkserver.WorkerCode()
+    worker.refresh()
+    compiled, spec = worker.current()
+    assert compiled.co_filename == spec.origin and spec.name == forkserver.WORKER_MODULE
+    worker.refresh()
+    assert worker.current()[0] is compiled  # not compiled again
+    worker.stamp = (0, 0)  # as if the file changed since: the child runs it as -m does
+    assert worker.current() == (None, None)
