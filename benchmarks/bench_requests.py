@@ -337,13 +337,17 @@ def targets(case: Case) -> List[Tuple[str, str, bool]]:
     submits = counts.op("batch", "SubmitJob")
     expected_submits = math.ceil(case.children / 10_000)
     gets = counts.s3("GET")
-    not_get = counts.s3_not_get
+    not_get = counts.s3_not_get - counts.s3("LIST")
+    lists = counts.s3("LIST")
+    list_bound = case.polls * case.jobs * math.ceil(case.children / max(case.jobs, 1) / 1000)
     describes = counts.op("batch", "DescribeJobs")
     describe_bound = case.polls * math.ceil(case.jobs / 100)
     foreign = counts.foreign_hosts + [str(a) for a in counts.foreign_connects]
     return [
         ("S3 GET per child <= 1.05", f"{gets / case.children:.3f} ({gets:,} / {case.children:,})",
          gets <= 1.05 * case.children),
+        ("S3 LIST <= rounds x jobs x pages", f"{lists:,} <= {list_bound:,}",
+         lists <= list_bound),
         ("other S3 per Batch job <= 5",
          f"{not_get / max(case.jobs, 1):.1f} ({not_get:,} / {case.jobs})",
          not_get <= 5 * case.jobs),

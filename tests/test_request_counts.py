@@ -10,8 +10,13 @@ exceeded. Counts only, never timings. The bounds (client side):
 
     SubmitJob            == ceil(children / 10,000)
     S3 GET               <= 1.05 x children
-    S3 non-GET requests  <= 5 x Batch jobs        (PUT, LIST, HEAD, ...)
+    S3 LIST pages        <= poller rounds x sum over jobs of ceil(children / 1,000)
+                            (finished children are found in storage: one listing per job and
+                            round at most, of the results written since its lowest waiting child)
+    S3 other requests    <= 5 x Batch jobs        (PUT, HEAD, ...)
     DescribeJobs         <= poller rounds x ceil(Batch jobs / 100)   (no child fails here)
+    ListJobs             <= 2 x Batch jobs        (running children are never listed; only a
+                                                   RUNNABLE sample while none runs, every 30 s)
     hosts                127.0.0.1 only
 
 The workers bound the size: each child is a worker process that makes its own S3 client and
@@ -119,8 +124,23 @@ def test_s3_gets_per_child(run):
         f"child > 1.05; {_breakdown(run.counts)}")
 
 
+def test_s3_listings_per_poll(run):
+    lists = run.counts.s3("LIST")
+    bound = run.polls * run.jobs * math.ceil(run.children / run.jobs / 1000)
+    assert lists <= bound, (
+        f"{run}: {lists} S3 LIST requests > {run.polls} poller rounds x {run.jobs} job(s); "
+        f"{_breakdown(run.counts)}")
+
+
+def test_no_listing_of_running_children(run):
+    lists = run.counts.op("batch", "ListJobs")
+    assert lists <= 2 * run.jobs, (
+        f"{run}: {lists} ListJobs for {run.jobs} Batch job(s) and {run.polls} poller rounds; "
+        f"{_breakdown(run.counts)}")
+
+
 def test_other_s3_requests_per_batch_job(run):
-    total = run.counts.s3_not_get
+    total = run.counts.s3_not_get - run.counts.s3("LIST")
     assert total <= 5 * run.jobs, (
         f"{run}: {total} non-GET S3 requests for {run.jobs} Batch job(s) = "
         f"{total / max(run.jobs, 1):.1f} per job > 5 ({run.counts.service('s3')}; "
