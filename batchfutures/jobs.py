@@ -20,7 +20,19 @@ import functools
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import (
+    AbstractSet,
+    Any,
+    Callable,
+    Dict,
+    FrozenSet,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+)
 
 from . import reruns, serialization, signing
 from .errors import BatchError, IntegrityError, RemoteError, add_note
@@ -229,6 +241,11 @@ class TrackedJob:
     def waiting(self) -> bool:
         """Some child waits for a retried upstream before it runs again."""
         return bool(self._waiting)
+
+    @property
+    def open_children(self) -> AbstractSet[int]:
+        """The children still to be settled, live (read it on the poller thread only)."""
+        return self._open
 
     @property
     def unresolved(self) -> FrozenSet[int]:

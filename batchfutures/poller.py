@@ -487,11 +487,10 @@ class Poller:
         while wait and self._reader.busy:
             time.sleep(0.005)
         arrivals = self._reader.take()
-        now = time.monotonic()
         for job, found in arrivals.items():
             assert isinstance(job, TrackedJob)
             try:
-                self._apply(job, arrived(job.view(now), found))
+                self._apply(job, arrived(found, array=job.array, open_=job.open_children))
             except BaseException as error:  # noqa: B036 - the next round reads them again
                 logger.warning("batchfutures poller: results of job %s not settled: %r",
                                job.job_id, error)

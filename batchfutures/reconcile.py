@@ -35,7 +35,7 @@ background (``Actions.read``; ``arrived`` settles what the reader brought back).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
+from typing import AbstractSet, Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 from .batchapi import node_index
 from .errors import ABORT_REASON_PREFIX, is_too_large_reason, is_unplaceable_reason
@@ -86,23 +86,25 @@ class Step:
     actions: Actions = field(default_factory=Actions)
 
 
-def arrived(view: JobView, arrivals: Mapping[int, Arrival]) -> Actions:
+def arrived(arrivals: Mapping[int, Arrival], *, array: bool, open_: AbstractSet[int]) -> Actions:
     """Results the ResultReader brought back: settle the children whose result is there.
 
     No object: a plain job is read only once Batch said SUCCEEDED, so it succeeded without
     writing one; an array child is `missing` until a listing of storage names it (a finished job
     then asks ListJobs whether it succeeded). A read that failed is made again by the next step.
+    ``open_``: the job's open children (only read; a JobView's copy would cost O(children) at
+    every arrival).
     """
     actions = Actions(read_done=tuple(arrivals))
     reread, missing = [], []
     for index, data in arrivals.items():
-        if index not in view.open:
+        if index not in open_:
             continue  # settled meanwhile (cancelled, aborted, moved to a retry)
         if isinstance(data, ReadFailed):
             reread.append(index)
         elif data is not None:
             actions.results[index] = data
-        elif not view.array:
+        elif not array:
             actions.no_result += (index,)
         else:
             missing.append(index)

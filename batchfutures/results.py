@@ -118,12 +118,14 @@ class ResultReader:
         for index in indices:
             arrival = self._read_one(job_url, index)
             with self._lock:
+                first = not self._inbox  # the poller takes the whole inbox: one wake is enough
                 self._inbox.setdefault(job, {})[index] = arrival
                 self._in_flight -= 1
-            try:
-                self._on_arrival()
-            except Exception:  # the poller's next round takes it anyway
-                logger.debug("batchfutures: could not wake the poller", exc_info=True)
+            if first:
+                try:
+                    self._on_arrival()
+                except Exception:  # the poller's next round takes it anyway
+                    logger.debug("batchfutures: could not wake the poller", exc_info=True)
 
     def _read_one(self, job_url: str, index: int) -> Arrival:
         try:

@@ -877,11 +877,7 @@ def test_what_the_reader_brought_back_settles(array, arrivals, results, no_resul
                                                missing):
     from batchfutures.reconcile import arrived
 
-    view = JobView(job_id="j", array=array, size=3 if array else 1,
-                   open=frozenset(range(3 if array else 1)), started=frozenset(),
-                   status=JobStatus.SUCCEEDED if not array else JobStatus.RUNNING, summary={},
-                   submitted_at=0.0, now=1.0, reading=frozenset(arrivals))
-    actions = arrived(view, arrivals)
+    actions = arrived(arrivals, array=array, open_=set(range(3 if array else 1)))
     assert set(actions.results) == results and actions.no_result == no_result
     assert actions.reread == reread and actions.missing == missing
     assert set(actions.read_done) == set(arrivals)
