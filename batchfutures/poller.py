@@ -297,7 +297,7 @@ class Poller:
         cancels: Dict[str, Tuple[TrackedJob, Set[int], str]] = {}
         calls: List[Tuple[str, str, str]] = []  # (operation, job id, reason)
         for kind, job, index, reason in pending:
-            job.drop_settled()
+            job.drop_settled((index,))
             if kind == "terminate":
                 calls.append(("terminate_job", job.child_id(index), reason))
             else:
@@ -327,7 +327,6 @@ class Poller:
         jobs = self.outstanding
         rerun = False
         for job in jobs:
-            job.drop_settled()
             if job.waiting:
                 rerun |= self._rerun_ready(job)
         self._forget([job for job in jobs if job.done])
