@@ -41,6 +41,11 @@ class BoundJob(Protocol):
 
     def child_id(self, index: Optional[int]) -> str: ...
 
+    @property
+    def default_status(self) -> str:
+        """The status of its children not known one by one (from Batch's counts)."""
+        ...
+
 
 class BatchFuture(concurrent.futures.Future):
     """The future of one call run by AWS Batch (or the local emulator)."""
@@ -66,8 +71,15 @@ class BatchFuture(concurrent.futures.Future):
 
     @property
     def status(self) -> Optional[str]:
-        """The Batch status of this call's job (child), or None before submission."""
-        return self._status
+        """The Batch status of this call's job (child), or None before submission.
+
+        Known for this child (it started, ended, or was listed), else its job's status for the
+        children not known one by one: held once per job, not written into every future at
+        every poll."""
+        if self._status is not None:
+            return self._status
+        job = self._job
+        return job.default_status if job is not None else None
 
     @property
     def status_reason(self) -> Optional[str]:
@@ -113,7 +125,7 @@ class BatchFuture(concurrent.futures.Future):
         with _BIND_LOCK:
             self._job = job
             self._child = child
-            self._status = "SUBMITTED"
+            self._status = None  # the job's default_status until this child is known
 
     def _update(self, status: Optional[str], reason: Optional[str] = None,
                 exit_code: Optional[int] = None) -> None:
@@ -131,4 +143,4 @@ class BatchFuture(concurrent.futures.Future):
 
     def __repr__(self) -> str:
         base = super().__repr__()
-        return f"{base[:-1]} job_id={self.job_id!r} batch_status={self._status!r}>"
+        return f"{base[:-1]} job_id={self.job_id!r} batch_status={self.status!r}>"

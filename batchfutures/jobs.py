@@ -206,6 +206,7 @@ class TrackedJob:
         self.nodes = nodes
         self.submitted_at = time.monotonic() if submitted_at is None else submitted_at
         self.status: Optional[JobStatus] = JobStatus.SUBMITTED
+        self.default_status = JobStatus.SUBMITTED.value  # of children not known one by one
         self.summary: Mapping[str, int] = {}
         self.stuck_since: Optional[float] = None
         self.stuck_reason: Optional[str] = None
@@ -305,11 +306,7 @@ class TrackedJob:
         raises (BaseException included) fails that child's futures, and the rest go on.
         """
         if actions.default_shown is not None:  # a hint from the counts: it starts nothing
-            status = actions.default_shown.value
-            for index in self._open:
-                if index not in actions.shown and index not in self._started:
-                    for future in self.children[index]:
-                        future._update(status)
+            self.default_status = actions.default_shown.value  # futures read it (status)
         for index, shown in actions.shown.items():
             if index in self._open:
                 self._show(index, shown)
@@ -497,7 +494,8 @@ class TrackedJob:
         outcomes when the iterator reaches it: until then it holds only the compact result
         bytes, and the decoding runs on the consumer's thread, not the poller's.
         """
-        self._show(index, Shown(JobStatus.SUCCEEDED))
+        # the worker writes its result last and exits 0: Batch's SUCCEEDED may not be seen yet
+        self._show(index, Shown(JobStatus.SUCCEEDED, exit_code=0))
         count = self.items_in(index)
         if self.item_counts is not None:
             settle(self.children[index][0], True, functools.partial(decode_result, data, count))

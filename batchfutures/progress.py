@@ -66,8 +66,9 @@ def _counts_of(futures: Iterable[Any]) -> Dict[str, int]:
     """Children per Batch status among ``futures``, from what the poller already recorded.
 
     A job whose every child is among the futures is counted from its ``statusSummary`` (Batch's
-    own counts); a plain job, an array before its first DescribeJobs, or only some children of a
-    coalesced array are counted child by child from ``future.status``. Calls not yet sent count
+    own counts) until every child is settled; a plain job, an array before its first
+    DescribeJobs, a settled job, or only some children of a coalesced array are counted child by
+    child from ``future.status``. Calls not yet sent count
     as UNSENT, one per future; futures cancelled before they were sent are not counted.
     """
     counts: Dict[str, int] = collections.Counter()
@@ -87,7 +88,9 @@ def _counts_of(futures: Iterable[Any]) -> Dict[str, int]:
         children.setdefault(future._child, future)
     for job, children in jobs.values():
         summary = job.summary
-        if summary and len(children) == job.size:
+        # Batch's counts may lag what the poller settled from results (a child's result is read
+        # before Batch says it succeeded): a job with nothing left open is counted from its futures
+        if summary and len(children) == job.size and not getattr(job, "done", False):
             for status in STATUS_ORDER:
                 counts[status] += summary.get(status, 0)
         else:

@@ -254,7 +254,9 @@ def _array(view: JobView, reads: Reads) -> Step:
     if undescribed:
         return Step(Needs(children=undescribed))
     for index, item in failed_listed.items():
-        actions.failed[index] = reads.children.get(index) or item  # a summary types it too
+        failed = actions.failed[index] = reads.children.get(index) or item  # a summary types it too
+        actions.shown[index] = Shown(JobStatus.FAILED, failed.get("statusReason"),
+                                     last_container(failed).get("exitCode"))
 
     # 4. children that finished: read their results in the background
     waiting = unknown - set(failed_listed)
