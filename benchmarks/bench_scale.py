@@ -234,6 +234,23 @@ def run_one(children: int, endpoint: str, workdir: Path, latency: float) -> Dict
     }
 
 
+def run_iterated(children: int, endpoint: str, workdir: Path, latency: float) -> Dict[str, Any]:
+    """``map`` consumed as it yields: results go with the caller, the look-ahead is bounded."""
+    from batchfutures import BatchExecutor
+
+    items = children * ITEMS_PER_CHILD
+    env = scale_environment(endpoint, workdir, latency)
+    gc.collect()
+    rss0 = rss_bytes()
+    sampler = RssSampler()
+    with BatchExecutor(env, vcpus=1, memory=512) as executor:
+        for index, value in enumerate(executor.map(work, range(items), chunksize=ITEMS_PER_CHILD)):
+            assert value == 3 * index + 1
+    peak = sampler.stop()
+    return {"children": children, "items": items, "peak_mib": (peak - rss0) / 2**20,
+            "bytes_per_item": (peak - rss0) / items}
+
+
 def run_attach(children: int, endpoint: str, workdir: Path, latency: float) -> Dict[str, Any]:
     """A finished job of ``children`` (one item each), attached to by a fresh executor."""
     from batchfutures import BatchExecutor
@@ -320,13 +337,15 @@ def main() -> None:
     parser.add_argument("--account-tps", type=float, default=5.0)
     parser.add_argument("--max-vcpus", type=int, default=16)
     parser.add_argument("--attach", type=int, default=400)
-    parser.add_argument("--one", choices=["map", "attach"])
+    parser.add_argument("--iterated", type=int, default=100_000,
+                        help="children of a map() consumed as it yields (0: skip)")
+    parser.add_argument("--one", choices=["map", "attach", "iterated"])
     parser.add_argument("--size", type=int)
     parser.add_argument("--endpoint")
     parser.add_argument("--workdir")
     args = parser.parse_args()
     if args.one:
-        run = run_one if args.one == "map" else run_attach
+        run = {"map": run_one, "attach": run_attach, "iterated": run_iterated}[args.one]
         result = run(args.size, args.endpoint, Path(args.workdir), args.latency_ms / 1000)
         print(json.dumps(result), flush=True)
         return
@@ -342,6 +361,12 @@ def main() -> None:
             rows.append(measure("map", size, args, root))
             print(f"  ... {size:,} children done after {time.time() - started:.0f} s", flush=True)
         print(table(rows))
+        if args.iterated:
+            it = measure("iterated", args.iterated, args, root)
+            print(f"map() of {it['items']:,} items ({it['children']:,} children) consumed as it "
+                  f"yields: peak RSS {it['peak_mib']:.0f} MiB above the start, "
+                  f"{it['bytes_per_item']:.0f} bytes per item (map_futures above holds every "
+                  f"future)", flush=True)
         if args.attach:
             attach = measure("attach", args.attach, args, root)
             print(f"attach to a finished job of {attach['children']} children: all resolved in "
