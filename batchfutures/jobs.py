@@ -32,6 +32,7 @@ from typing import (
     Optional,
     Sequence,
     Tuple,
+    Union,
 )
 
 from . import reruns, serialization, signing
@@ -47,6 +48,8 @@ QUEUED = (JobStatus.SUBMITTED, JobStatus.PENDING, JobStatus.RUNNABLE)
 FINISHED = (JobStatus.SUCCEEDED, JobStatus.FAILED)
 # the same vocabulary as plain strings, for what prints or keys dicts by Batch's own names
 STATUS_ORDER = tuple(status.value for status in JobStatus)
+# a result object as read: its bytes, None (no object), or the IntegrityError its seal raised
+StoredResult = Union[bytes, None, IntegrityError]
 TERMINAL = tuple(status.value for status in FINISHED)
 
 
@@ -73,7 +76,7 @@ def settle(future: BatchFuture, ok: bool, value: Any) -> bool:
     return True
 
 
-def decode_result(data: bytes, count: int) -> List[Tuple[bool, Any]]:
+def decode_result(data: Union[bytes, IntegrityError], count: int) -> List[Tuple[bool, Any]]:
     """A child's result object as ``count`` ``(ok, value_or_exception)`` pairs.
 
     Nothing raised while loading one item escapes, BaseException included: a value whose
@@ -119,9 +122,10 @@ class Actions:
     shown: Dict[int, Shown] = field(default_factory=dict)
     default_shown: Optional[JobStatus] = None   # for open children not in ``shown``
     started: FrozenSet[int] = frozenset()        # children to mark running
-    results: Dict[int, bytes] = field(default_factory=dict)   # settle from these
+    # settle from these (an IntegrityError: the object's seal did not check, its items fail)
+    results: Dict[int, Union[bytes, IntegrityError]] = field(default_factory=dict)
     # a multi-node job's child: every node's result object (None: that node wrote none)
-    node_results: Dict[int, Tuple[Optional[bytes], ...]] = field(default_factory=dict)
+    node_results: Dict[int, Tuple[StoredResult, ...]] = field(default_factory=dict)
     failed: Dict[int, Mapping[str, Any]] = field(default_factory=dict)  # FAILED descriptions
     no_result: Tuple[int, ...] = ()              # Batch says SUCCEEDED, storage holds nothing
     expired: Tuple[int, ...] = ()                # Batch forgot the job, storage holds nothing
@@ -486,7 +490,7 @@ class TrackedJob:
                 settle(future, False, error)
         self._settled(index)
 
-    def _settle_child(self, index: int, data: bytes) -> None:
+    def _settle_child(self, index: int, data: Union[bytes, IntegrityError]) -> None:
         """Settle a child's futures from its result object.
 
         With one future per item, each gets its ``(ok, value_or_exception)`` now. With one
@@ -503,7 +507,7 @@ class TrackedJob:
             for future, (ok, value) in zip(self.children[index], decode_result(data, count)):
                 settle(future, ok, value)
 
-    def _settle_nodes(self, index: int, node_data: Sequence[Optional[bytes]]) -> None:
+    def _settle_nodes(self, index: int, node_data: Sequence[StoredResult]) -> None:
         self._show(index, Shown(JobStatus.SUCCEEDED))
         ok, value = combine_node_results(node_data, self.job_id)
         for future in self.children[index]:
@@ -514,7 +518,7 @@ class TrackedJob:
             settle(future, False, error_for_each())
 
 
-def combine_node_results(node_data: Sequence[Optional[bytes]], job_id: str) -> Tuple[bool, Any]:
+def combine_node_results(node_data: Sequence[StoredResult], job_id: str) -> Tuple[bool, Any]:
     """A multi-node call's outcome: the list of each node's value in node order, or the
     exception of the first node (by index) whose call raised or that wrote no result."""
     values = []

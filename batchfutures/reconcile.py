@@ -35,10 +35,10 @@ background (``Actions.read``; ``arrived`` settles what the reader brought back).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import AbstractSet, Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
+from typing import AbstractSet, Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .batchapi import node_index
-from .errors import ABORT_REASON_PREFIX, is_too_large_reason, is_unplaceable_reason
+from .errors import ABORT_REASON_PREFIX, IntegrityError, is_too_large_reason, is_unplaceable_reason
 from .jobs import ACTIVE, FINISHED, QUEUED, Actions, JobStatus, JobView, Shown, default_child_status
 from .results import Arrival, ReadFailed
 
@@ -57,7 +57,8 @@ class Reads:
     description: Optional[Mapping[str, Any]]  # DescribeJobs of the job; None: Batch does not know it
     listings: Dict[JobStatus, List[Mapping[str, Any]]] = field(default_factory=dict)  # ListJobs
     children: Dict[int, Mapping[str, Any]] = field(default_factory=dict)  # DescribeJobs of children
-    results: Dict[int, Optional[bytes]] = field(default_factory=dict)     # GET; None: no object
+    # GET; None: no object; an IntegrityError: its seal did not check (its items fail)
+    results: Dict[int, Union[bytes, None, IntegrityError]] = field(default_factory=dict)
     stored: Optional[FrozenSet[int]] = None   # storage listing of written results (from stored_from)
     failed_nodes: Optional[List[Mapping[str, Any]]] = None  # ListJobs(multiNodeJobId, FAILED)
     nodes: Dict[int, Mapping[str, Any]] = field(default_factory=dict)  # DescribeJobs of "<id>#<k>"
@@ -295,9 +296,9 @@ def _array(view: JobView, reads: Reads) -> Step:
                 stuck[index] = str(reason)
         if stuck:
             # none runs and every unfinished child waits RUNNABLE: the reason is the whole job's
-            waiting = _count(summary, JobStatus.RUNNABLE)
+            runnable = _count(summary, JobStatus.RUNNABLE)
             unfinished = sum(summary.values()) - sum(_count(summary, s) for s in FINISHED)
-            if not view.started and waiting and waiting >= unfinished:
+            if not view.started and runnable and runnable >= unfinished:
                 reason = next(iter(stuck.values()))
                 stuck = {index: stuck.get(index, reason) for index in view.open}
             _stuck(view, actions, stuck, description)
