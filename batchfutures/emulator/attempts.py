@@ -31,6 +31,10 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from .procfs import resident_bytes, session_members
 
 OOM_EXIT_STATUS = 137  # what the worker exits with on MemoryError (the RLIMIT world)
+# TerminateJob stops a container as `docker stop` does: SIGTERM to its main process, SIGKILL to
+# all of it this many seconds later if it is still there. ECS waits 30 s by default
+# (ECS_CONTAINER_STOP_TIMEOUT); the emulator gives less time, never more.
+STOP_GRACE = 2.0
 
 
 class KillReason(enum.Enum):
@@ -139,14 +143,31 @@ class AttemptHandle:
         if self.cgroup is not None:
             self.cgroup.kill()
 
+    graceful = True  # TerminateJob sends SIGTERM first (a thread cannot be signalled)
+
     def kill(self, reason: KillReason) -> None:
-        """SIGKILL every process of the attempt; the first reason given is kept."""
+        """End the attempt; the first reason given is kept. TerminateJob: SIGTERM to the main
+        process, then SIGKILL to every process after STOP_GRACE; any other reason: SIGKILL now."""
         with self._lock:
             if self.returncode is not None:
                 return
-            if self.kill_reason is None:
+            first = self.kill_reason is None
+            if first:
                 self.kill_reason = reason
+        if reason is KillReason.TERMINATE and first and self.graceful:
+            try:
+                os.kill(self.pid, signal.SIGTERM)
+            except OSError:
+                pass
+            timer = threading.Timer(STOP_GRACE, self._kill_if_running)
+            timer.daemon = True
+            timer.start()
+            return
         self._signal_all()
+
+    def _kill_if_running(self) -> None:
+        if self.returncode is None:
+            self._signal_all()
 
     def finish(self, returncode: int) -> None:
         """The main process ended (`returncode`): end the rest, judge memory, report."""

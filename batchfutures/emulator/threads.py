@@ -47,6 +47,8 @@ class ThreadAttempt(AttemptHandle):
         self._cancel = threading.Event()
         self._ended = False
 
+    graceful = False  # nothing to send SIGTERM to: a kill ends the attempt at once
+
     def cancelled(self) -> bool:
         return self._cancel.is_set()
 

@@ -99,8 +99,29 @@ def test_terminate_kills_a_running_job_and_never_retries_it(emu, tmp_path):
     assert detail["statusReason"] == "operator says stop"
     assert detail["isTerminated"] is True
     [attempt] = detail["attempts"]
-    assert attempt["container"]["exitCode"] == 137
+    assert attempt["container"]["exitCode"] == 143  # as docker stop: SIGTERM, the default ends it
     assert attempt["statusReason"] == "operator says stop"
+    wait_until(lambda: pid_gone(pid), "the job's process to be gone")
+
+
+def test_terminate_lets_a_sigterm_handler_run_then_kills_what_outlives_the_grace(emu, tmp_path):
+    """TerminateJob stops a container as `docker stop` does: SIGTERM, SIGKILL after a grace."""
+    code = py("import os, signal, sys, time\n"
+              f"folder = {str(tmp_path)!r}\n"
+              "def cleanup(signum, frame):\n"
+              "    open(os.path.join(folder, 'cleaned'), 'w').write('yes')\n"
+              "    while True: time.sleep(0.1)  # ignores the request: the SIGKILL must follow\n"
+              "signal.signal(signal.SIGTERM, cleanup)\n"
+              "open(os.path.join(folder, 'job.pid'), 'w').write(str(os.getpid()))\n"
+              "while True: time.sleep(0.01)\n")
+    job = emu.job(code)
+    emu.wait(job, ["RUNNING"])
+    pid = pid_of(tmp_path)
+    emu.terminate_job(jobId=job, reason="stop now")
+    detail = emu.wait(job)
+    assert (tmp_path / "cleaned").read_text() == "yes"  # its handler ran before the kill
+    [attempt] = detail["attempts"]
+    assert attempt["container"]["exitCode"] == 137 and detail["statusReason"] == "stop now"
     wait_until(lambda: pid_gone(pid), "the job's process to be gone")
 
 
