@@ -66,6 +66,7 @@ __all__ = [
     "progress",
     "node",
     "NodeInfo",
+    "register_joblib",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -92,6 +93,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from .nodes import NodeInfo, node
     from .progress import progress
     from .settings import JobSettings, parse_memory
+
+
+def register_joblib() -> None:
+    """Register the joblib backend ``"batchfutures"`` (batchfutures.joblib_backend):
+    ``with joblib.parallel_config(backend="batchfutures", executor=ex): ...``. Needs joblib
+    (``pip install 'batchfutures[joblib]'``), imported only now."""
+    from .joblib_backend import register_joblib as register
+
+    register()
 
 
 def __getattr__(name: str) -> Any:

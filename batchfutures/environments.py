@@ -22,6 +22,7 @@ botocore failures at this boundary become `ConfigurationError`s that say what to
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import threading
@@ -48,6 +49,11 @@ LOG_GROUP = "/aws/batch/job"
 # Options of a job definition registered from `image=` (see jobdefinitions.definition_properties).
 DEFINITION_OPTIONS = ("job_role_arn", "execution_role_arn", "platform", "privileged", "ulimits",
                       "mounts", "shm_size", "log_configuration")
+# _max_workers on AWS when the queue's compute environments cannot be read: the maxvCpus the
+# Batch console proposes for a new compute environment
+FALLBACK_MAX_VCPUS = 256.0
+logger = logging.getLogger("batchfutures")
+
 ENV_VARS = {
     "job_queue": "BATCHFUTURES_JOB_QUEUE",
     "job_definition": "BATCHFUTURES_JOB_DEFINITION",
@@ -92,6 +98,13 @@ class Environment:
 
     def validate_settings(self, settings: JobSettings) -> None:
         """Refuse settings this environment cannot run (before anything is uploaded)."""
+
+    def max_vcpus_at_once(self) -> float:
+        """The vCPUs this environment's jobs can use at once (an executor's ``_max_workers``
+        divides it by a job's vCPUs)."""
+        from .emulator import host
+
+        return float(host.cpu_count())
 
     # shared behaviour
     def check_queue(self) -> None:
@@ -263,6 +276,12 @@ class LocalEnvironment(Environment):
         if memory is not None and wanted > memory:
             raise ConfigurationError(
                 f"memory={wanted} MiB can never run here: this machine has {memory} MiB")
+
+    def max_vcpus_at_once(self) -> float:
+        """``max_vcpus``, or the machine's CPUs."""
+        from .emulator import host
+
+        return float(self.max_vcpus if self.max_vcpus is not None else host.cpu_count())
 
     def subscribe(self, callback: Callable[[], None]) -> None:
         self.emulator.add_listener(callback)
@@ -447,6 +466,26 @@ class AWSBatchEnvironment(Environment):
                         f"{explain_aws_error(error)}") from error
         return known
 
+    _queue_vcpus: Optional[float] = None
+
+    def max_vcpus_at_once(self) -> float:
+        """The maxvCpus of the queue's compute environments, read once (`queue_max_vcpus`);
+        FALLBACK_MAX_VCPUS, logged, when they cannot be read."""
+        known = self._queue_vcpus
+        if known is None:
+            try:
+                known = queue_max_vcpus(self.batch, self.job_queue)
+            except Exception as error:
+                known = FALLBACK_MAX_VCPUS
+                logger.warning(
+                    "batchfutures: cannot read the maxvCpus of job queue %r's compute "
+                    "environments (%s); assuming %g vCPUs. Pass max_workers= to say how many "
+                    "calls run at once.", self.job_queue,
+                    explain_aws_error(error) if not isinstance(error, BatchError) else error,
+                    known)
+            self._queue_vcpus = known
+        return known
+
     def validate_settings(self, settings: JobSettings) -> None:
         if settings.timeout is not None and settings.timeout < 60:
             raise ConfigurationError(
@@ -469,6 +508,27 @@ class AWSBatchEnvironment(Environment):
     def __repr__(self) -> str:
         return (f"AWSBatchEnvironment(job_queue={self.job_queue!r}, io_bucket={self.io_bucket!r}, "
                 f"job_definition={self._given_definition or self.image!r})")
+
+
+def queue_max_vcpus(batch: Any, job_queue: str) -> float:
+    """The sum of ``maxvCpus`` over the ENABLED compute environments of ``job_queue``
+    (DescribeJobQueues, then DescribeComputeEnvironments); ConfigurationError when the queue
+    has none that says (an unmanaged compute environment has no maxvCpus)."""
+    queues = batchapi.call(batch.describe_job_queues, jobQueues=[job_queue]).get("jobQueues")
+    if not queues:
+        raise ConfigurationError(f"job queue {job_queue!r} does not exist")
+    names = [entry["computeEnvironment"]
+             for entry in queues[0].get("computeEnvironmentOrder") or []]
+    if not names:
+        raise ConfigurationError(f"job queue {job_queue!r} has no compute environment")
+    described = batchapi.call(batch.describe_compute_environments,
+                              computeEnvironments=names).get("computeEnvironments") or []
+    total = sum(float((environment.get("computeResources") or {}).get("maxvCpus") or 0)
+                for environment in described if environment.get("state", "ENABLED") == "ENABLED")
+    if total <= 0:
+        raise ConfigurationError(f"no ENABLED managed compute environment of job queue "
+                                 f"{job_queue!r} has maxvCpus")
+    return total
 
 
 # -- checks of what the user typed ---------------------------------------------------------------

@@ -5,10 +5,15 @@
         │
         ├─ submit(fn, *args)  ──> Session.submit: coalesced with neighbours into one array job
         ├─ map(fn, *its)      ──> slices of up to 10,000 children x chunksize items, submitted as
-        │                         the iterator is consumed (a bounded look-ahead), results in order
+        │                         the iterator is consumed (a bounded look-ahead), results in order;
+        │                         buffersize=N: at most N items submitted ahead of the last yielded
         ├─ map_futures(...)   ──> the same layout, every slice at once, one future per item
         ├─ attach(job_id)     ──> futures of an earlier job, from Batch and from storage
-        └─ shutdown()         ──> flush, optionally cancel, wait, stop the poller
+        ├─ shutdown()         ──> flush, optionally cancel, wait, stop the poller
+        ├─ terminate_workers(), kill_workers() ──> Session.terminate: TerminateJob per unfinished
+        │                         job, every unfinished future fails (JobAbortedError), shut down
+        └─ _max_workers       ──> max_workers, else the environment's vCPUs at once / job vCPUs
+                                  (what Dask and the joblib backend size their fan-out by)
 
 The executor is a thin layer: the job state lives in `session.Session` and the parts it holds
 (`coalescer.Coalescer`, `submission.Submitter`, `poller.Poller`, `jobs.TrackedJob`).
@@ -46,13 +51,27 @@ def _take(outcomes: "collections.deque") -> Any:
     return value
 
 
+class _Budget:
+    """map(buffersize=N): items submitted (``taken``) and handed to the consumer (``yielded``)."""
+
+    def __init__(self, buffersize: int) -> None:
+        self.buffersize = buffersize
+        self.taken = 0
+        self.yielded = 0
+
+    def room(self, size: int) -> int:
+        """How many children of ``size`` items may be submitted now."""
+        return max(0, self.yielded + self.buffersize - self.taken) // size
+
+
 class BatchExecutor(concurrent.futures.Executor):
     """Run calls as AWS Batch (array) jobs; with no environment, on the embedded emulator."""
 
     def __init__(self, env: EnvironmentLike = None, max_workers: Optional[int] = None,
                  mp_context: Any = None, initializer: Optional[Callable[..., Any]] = None,
                  initargs: tuple = (), *, max_tasks_per_child: Optional[int] = None,
-                 ship_local_modules: bool = True, dry_run: bool = False, **settings: Any) -> None:
+                 ship_local_modules: bool = True, dry_run: bool = False, echo_output: bool = True,
+                 **settings: Any) -> None:
         """``ProcessPoolExecutor``'s parameters, after ``env``, then the job settings.
 
         ``max_workers`` bounds how many of this executor's children run at once (submissions
@@ -63,6 +82,8 @@ class BatchExecutor(concurrent.futures.Executor):
         (outside the standard library and site-packages) by value, since the worker's image
         does not have them. ``dry_run``: build every request and object as it would be sent,
         send nothing; the futures raise ``DryRunResult`` (see batchfutures.dryrun).
+        ``echo_output``: what a call prints to stdout and stderr is written to this process's
+        sys.stdout and sys.stderr when its future resolves (the job's log has it either way).
         """
         if max_workers is not None:
             if isinstance(max_workers, bool) or not isinstance(max_workers, int):
@@ -82,7 +103,7 @@ class BatchExecutor(concurrent.futures.Executor):
         environment.validate_settings(self._settings)
         self._session = Session(environment, max_workers=max_workers, initializer=initializer,
                                 initargs=tuple(initargs), ship_local_modules=ship_local_modules,
-                                dry_run=dry_run)
+                                dry_run=dry_run, echo_output=bool(echo_output))
 
     @classmethod
     def _view(cls, session: Session, settings: JobSettings) -> "BatchExecutor":
@@ -113,7 +134,8 @@ class BatchExecutor(concurrent.futures.Executor):
 
     # -- map ---------------------------------------------------------------------------------
     def map(self, fn: Callable[..., Any], *iterables: Iterable[Any], timeout: Optional[float] = None,
-            chunksize: Union[int, str] = 1, progress: Union[bool, str] = False) -> Iterator[Any]:
+            chunksize: Union[int, str] = 1, buffersize: Optional[int] = None,
+            progress: Union[bool, str] = False) -> Iterator[Any]:
         """Like the built-in map, run as array jobs; results in input order.
 
         When the call on item k raised, items 0..k-1 are yielded and then item k's exception.
@@ -123,15 +145,28 @@ class BatchExecutor(concurrent.futures.Executor):
         first child is sent alone as a sample of N items, and the rest once it has finished,
         sized from its run time in its container (see docs/performance.md).
         ``progress``: True shows Batch's counts for this map on stderr, "auto" only on a terminal.
+        ``buffersize`` (Python 3.14's ``Executor.map``): at most that many items are submitted
+        ahead of the one last yielded, in children of ``min(chunksize, buffersize)`` items, so
+        an endless iterable works; without it, slices of up to 10,000 children are submitted
+        a few slices ahead.
         """
+        if buffersize is not None:
+            if not isinstance(buffersize, int):
+                raise TypeError("buffersize must be an integer or None")
+            if buffersize < 1:
+                raise ValueError("buffersize must be None or > 0")
         end_time = None if timeout is None else time.monotonic() + timeout
-        slices = self._slices(fn, iterables, chunksize, per_child=True, deadline=end_time)
+        budget = None if buffersize is None else _Budget(buffersize)
+        slices = self._slices(fn, iterables, chunksize, per_child=True, deadline=end_time,
+                              budget=budget)
         shown = progress_for_map(progress, fn)  # None unless progress is asked for
         if shown is not None:
             slices = shown.follow(slices)
         # The first slices go now, as ProcessPoolExecutor.map submits at once: bad input raises
         # here, and a map nobody iterates still runs. Later slices follow as results are taken
         # (with an "auto" sample: the sample now, the rest once the iterator waits for it).
+        if budget is not None:
+            return self._buffered_results(slices, budget, end_time, shown)
         eager = 1 if chunksize == chunking.AUTO else MAP_LOOKAHEAD_SLICES + 1
         submitted: collections.deque = collections.deque(itertools.islice(slices, eager))
 
@@ -164,6 +199,50 @@ class BatchExecutor(concurrent.futures.Executor):
 
         return results() if shown is None else shown.watch(results())
 
+    @staticmethod
+    def _buffered_results(slices: Iterator[List[BatchFuture]], budget: "_Budget",
+                          end_time: Optional[float], shown: Any) -> Iterator[Any]:
+        """map(buffersize=N)'s iterator: children are submitted while fewer than N items are
+        submitted and not yet yielded; the first ones now, as ProcessPoolExecutor.map does."""
+        pending: collections.deque = collections.deque()  # one future per child, in order
+        state = {"exhausted": False}
+
+        def refill(slices_now: int = MAX_ARRAY_SIZE) -> None:
+            while not state["exhausted"] and budget.taken < budget.yielded + budget.buffersize \
+                    and slices_now > 0:
+                slices_now -= 1
+                group = next(slices, None)
+                if group is None:
+                    state["exhausted"] = True
+                elif not group:  # no room for a whole child yet
+                    return
+                else:
+                    pending.extend(group)
+
+        refill(1)  # one slice now (an "auto" sample alone: the next one waits for its timing)
+
+        def results() -> Iterator[Any]:
+            outcomes: collections.deque = collections.deque()
+            try:
+                while True:
+                    refill()
+                    if outcomes:
+                        budget.yielded += 1
+                        yield _take(outcomes)
+                        continue
+                    if not pending:
+                        return
+                    remaining = None if end_time is None else end_time - time.monotonic()
+                    outcomes.extend(pending[0].result(remaining)())
+                    pending.popleft()
+            finally:
+                for child in pending:
+                    child.cancel()
+                if shown is not None:
+                    shown.close()
+
+        return results() if shown is None else shown.watch(results())
+
     def map_futures(self, fn: Callable[..., Any], *iterables: Iterable[Any],
                     chunksize: Union[int, str] = 1) -> List[BatchFuture]:
         """The layout of map(), every slice submitted now, one future per item.
@@ -178,12 +257,14 @@ class BatchExecutor(concurrent.futures.Executor):
         return futures
 
     def _slices(self, fn: Callable[..., Any], iterables: tuple, chunksize: Union[int, str], *,
-                per_child: bool = False, deadline: Optional[float] = None) -> Iterator[List[BatchFuture]]:
+                per_child: bool = False, deadline: Optional[float] = None,
+                budget: Optional["_Budget"] = None) -> Iterator[List[BatchFuture]]:
         """Submit ``zip(*iterables)`` as Batch jobs of at most 10,000 children, one per slice.
 
         Each slice yields one future per item, or with ``per_child`` one per child, resolved
         with a callable returning that child's ``(ok, value)`` outcomes (map's iterator needs
-        no more).
+        no more). With a ``budget`` (map's buffersize) a slice holds only the children it
+        leaves room for, and is empty (nothing read, nothing sent) when there is none.
         """
         if chunksize != chunking.AUTO and (
                 isinstance(chunksize, bool) or not isinstance(chunksize, int) or chunksize < 1):
@@ -194,7 +275,7 @@ class BatchExecutor(concurrent.futures.Executor):
             raise TypeError("map() must have at least one iterable")
         self._session._check_open()
         # SerializationError before any upload; the map holds the pickle, not the callable
-        function_pickle = serialization.dumps(fn, by_value=self._session.by_value)
+        function_pickle = self._session.pickle_function(fn)  # with the initializer, if any
         # One iterable: each item is the call's only argument ("arg" encoding, no tuple each).
         single = len(iterables) == 1
         items = iter(iterables[0]) if single else zip(*iterables)
@@ -211,6 +292,13 @@ class BatchExecutor(concurrent.futures.Executor):
                 session._check_open()
                 # child by child: a slice's items are never all alive at once, only their pickles
                 size, children = (chunksize, None) if auto is None else auto.layout()
+                if budget is not None:
+                    size = min(int(size), budget.buffersize)
+                    room = budget.room(size)
+                    if room < 1:
+                        yield []
+                        continue
+                    children = min(children or MAX_ARRAY_SIZE, room)
                 blobs: List[bytes] = []
                 counts: List[int] = []
                 upstream = Upstream(session)  # futures among the items: Batch dependencies
@@ -244,6 +332,8 @@ class BatchExecutor(concurrent.futures.Executor):
                 for child, group in enumerate(futures):
                     upstream.cancel_with_upstream(group, child)
                 del blobs
+                if budget is not None:
+                    budget.taken = position
                 if auto is not None:
                     auto.submitted(futures[0][0], sum(counts))
                 yield [future for group in futures for future in group]
@@ -266,6 +356,37 @@ class BatchExecutor(concurrent.futures.Executor):
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         self._session.shutdown(wait=wait, cancel_futures=cancel_futures)
+
+    def terminate_workers(self) -> None:
+        """Python 3.14's ``ProcessPoolExecutor.terminate_workers``: stop every unfinished job of
+        this executor now (TerminateJob), fail its futures with ``JobAbortedError``, shut down.
+
+        On AWS, TerminateJob stops a running container as ECS does (SIGTERM, then SIGKILL after
+        the stop timeout); the local emulator kills the attempt's processes at once (SIGKILL).
+        """
+        self._session.terminate("terminate_workers")
+
+    def kill_workers(self) -> None:
+        """Python 3.14's ``ProcessPoolExecutor.kill_workers``: as ``terminate_workers`` (Batch
+        has one way to stop a job, TerminateJob)."""
+        self._session.terminate("kill_workers")
+
+    @property
+    def _max_workers(self) -> int:
+        """How many calls can run at once (the attribute Dask reads to size its fan-out):
+        ``max_workers`` when given, else the vCPUs the environment runs at once (the local
+        ``max_vcpus`` or CPUs; on AWS the queue's compute environments' maxvCpus, read once)
+        divided by the vCPUs of one job of these settings (all its nodes)."""
+        given = self._session.submitter.max_workers
+        if given is not None:
+            return int(given)
+        settings = self._settings
+        env = self._session.env
+        per_job = settings.vcpus * max(1, settings.nodes)
+        workers = int(env.max_vcpus_at_once() / per_job + 1e-9)
+        if settings.gpus and isinstance(getattr(env, "gpus", None), int):
+            workers = min(workers, env.gpus // (settings.gpus * max(1, settings.nodes)))
+        return max(1, workers)
 
     def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any) -> bool:
         if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):

@@ -229,6 +229,9 @@ class TrackedJob:
         # dependency that is being retried (reruns.py); they wait in _waiting until then
         self.rerun: Optional[Callable[["TrackedJob", List[int]], Any]] = None
         self._waiting: set = set()
+        # BatchExecutor(echo_output=True): what each call printed is written to this process's
+        # sys.stdout/sys.stderr as its future resolves (_settle_child)
+        self.echo_output = False
         for index, futures in enumerate(self.children):
             for future in futures:
                 future._bind(self, index)
@@ -501,14 +504,28 @@ class TrackedJob:
         # the worker writes its result last and exits 0: Batch's SUCCEEDED may not be seen yet
         self._show(index, Shown(JobStatus.SUCCEEDED, exit_code=0))
         count = self.items_in(index)
+        # echo_output: each call's output is written just before its future resolves (here,
+        # on the poller thread, for map's per-child futures too: as a ProcessPoolExecutor's
+        # workers print whether or not their results are read); only the output section is read
+        printed = serialization.result_output(data) if self.echo_output else {}
         if self.item_counts is not None:
+            if printed and not self.children[index][0].done():
+                for position in sorted(printed):
+                    serialization.echo_output(printed[position])
             settle(self.children[index][0], True, functools.partial(decode_result, data, count))
         else:
-            for future, (ok, value) in zip(self.children[index], decode_result(data, count)):
+            for position, (future, (ok, value)) in enumerate(
+                    zip(self.children[index], decode_result(data, count))):
+                if position in printed and not future.done():
+                    serialization.echo_output(printed[position])
                 settle(future, ok, value)
 
     def _settle_nodes(self, index: int, node_data: Sequence[StoredResult]) -> None:
         self._show(index, Shown(JobStatus.SUCCEEDED))
+        if self.echo_output and not all(f.done() for f in self.children[index]):
+            for data in node_data:  # what the call printed on each node, in node order
+                for _, printed in sorted(serialization.result_output(data).items()):
+                    serialization.echo_output(printed)
         ok, value = combine_node_results(node_data, self.job_id)
         for future in self.children[index]:
             settle(future, ok, value)

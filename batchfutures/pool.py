@@ -2,13 +2,18 @@
 
     worker.run_items: items unpacked, processes_for(len(items)) = N > 1 ──> run_items(...)
       this process (the container's worker):
-        fetch the initializer's and each function's pickle once (one storage GET each)
+        fetch the initializer's (or initargs') and each function's pickle once (one GET each)
         flush stdout/stderr; fork N sub-processes: they inherit the items, header and pickles
-          sub-process k: initializer(*initargs) once ──────────────> ("ready", None | failure)
+          sub-process k: initializer(*initargs) once ───> ("ready", None | failure, printed)
+            (header "initargs": the functions are loaded first, each with its initializer copy,
+             worker._load_bundles, so the initializer and the calls share one namespace)
         all N ready; one failed?  every item's outcome is that failure (as sequentially)
         hand out ranges of item positions, shrinking (guided self-scheduling) ──> (start, stop)
-          sub-process k: each function loaded once, the items run ──> [(position, outcome)...]
+          sub-process k: each function loaded once, the items run
+                                                   ──> [(position, outcome, printed)...]
         outcomes back in item order; None ("stop") to every sub-process; reap them
+      printed: with echo_output (``output`` given), what the item printed in its sub-process
+      (worker._Capture there: tee'd to the container's log as before) or None
       a sub-process that ends unasked (the OOM killer's SIGKILL, a MemoryError, os._exit in the
       function, a crash) ends the container: the other sub-processes are killed, then
         status 137 or SIGKILL -> MemoryError (the worker exits 137, as for the sequential path)
@@ -183,10 +188,13 @@ def _function_urls(header: Dict[str, Any], items: Sequence[Item]) -> List[str]:
 class _ItemRunner:
     """One process's items: each function loaded once, one outcome per item (as run_items)."""
 
-    def __init__(self, prefetched: _Prefetched, header: Dict[str, Any], index: int) -> None:
+    def __init__(self, prefetched: _Prefetched, header: Dict[str, Any], index: int,
+                 functions: Optional[Dict[int, Any]] = None,
+                 failed: Optional[Dict[int, bytes]] = None) -> None:
         self._prefetched, self._header, self._index = prefetched, header, index
-        self._functions: Dict[int, Any] = {}
-        self._failed: Dict[int, bytes] = {}  # a function that did not load fails each of its items
+        self._functions: Dict[int, Any] = functions or {}  # loaded already (_load_bundles)
+        # a function that did not load fails each of its items
+        self._failed: Dict[int, bytes] = failed or {}
 
     def run(self, item: Item) -> bytes:
         from . import serialization, worker
@@ -217,22 +225,44 @@ class _ItemRunner:
 
 
 def _serve_items(connection: Connection, items: Sequence[Item], header: Dict[str, Any],
-                 index: int, prefetched: _Prefetched) -> None:
-    """A sub-process's life: the initializer, then the ranges of items it is handed."""
+                 index: int, prefetched: _Prefetched, capture_output: bool = False) -> None:
+    """A sub-process's life: the initializer, then the ranges of items it is handed.
+
+    ``capture_output``: what each item prints is sent back with its outcome (worker._Capture).
+    """
     from . import worker
 
+    capture = worker._Capture(capture_output)
+    functions: Dict[int, Any] = {}
+    failed: Dict[int, bytes] = {}
     url = header.get("initializer")
     failure = worker._run_initializer(prefetched, header, url, index) if url else None
-    connection.send(("ready", failure))
+    if header.get("initargs"):  # (initializer, fn) pickles: loaded first, one namespace each
+        urls = header["functions"]
+        try:
+            initargs: Any = prefetched.get_function(header["initargs"])
+        except MemoryError:
+            raise
+        except Exception as error:
+            initargs = error
+        functions, failed, failure = worker._load_bundles(
+            lambda i: prefetched.get_function(urls[i]),
+            sorted({function_index for function_index, _, _ in items}), initargs, header, index)
+    connection.send(("ready", failure, capture.take() if failure is not None else None))
     if failure is not None:
         return
-    runner = _ItemRunner(prefetched, header, index)
+    runner = _ItemRunner(prefetched, header, index, functions, failed)
+
+    def run(position: int) -> Tuple[int, bytes, Any]:
+        outcome = runner.run(items[position])
+        return position, outcome, capture.take()  # what it printed (and the initializer before)
+
     while True:
         task = connection.recv()
         if task is None:
             return
         start, stop = task
-        connection.send([(position, runner.run(items[position])) for position in range(start, stop)])
+        connection.send([run(position) for position in range(start, stop)])
 
 
 def _libc_prctl() -> Any:
@@ -288,7 +318,7 @@ def _kill(process: _SubProcess) -> None:
 
 
 def _start(count: int, items: Sequence[Item], header: Dict[str, Any], index: int,
-           prefetched: _Prefetched) -> List[_SubProcess]:
+           prefetched: _Prefetched, capture_output: bool = False) -> List[_SubProcess]:
     from . import worker
 
     worker._flush()  # what is buffered now must not be written once by every sub-process
@@ -311,7 +341,7 @@ def _start(count: int, items: Sequence[Item], header: Dict[str, Any], index: int
                     for other in started:
                         other.connection.close()
                     _die_with(parent, prctl)
-                    _serve_items(theirs, items, header, index, prefetched)
+                    _serve_items(theirs, items, header, index, prefetched, capture_output)
                     status = 0
                     atexit._run_exitfuncs()  # as the worker's own exit: handlers, not threads
                 except MemoryError:
@@ -358,13 +388,15 @@ def _receive(process: _SubProcess) -> Any:
 
 
 def run_pool(items: Sequence[Item], header: Dict[str, Any], index: int,
-             prefetched: _Prefetched, processes: int) -> List[bytes]:
+             prefetched: _Prefetched, processes: int,
+             output: Optional[Dict[int, Any]] = None) -> List[bytes]:
     """The items' outcomes, in order, run on ``processes`` forked sub-processes.
 
+    ``output``: filled with what each item printed (worker.run_items's ``output``).
     Raises SubProcessEnded when one of them ends unasked (the others are killed first).
     """
     count = len(items)
-    started = _start(processes, items, header, index, prefetched)
+    started = _start(processes, items, header, index, prefetched, output is not None)
     by_connection = {process.connection: process for process in started}
     outcomes: List[Optional[bytes]] = [None] * count
     try:
@@ -372,9 +404,12 @@ def run_pool(items: Sequence[Item], header: Dict[str, Any], index: int,
         not_ready = set(by_connection)
         while not_ready:  # every initializer first: one that fails fails the whole child
             for connection in wait(list(not_ready)):
-                _, initializer_failure = _receive(by_connection[connection])
+                _, initializer_failure, printed = _receive(by_connection[connection])
                 not_ready.discard(connection)
-                failure = failure or initializer_failure
+                if failure is None and initializer_failure is not None:
+                    failure = initializer_failure
+                    if printed is not None and output is not None:  # the initializer's output
+                        output[0] = printed
         if failure is not None:
             _stop(started, kill=False)
             return [failure] * count
@@ -392,8 +427,10 @@ def run_pool(items: Sequence[Item], header: Dict[str, Any], index: int,
         busy = {connection for connection in by_connection if hand_out(connection)}
         while busy:
             for connection in wait(list(busy)):
-                for position, outcome in _receive(by_connection[connection]):
+                for position, outcome, printed in _receive(by_connection[connection]):
                     outcomes[position] = outcome
+                    if printed is not None and output is not None:
+                        output[position] = printed
                 if not hand_out(connection):
                     busy.discard(connection)
         _stop(started, kill=False)
@@ -404,7 +441,7 @@ def run_pool(items: Sequence[Item], header: Dict[str, Any], index: int,
 
 
 def run_items(storage: "Storage", header: Dict[str, Any], items: Sequence[Item], index: int,
-              processes: int) -> List[bytes]:
+              processes: int, output: Optional[Dict[int, Any]] = None) -> List[bytes]:
     """worker.run_items on ``processes`` processes: one encoded outcome per item, in order.
 
     A MemoryError (in a sub-process too) propagates, so the worker exits 137; a sub-process that
@@ -416,10 +453,12 @@ def run_items(storage: "Storage", header: Dict[str, Any], items: Sequence[Item],
     urls = _function_urls(header, items)
     if header.get("initializer"):
         urls.append(header["initializer"])
+    if header.get("initargs"):
+        urls.append(header["initargs"])
     prefetched = _Prefetched(storage, urls)
     logger.debug("child %d: running %d items on %d processes", index, len(items), processes)
     try:
-        return run_pool(items, header, index, prefetched, processes)
+        return run_pool(items, header, index, prefetched, processes, output)
     except SubProcessEnded as ended:
         if ended.exit_status == worker.OOM_EXIT_STATUS:  # its MemoryError, or SIGKILL (128 + 9)
             raise MemoryError from None

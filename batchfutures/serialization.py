@@ -17,7 +17,20 @@
 Result object (``results/<i>``), one per child, one outcome per item:
 
     b"BFRESLT1" | uint64 LE M | M bytes JSON meta | uint64 LE K | K uint64 LE outcome lengths
-    | the K outcomes, concatenated
+    | the K outcomes, concatenated | the output section (meta["output"] bytes; absent if 0)
+
+The output section (BatchExecutor(echo_output=True), issue 18) is what the items printed, one
+JSON object for the child, holding only the items that printed something:
+``{"<item position>": [stdout, stderr, stdout chars cut, stderr chars cut]}`` (the end of each
+stream, at most worker.OUTPUT_LIMIT characters). It is read apart from the outcomes
+(result_output), so decoding an outcome costs what it did; an object without meta["output"]
+(written before issue 18) has none.
+
+With an executor initializer, a function's pickle is ``(initializer, fn)`` made by one dumps
+(dumps_function): cloudpickle gives the functions of one dumps that share a module one globals
+dict when loaded, so what the initializer sets with ``global`` is what the function reads, even
+for functions pickled by value (``__main__``, modules shipped by value). The initargs travel
+once per session in their own pickle.
 
 A child blob is one cloudpickle of a list, in one of three encodings named by the inputs header's
 "encoding" (so map pays for its arguments only, not for a function index and a kwargs dict per
@@ -63,7 +76,7 @@ __all__ = [
     "pack_items", "pack_arguments", "unpack_items", "CALLS", "ARGS", "ARG", "encode_ok",
     "encode_error", "encode_unpicklable",
     "encode_mismatch", "pack_result", "unpack_result", "outcome_result", "decode_outcome",
-    "outcome_kind",
+    "outcome_kind", "dumps_function", "result_output", "echo_output",
 ]
 
 PROTOCOL = pickle.HIGHEST_PROTOCOL
@@ -231,6 +244,19 @@ def dumps(obj: Any, *, what: Optional[str] = None, by_value: bool = True) -> byt
         raise _serialization_error(f"cannot pickle {what or _describe(obj)}: {_reason(error)}") \
             from error
     return data
+
+
+def dumps_function(fn: Any, initializer: Any = None, *, by_value: bool = True) -> bytes:
+    """``fn``'s pickle; with an executor ``initializer``, ``(initializer, fn)`` in one dumps.
+
+    One dumps: cloudpickle gives functions pickled together that share a module (``__main__``,
+    a module shipped by value) one globals dict when loaded, so what ``initializer`` sets with
+    ``global`` is what ``fn`` reads in the worker (worker._load_bundles). Pickled apart, each
+    would get its own copy of the module's globals.
+    """
+    if initializer is None:
+        return dumps(fn, by_value=by_value)
+    return dumps((initializer, fn), what=_describe(fn), by_value=by_value)
 
 
 def loads(data: bytes) -> Any:
@@ -463,12 +489,25 @@ def encode_initializer_failure(initializer: Any, error: BaseException, tb_text: 
 
 
 # -- the result object --------------------------------------------------------------------------
-def pack_result(outcomes: Sequence[bytes], meta: Dict[str, Any]) -> bytes:
-    """One object per child: JSON metadata and its items' outcomes (format in the docstring)."""
+def pack_result(outcomes: Sequence[bytes], meta: Dict[str, Any],
+                output: Optional[Dict[int, Sequence[Any]]] = None) -> bytes:
+    """One object per child: JSON metadata, its items' outcomes and, when an item printed
+    something, the output section (``output``: item position -> [stdout, stderr, stdout chars
+    cut, stderr chars cut]); the format is in the module docstring."""
+    section = json.dumps({str(k): list(v) for k, v in output.items()}).encode() if output else b""
+    if section:
+        meta = {**meta, "output": len(section)}
     meta_bytes = json.dumps(meta, sort_keys=True, default=str).encode()
     lengths = struct.pack(f"<{len(outcomes)}Q", *(len(o) for o in outcomes))
     return b"".join([RESULT_MAGIC, _U64.pack(len(meta_bytes)), meta_bytes,
-                     _U64.pack(len(outcomes)), lengths, *outcomes])
+                     _U64.pack(len(outcomes)), lengths, *outcomes, section])
+
+
+def _output_length(meta: Dict[str, Any]) -> int:
+    length = meta.get("output", 0)
+    if isinstance(length, bool) or not isinstance(length, int) or length < 0:
+        raise ValueError(f"a corrupt result object: its output length is {length!r}")
+    return length
 
 
 def unpack_result(data: bytes) -> Tuple[Dict[str, Any], List[bytes]]:
@@ -486,13 +525,65 @@ def unpack_result(data: bytes) -> Tuple[Dict[str, Any], List[bytes]]:
         position += 8 * count
     except (struct.error, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(f"a truncated or corrupt result object: {error}") from error
-    if position + sum(lengths) != len(view):
+    if position + sum(lengths) + _output_length(meta) != len(view):
         raise ValueError("a truncated or corrupt result object: its size does not add up")
     outcomes = []
     for length in lengths:
         outcomes.append(bytes(view[position:position + length]))
         position += length
     return meta, outcomes
+
+
+def result_output(data: Any) -> Dict[int, List[Any]]:
+    """What the items of a result object printed: item position -> [stdout, stderr, stdout
+    chars cut, stderr chars cut], only for items that printed; {} when none did, for an object
+    written before issue 18, and for anything unreadable (the outcomes' decoding reports that).
+    Reads the meta and the output section only, never an outcome."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        return {}
+    try:
+        view = memoryview(data)
+        if bytes(view[:8]) != RESULT_MAGIC:
+            return {}
+        (meta_length,) = _U64.unpack_from(view, 8)
+        meta = bytes(view[16:16 + meta_length])
+        if b'"output"' not in meta:  # nothing printed: not even the meta is parsed
+            return {}
+        length = _output_length(json.loads(meta))
+        if not length or length > len(view):
+            return {}
+        section = json.loads(bytes(view[len(view) - length:]))
+        return {int(position): list(printed) for position, printed in section.items()
+                if isinstance(printed, list) and len(printed) == 4}
+    except Exception:
+        return {}
+
+
+def _echo_stream(stream: Any, text: Any, cut: Any, name: str) -> None:
+    if stream is None or not isinstance(text, str) or not (text or cut):
+        return
+    if isinstance(cut, int) and cut > 0:
+        text = (f"[batchfutures: the first {cut} characters this call wrote to {name} were cut; "
+                f"future.log() has them]\n") + text
+    try:
+        stream.write(text)
+    except UnicodeEncodeError:  # the client's terminal cannot show some character
+        encoding = getattr(stream, "encoding", None) or "utf-8"
+        stream.write(text.encode(encoding, "backslashreplace").decode(encoding, "replace"))
+    stream.flush()
+
+
+def echo_output(printed: Optional[Sequence[Any]]) -> None:
+    """Write what one call printed (an entry of result_output) to this process's sys.stdout and
+    sys.stderr, as a ProcessPoolExecutor's worker prints to its parent's terminal."""
+    if not printed:
+        return
+    out, err, out_cut, err_cut = printed
+    try:
+        _echo_stream(sys.stdout, out, out_cut, "stdout")
+        _echo_stream(sys.stderr, err, err_cut, "stderr")
+    except Exception:  # a closed or broken stream: the output stays in the job's log
+        pass
 
 
 # -- outcomes (client side) ---------------------------------------------------------------------

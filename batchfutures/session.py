@@ -233,16 +233,24 @@ class Session:
 
     def __init__(self, env: Any, *, max_workers: Optional[int] = None,
                  initializer: Optional[Callable[..., Any]] = None, initargs: tuple = (),
-                 ship_local_modules: bool = True, dry_run: bool = False) -> None:
+                 ship_local_modules: bool = True, dry_run: bool = False,
+                 echo_output: bool = True) -> None:
         self.env = env
         self.dry_run = dry_run
         self.storage = env.storage
         self.by_value = ship_local_modules
         self.run_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:10]
-        # pickled now: an initializer that cannot travel fails here, not at the first submit
-        pickled_initializer = None if initializer is None else serialization.dumps(
-            (initializer, initargs), what=f"the initializer {initializer!r} and its initargs",
-            by_value=ship_local_modules)
+        # pickled now: an initializer that cannot travel fails here, not at the first submit.
+        # The initializer travels in each function's pickle (pickle_function: one namespace in
+        # the worker), its initargs once per session (Submitter, header "initargs").
+        self.initializer = initializer
+        pickled_initargs = None
+        if initializer is not None:
+            serialization.dumps(initializer, what=f"the initializer {initializer!r}",
+                                by_value=ship_local_modules)
+            pickled_initargs = serialization.dumps(
+                tuple(initargs), what=f"the initargs of the initializer {initializer!r}",
+                by_value=ship_local_modules)
         min_interval, max_interval = env.poll_intervals
         # the poller holds this session weakly; its other collaborators are given to it
         self.poller = Poller(self, batch=functools.partial(getattr, env, "batch"),
@@ -259,7 +267,7 @@ class Session:
             submit_env, track = env, self.poller.track
         self.submitter = Submitter(submit_env, self.storage, self.run_id, track=track,
                                    wake=self.poller.wake, max_workers=max_workers,
-                                   initializer=pickled_initializer)
+                                   initargs=pickled_initargs, echo_output=echo_output)
         self._lock = threading.RLock()
         self._cancelled_at_shutdown = False
         self.closed = False
@@ -273,6 +281,11 @@ class Session:
     @property
     def submitted_jobs(self) -> List[str]:
         return self.submitter.submitted_jobs
+
+    def pickle_function(self, fn: Callable) -> bytes:
+        """``fn``'s pickle as the worker loads it: with an initializer, both in one dumps, so
+        they share one module namespace there (serialization.dumps_function)."""
+        return serialization.dumps_function(fn, self.initializer, by_value=self.by_value)
 
     # -- submit and coalescing ---------------------------------------------------------------
     def submit(self, settings: JobSettings, fn: Callable, args: tuple, kwargs: dict) -> BatchFuture:
@@ -289,7 +302,7 @@ class Session:
         key = (settings, tuple(sorted(upstream.unfinished)))
         # SerializationError now, before anything is uploaded
         pickled = self.coalescer.known_pickle(key, fn) or \
-            serialization.dumps(fn, by_value=self.by_value)
+            self.pickle_function(fn)
         serialization.pack_items([(0, args, kwargs)], by_value=self.by_value)
         upstream.remember(future)
         with self._lock:
@@ -306,7 +319,7 @@ class Session:
     def _submit_multinode(self, settings: JobSettings, fn: Callable, args: tuple, kwargs: dict,
                           future: BatchFuture, upstream: Upstream) -> None:
         """One Batch multi-node job for this call alone: one child, run on every node."""
-        pickled = serialization.dumps(fn, by_value=self.by_value)  # SerializationError now
+        pickled = self.pickle_function(fn)  # SerializationError now
         blob = serialization.pack_items([(0, args, kwargs)], by_value=self.by_value)
         upstream.cancel_with_upstream([future])
         self.submit_job(PendingJob(settings, [pickled], [blob], [1], [[future]], chunksize=1,
@@ -488,22 +501,42 @@ class Session:
         self._cancelled_at_shutdown = True
         for future in self.coalescer.clear() + self.submitter.drop_waiting():
             future.cancel()
+        self._stop_jobs("interrupted",
+                        f"{ABORT_REASON_PREFIX} interrupted by the client (KeyboardInterrupt)",
+                        "the client was interrupted")
+
+    def terminate(self, how: str) -> None:
+        """``terminate_workers()``/``kill_workers()`` (``how``): every unfinished call fails
+        with JobAbortedError now, one TerminateJob per unfinished Batch job, and the session
+        is shut down. Calls not sent yet are never sent (they fail the same way)."""
+        with self._lock:
+            self.closed = True
+        self._cancelled_at_shutdown = True
+        reason = f"{ABORT_REASON_PREFIX} {how}() was called"
+        for future in self.coalescer.clear() + self.submitter.drop_waiting():
+            settle(future, False, JobAbortedError(
+                f"the call was stopped before it was submitted: {how}() was called",
+                status_reason=reason))
+        self._stop_jobs(f"{how}() was called", reason, f"{how}() was called", level=logging.INFO)
+
+    def _stop_jobs(self, event: str, reason: str, why: str, level: int = logging.WARNING) -> None:
+        """TerminateJob for each Batch job with unfinished futures (an array's parent stops its
+        children too); those futures fail with JobAbortedError; the poller drains and stops."""
         jobs = [job for job in self.poller.outstanding
                 if any(not f.done() for f in job.futures())]
         if jobs:
-            logger.warning("batchfutures: interrupted; stopping %d Batch job(s): %s", len(jobs),
-                           ", ".join(job.job_id for job in jobs))
-        reason = f"{ABORT_REASON_PREFIX} interrupted by the client (KeyboardInterrupt)"
+            logger.log(level, "batchfutures: %s; stopping %d Batch job(s): %s", event, len(jobs),
+                       ", ".join(job.job_id for job in jobs))
         for job in jobs:
-            try:  # TerminateJob on an array's parent stops its children too
+            try:
                 batchapi.call(self.env.batch.terminate_job, jobId=job.job_id, reason=reason,
                               attempts=2, max_delay=2.0)
             except Exception as error:
                 logger.warning("batchfutures: could not stop Batch job %s: %s", job.job_id, error)
-            error = JobAbortedError(f"Batch job {job.job_id} was stopped: the client was interrupted",
-                                    job_id=job.job_id, status_reason=reason)
+            stopped = JobAbortedError(f"Batch job {job.job_id} was stopped: {why}",
+                                      job_id=job.job_id, status_reason=reason)
             for future in job.futures():
-                settle(future, False, error)
+                settle(future, False, stopped)
         self.poller.stop(wait=False)
 
     def finish_at_exit(self) -> None:

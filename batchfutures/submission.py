@@ -6,7 +6,9 @@
         v
     Submitter.submit_now:
         1. the queue is checked once (ENABLED and VALID) before the first upload
-        2. functions (and the initializer) uploaded content-addressed, once per run
+        2. functions uploaded content-addressed, once per run (with an executor initializer,
+           each function's pickle holds it too, serialization.dumps_function, and the initargs
+           are uploaded once per session: header "initargs")
         3. one inputs object per Batch job (every child's items, indexed by byte range)
         4. SubmitJob from build_request (a pure function): only the worker command and a
            pointer to the inputs travel; on failure the inputs are deleted
@@ -201,15 +203,19 @@ class Submitter:
 
     def __init__(self, env: Any, storage: Any, run_id: str, *, track: Callable[[TrackedJob], None],
                  wake: Callable[[], None], max_workers: Optional[int] = None,
-                 initializer: Optional[bytes] = None) -> None:
+                 initargs: Optional[bytes] = None, echo_output: bool = False) -> None:
+        """``initargs``: the executor initializer's arguments, pickled (the functions' pickles
+        hold the initializer itself); ``echo_output``: the workers keep what each call prints
+        and the client writes it to its sys.stdout/sys.stderr as the future resolves."""
         self._env = env
         self._storage = storage
         self._run_id = run_id
         self._track = track
         self._wake = wake
         self.max_workers = max_workers
-        self._initializer = initializer
-        self._initializer_url: Optional[str] = None
+        self._initargs = initargs
+        self._initargs_url: Optional[str] = None
+        self.echo_output = echo_output
         self._queue_checked = False
         self._lock = threading.Lock()
         self._pace_lock = threading.Lock()  # one submitter at a time: free workers stay counted
@@ -320,8 +326,10 @@ class Submitter:
         }
         if job.settings.nodes > 1:  # attach resolves it from every node's result
             header["nodes"] = job.settings.nodes
-        if self._initializer is not None:
-            header["initializer"] = self._initializer_location()
+        if self._initargs is not None:
+            header["initargs"] = self._initargs_location()
+        if self.echo_output:  # the worker keeps each item's stdout/stderr in its result
+            header["output"] = True
         if job.retried:
             header["sources"] = [list(history.origin) for history in job.retried]
         if job.redirects:
@@ -348,6 +356,7 @@ class Submitter:
                              memory_mib=memory, nodes=job.settings.nodes,
                              item_counts=job.item_counts if job.per_child else None,
                              runnable_timeout=job.settings.runnable_timeout)
+        tracked.echo_output = self.echo_output
         if job.settings.retry_on_oom and job.settings.nodes == 1:  # not multi-node jobs
             tracked.retry = self._oom_retry(job)
         if job.depends_on and job.settings.nodes == 1:
@@ -437,13 +446,14 @@ class Submitter:
         self._env.check_queue()
         self._queue_checked = True
 
-    def _initializer_location(self) -> str:
-        if self._initializer_url is None:
+    def _initargs_location(self) -> str:
+        if self._initargs_url is None:
+            assert self._initargs is not None
             try:
-                self._initializer_url = self._storage.put_function(self._run_id, self._initializer)
+                self._initargs_url = self._storage.put_function(self._run_id, self._initargs)
             except (FileNotFoundError, PermissionError) as error:
                 raise storage_error(self._storage, error) from error
-        return self._initializer_url
+        return self._initargs_url
 
 
 

@@ -7,6 +7,7 @@ worker command, then end to end on the emulator.
 from __future__ import annotations
 
 import os
+import sys
 import time
 import uuid
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -60,8 +61,13 @@ Call = Tuple[Callable[..., Any], tuple, dict]
 
 
 def prepare(storage: Storage, calls: Sequence[Call], *, initializer: Optional[Callable] = None,
-            initargs: tuple = ()) -> Tuple[Dict[str, Any], List[Tuple[int, tuple, dict]]]:
-    """The header and unpacked items worker.run_items would hold, payloads in storage."""
+            initargs: tuple = (), legacy: bool = False
+            ) -> Tuple[Dict[str, Any], List[Tuple[int, tuple, dict]]]:
+    """The header and unpacked items worker.run_items would hold, payloads in storage.
+
+    With an initializer, as the client pickles it: in each function's pickle, the initargs
+    apart (header "initargs"); ``legacy``: as before issue 18, one pickle of both (header
+    "initializer") and the functions alone."""
     run_id = "run-" + uuid.uuid4().hex[:8]
     functions: List[Callable] = []
     items = []
@@ -69,12 +75,16 @@ def prepare(storage: Storage, calls: Sequence[Call], *, initializer: Optional[Ca
         if not any(fn is known for known in functions):
             functions.append(fn)
         items.append((next(i for i, known in enumerate(functions) if known is fn), args, kwargs))
+    bundled = None if legacy else initializer
     header: Dict[str, Any] = {
-        "functions": [storage.put_function(run_id, serialization.dumps(fn)) for fn in functions],
+        "functions": [storage.put_function(run_id, serialization.dumps_function(fn, bundled))
+                      for fn in functions],
         "items": len(items), "chunksize": len(items), "encoding": serialization.CALLS,
     }
-    if initializer is not None:
+    if initializer is not None and legacy:
         header["initializer"] = storage.put_function(run_id, serialization.dumps((initializer, initargs)))
+    elif initializer is not None:
+        header["initargs"] = storage.put_function(run_id, serialization.dumps(initargs))
     header.update(serialization.payload_stamp())
     return header, items
 
@@ -160,16 +170,79 @@ def test_initializer_runs_once_in_each_process_before_its_items(local, tmp_path)
 
 
 @needs_fork
-def test_a_failing_initializer_fails_every_item(local):
+@pytest.mark.parametrize("legacy", [False, True])
+def test_a_failing_initializer_fails_every_item(local, legacy):
     def broken():
+        print("connecting...")
         raise RuntimeError("no database")
 
-    header, items = prepare(local, [(abs, (-x,), {}) for x in range(4)], initializer=broken)
-    values = decoded(pool.run_items(local, header, items, 0, processes=2))
+    header, items = prepare(local, [(abs, (-x,), {}) for x in range(4)], initializer=broken,
+                            legacy=legacy)
+    output: Dict[int, Any] = {}
+    values = decoded(pool.run_items(local, header, items, 0, processes=2, output=output))
     assert len(values) == 4
     for ok, error in values:
         assert not ok and isinstance(error, InitializerFailedError)
         assert isinstance(error.__cause__, RuntimeError) and error.__cause__.args == ("no database",)
+    assert output == {0: ["connecting...\n", "", 0, 0]}  # what it printed, with the first item
+
+
+# module-level: pickled by value (tests/ is not site-packages), as a script's functions are
+_scale: Optional[int] = None
+
+
+def _set_scale(value: int) -> None:
+    global _scale
+    _scale = value
+
+
+def _scaled(x: int) -> Any:
+    return "uninitialized" if _scale is None else _scale * x
+
+
+@needs_fork
+@pytest.mark.parametrize("processes", [1, 2])
+def test_the_initializer_and_the_calls_share_one_namespace(local, monkeypatch, processes):
+    header, items = prepare(local, [(_scaled, (x,), {}) for x in range(4)],
+                            initializer=_set_scale, initargs=(10,))
+    if processes == 1:
+        monkeypatch.setenv(pool.VCPUS_VARIABLE, "1")  # worker.run_items: the sequential path
+        outcomes = worker.run_items(local, header, serialization.pack_items(items), 0)
+    else:
+        outcomes = pool.run_items(local, header, items, 0, processes=2)
+    assert decoded(outcomes) == [(True, 0), (True, 10), (True, 20), (True, 30)]
+    assert _scale is None  # this process's module is not theirs
+    # before issue 18 (one pickle of the initializer and its initargs, the functions apart),
+    # the calls had a namespace of their own: still run as it was
+    legacy, items = prepare(local, [(_scaled, (x,), {}) for x in range(2)],
+                            initializer=_set_scale, initargs=(10,), legacy=True)
+    assert decoded(pool.run_items(local, legacy, items, 0, processes=2)) == [
+        (True, "uninitialized")] * 2
+
+
+@needs_fork
+def test_each_items_output_comes_back_from_its_sub_process(local):
+    def init():
+        print(f"init {os.getpid()}")
+
+    def item(x):
+        print(f"item {x}")
+        if x % 2:
+            print(f"odd {x}", file=sys.stderr)
+        return os.getpid()
+
+    header, items = prepare(local, [(item, (x,), {}) for x in range(6)], initializer=init)
+    output: Dict[int, Any] = {}
+    pids = [value for _, value in decoded(pool.run_items(local, header, items, 0, processes=2,
+                                                         output=output))]
+    assert set(output) == set(range(6))
+    for x in range(6):
+        out, err, out_cut, err_cut = output[x]
+        assert out.endswith(f"item {x}\n") and err == (f"odd {x}\n" if x % 2 else "")
+        assert out_cut == err_cut == 0
+    # each sub-process's initializer output comes with the first item it ran
+    inits = [output[x][0].split("\n")[0] for x in range(6) if output[x][0].startswith("init ")]
+    assert sorted(inits) == sorted(f"init {pid}" for pid in set(pids))
 
 
 @needs_fork

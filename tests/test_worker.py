@@ -3,6 +3,7 @@ process, reading and writing real storage (local files, and S3 on moto's server)
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import pytest
 import s3server
 
-from batchfutures import EnvironmentMismatchError, RemoteError, serialization
+from batchfutures import EnvironmentMismatchError, RemoteError, serialization, worker
 from batchfutures.serialization import RemoteTraceback
 from batchfutures.storage import Storage
 
@@ -27,8 +28,10 @@ Call = Tuple[Callable[..., Any], tuple, dict]
 
 def make_job(storage: Storage, children: Sequence[Sequence[Call]], *,
              stamp: Optional[Dict[str, str]] = None, function_urls: Optional[List[str]] = None,
-             by_value: bool = True) -> str:
-    """Upload functions and inputs the way the executor does; returns the job URL."""
+             by_value: bool = True, extra: Optional[Dict[str, Any]] = None) -> str:
+    """Upload functions and inputs the way the executor does; returns the job URL.
+
+    ``extra``: more header entries (``{"output": True}``: echo_output's)."""
     run_id = "run-" + uuid.uuid4().hex[:8]
     job_key = uuid.uuid4().hex
     functions: List[Callable[..., Any]] = []
@@ -47,6 +50,7 @@ def make_job(storage: Storage, children: Sequence[Sequence[Call]], *,
                               "chunksize": max(len(c) for c in children), "run_id": run_id,
                               "job_key": job_key}
     header.update(stamp or serialization.payload_stamp())
+    header.update(extra or {})
     job_url = storage.job_url(run_id, job_key)
     storage.write_inputs(job_url, header, blobs)
     return job_url
@@ -108,6 +112,52 @@ def test_array_child_runs_its_items_values_errors_and_prints(storage):
     assert run_worker(job, None).returncode == 0  # no AWS_BATCH_JOB_ARRAY_INDEX: child 0
     assert results(storage, job, 0)[1] == [(True, 300)]
     assert storage.list_results(job) == {0, 1}
+
+
+def test_with_output_each_items_prints_are_kept_and_still_reach_the_log(local):
+    def talk(x):
+        print(f"out {x}")
+        print(f"err {x}", file=sys.stderr)
+        sys.stdout.writelines([f"more {x}\n"])
+        return x
+
+    def silent(x):
+        return x
+
+    def noisy_failure():
+        print("about to fail")
+        raise ValueError("failed")
+
+    job = make_job(local, [[(talk, (0,), {}), (silent, (1,), {}), (noisy_failure, (), {}),
+                            (talk, (3,), {})]], extra={"output": True})
+    done = run_worker(job)
+    assert done.returncode == 0, done.stderr
+    # tee'd: the container's log has all of it, as without the header entry
+    assert done.stdout.count("out 0") == done.stdout.count("out 3") == 1
+    assert "more 3" in done.stdout and "about to fail" in done.stdout and "err 3" in done.stderr
+    data = local.read_result(job, 0)
+    assert serialization.result_output(data) == {
+        0: ["out 0\nmore 0\n", "err 0\n", 0, 0],
+        2: ["about to fail\n", "", 0, 0],  # a call that raised printed too
+        3: ["out 3\nmore 3\n", "err 3\n", 0, 0],
+    }
+    assert [ok for ok, _ in results(local, job)[1]] == [True, True, False, True]
+
+    quiet = make_job(local, [[(talk, (0,), {})]])  # no "output": only the log has it
+    assert run_worker(quiet).returncode == 0
+    assert serialization.result_output(local.read_result(quiet, 0)) == {}
+    assert results(local, quiet)[1] == [(True, 0)]
+
+
+def test_kept_output_is_bounded_to_its_end():
+    tee = worker._Tee(io.StringIO())
+    tee.write("x" * (3 * worker.OUTPUT_LIMIT))
+    tee.write("the end")
+    text, cut = tee.take()
+    assert len(text) == worker.OUTPUT_LIMIT and text.endswith("the end")
+    assert cut == 3 * worker.OUTPUT_LIMIT + len("the end") - worker.OUTPUT_LIMIT
+    assert tee.take() == ("", 0)  # each take starts afresh
+    assert tee._stream.getvalue().endswith("x" * 10 + "the end")  # the stream had all of it
 
 
 def test_unpicklable_exception_and_value_come_back_typed(storage):

@@ -74,7 +74,7 @@ def test_another_process_terminates_a_job_through_the_folder(make_emulator, tmp_
         here = make_emulator(folder)
         wait_until(lambda: here.status(job) == "RUNNING", "the owner's record to say RUNNING")
         here.terminate_job(jobId=job, reason="stopped from another process")
-        assert owner.stdout.readline().split(" ", 2) == ["FAILED", "137", "stopped from another process\n"]
+        assert owner.stdout.readline().split(" ", 2) == ["FAILED", "143", "stopped from another process\n"]  # SIGTERM, as docker stop
         assert owner.wait(timeout=30) == 0
     finally:
         if owner.poll() is None:
