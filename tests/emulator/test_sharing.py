@@ -74,7 +74,8 @@ def test_another_process_terminates_a_job_through_the_folder(make_emulator, tmp_
         here = make_emulator(folder)
         wait_until(lambda: here.status(job) == "RUNNING", "the owner's record to say RUNNING")
         here.terminate_job(jobId=job, reason="stopped from another process")
-        assert owner.stdout.readline().split(" ", 2) == ["FAILED", "143", "stopped from another process\n"]  # SIGTERM, as docker stop
+        line = owner.stdout.readline().split(" ", 2)  # 143: SIGTERM, as docker stop sends
+        assert line == ["FAILED", "143", "stopped from another process\n"]
         assert owner.wait(timeout=30) == 0
     finally:
         if owner.poll() is None:
