@@ -4,9 +4,12 @@ A fresh interpreter importing fsspec and cloudpickle takes ~200 ms; Batch's own 
 that too, but a local emulator need not. The server is one single-threaded process that has
 imported the worker once; for each attempt it forks, and the child becomes the attempt:
 
-    emulator ── {"id", "url", "env", "cwd", "log", "memory_mib", "cgroup", "preload"} ──> server
+    emulator ── {"id", "url", "env", "cwd", "log", "memory_mib", "cgroup"} ──> server
              <── {"id", "pid"} ─────────────────────────────── fork(): child runs the worker
              <── {"pid", "returncode"} ────────────────────── SIGCHLD: the child ended
+                                       server <── "statistics json ..." ── the child, at its end:
+                                                  the library modules it imported (the server
+                                                  imports them for the next attempts)
 
 Every attempt is still its own process, and indistinguishable from `python -m batchfutures.worker
 <url>` exec'd with the request's environment in the request's directory: it joins its cgroup
@@ -23,12 +26,15 @@ What the server holds is what no attempt should pay for again, and nothing that 
   written), so an attempt imports and compiles nothing of batchfutures;
   s3fs (~0.5 s) once the first s3:// attempt comes, so file:// attempts fork from a smaller
   process (~30 MiB resident instead of ~48: faster fork and exit);
-- the standard-library modules the emulator's process has imported (a request carries the ones
-  it has not sent yet), since a job's code imports what its client imported (`statistics`: ~5 ms
-  per attempt). Only modules of the interpreter's own library are imported, never site-packages
-  or the client's code (their imports may start threads or have side effects), and not the few
-  with side effects at import (`this`, `antigravity`, `readline`, GUI toolkits...). A module
-  whose state would be shared by every attempt is reseeded at fork by Python itself (`random`);
+- the standard-library modules attempts imported: each attempt tells the server, as it ends,
+  which modules of the interpreter's own library it imported that the server had not, and the
+  server imports them for the attempts that follow (`statistics`: ~5 ms per attempt). Learned
+  from the attempts, not taken from the client: the client's own libraries (botocore, s3fs)
+  import ~250 library modules no job needs, and a server holding them made each fork, its
+  copy-on-write faults and its exit ~1 ms dearer. Never site-packages or user code (their
+  imports may start threads or have side effects), and not the few library modules with side
+  effects at import (`this`, `antigravity`, `readline`, GUI toolkits...). A module whose state
+  would be shared by every attempt is reseeded at fork by Python itself (`random`);
 - no finder's directory listing: invalidated after every import, here rather than in each attempt;
 - `gc.freeze()` after every import, so a collection in an attempt does not write to (and copy)
   every page of the server's objects.
@@ -47,7 +53,7 @@ import subprocess
 import sys
 import sysconfig
 import threading
-from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from .attempts import AttemptHandle, LaunchRequest
 
@@ -68,6 +74,7 @@ _NOT_PRELOADED = frozenset({
     "webbrowser", "test", "lib2to3", "ensurepip", "venv", "pydoc", "pydoc_data", "site",
     "sitecustomize", "usercustomize",
 })
+PIPE_LINE = 4000  # bytes of one child's report: under PIPE_BUF (4096), so written at once
 _STDLIB_NAMES = frozenset(getattr(sys, "stdlib_module_names", ()))  # Python >= 3.10
 
 
@@ -190,9 +197,15 @@ def _join_cgroup(procs: List[str]) -> None:
 
 
 def _child(request: Dict[str, Any], server_fds: Tuple[int, ...], base_path: List[str],
-           worker: Optional[WorkerCode] = None) -> None:
-    """In the forked child: become `python -m batchfutures.worker <url>`, exit with its status."""
+           worker: Optional[WorkerCode] = None, learned: Optional[int] = None) -> None:
+    """In the forked child: become `python -m batchfutures.worker <url>`, exit with its status.
+
+    ``learned``: where to tell the server, at the end, which library modules it imported."""
     code = 1
+    if learned is not None:  # at exit: the worker ends with os._exit after the atexit handlers
+        import atexit
+
+        atexit.register(_report_imports, learned, frozenset(sys.modules))
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -273,6 +286,22 @@ def _child(request: Dict[str, Any], server_fds: Tuple[int, ...], base_path: List
             os._exit(code)
 
 
+def _report_imports(fd: int, known: Iterable[str]) -> None:
+    """Write the library modules this attempt imported (not in ``known``) as one line, shorter
+    than PIPE_BUF so it reaches the server whole even when attempts end together."""
+    before = set(known)
+    line = ""
+    for name in sorted(n for n in list(sys.modules) if n not in before and preloadable(n)):
+        if len(line) + len(name) + 2 > PIPE_LINE:
+            break
+        line += name + " "
+    if line:
+        try:
+            os.write(fd, (line.rstrip() + "\n").encode())
+        except OSError:  # the server is gone or its pipe full: it learns from another attempt
+            pass
+
+
 def _forget_listings() -> None:
     """In the server, after any import or module lookup: no finder keeps a directory listing,
     so an attempt lists a folder afresh, as a new interpreter would (each attempt doing this
@@ -326,11 +355,15 @@ def serve() -> None:
     _forget_listings()
     gc.freeze()
 
+    learned_read, learned_write = os.pipe()  # the children write, the server reads
+    os.set_blocking(learned_read, False)
+    os.set_blocking(learned_write, False)
     wakeup_read, wakeup_write = os.pipe()
     os.set_blocking(wakeup_write, False)
     signal.set_wakeup_fd(wakeup_write)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    server_fds = (wakeup_read, wakeup_write, 0, out)
+    server_fds = (wakeup_read, wakeup_write, learned_read, 0, out)
+    learned_buffer = b""
     children: Dict[int, int] = {}
     buffer = b""
 
@@ -355,12 +388,22 @@ def serve() -> None:
 
     while True:
         try:
-            ready, _, _ = select.select([0, wakeup_read], [], [])
+            ready, _, _ = select.select([0, wakeup_read, learned_read], [], [])
         except InterruptedError:
             continue
         if wakeup_read in ready:
             os.read(wakeup_read, 4096)
             reap()
+        if learned_read in ready:
+            try:
+                learned_buffer += os.read(learned_read, 65536)
+            except BlockingIOError:
+                pass
+            lines, _, learned_buffer = learned_buffer.rpartition(b"\n")
+            names = lines.decode(errors="replace").split()
+            if names and _preload(names, folders):
+                _forget_listings()
+                gc.freeze()
         if 0 in ready:
             chunk = os.read(0, 65536)
             if not chunk:  # the emulator is gone: so are its attempts
@@ -374,8 +417,7 @@ def serve() -> None:
             while b"\n" in buffer:
                 line, buffer = buffer.split(b"\n", 1)
                 request = json.loads(line)
-                names = request.get("preload") or ()
-                imported = _preload(names, folders)
+                imported = False
                 if not s3_loaded and str(request.get("url", "")).startswith("s3://"):
                     s3_loaded = imported = True
                     try:  # S3 payloads: s3fs and aiobotocore take ~0.5 s to import, once here
@@ -383,12 +425,12 @@ def serve() -> None:
                     except ImportError:
                         pass
                 worker.refresh()
-                if imported or names:  # names: looked up, even if none was imported
+                if imported:
                     _forget_listings()
                     gc.freeze()
                 pid = os.fork()
                 if pid == 0:
-                    _child(request, server_fds, base_path, worker)
+                    _child(request, server_fds, base_path, worker, learned_write)
                 children[pid] = request["id"]
                 send({"id": request["id"], "pid": pid})
         reap()
@@ -414,22 +456,10 @@ class ForkServer:
         self._started: Dict[int, int] = {}
         self._attempts: Dict[int, ForkedAttempt] = {}
         self._early_exits: Dict[int, int] = {}
-        self._modules_seen = 0  # len(sys.modules) when they were last looked at
-        self._modules_sent: Set[str] = set()
         self.broken = False
-
-    def _new_modules(self) -> List[str]:
-        """Standard-library modules imported here and not yet sent to the server (lock held)."""
-        if len(sys.modules) == self._modules_seen:
-            return []
-        self._modules_seen = len(sys.modules)
-        names = [n for n in list(sys.modules) if n not in self._modules_sent and preloadable(n)]
-        self._modules_sent.update(names)
-        return names
 
     def _ensure(self) -> subprocess.Popen:
         if self._process is None or self._process.poll() is not None:
-            self._modules_seen, self._modules_sent = 0, set()  # a new server knows none
             env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
             if self._python_path:
                 env["PYTHONPATH"] = self._python_path
@@ -473,8 +503,7 @@ class ForkServer:
             request = {"id": request_id, "url": launch.argv[3], "env": launch.env,
                        "cwd": launch.cwd, "log": launch.log_path,
                        "memory_mib": launch.memory_mib if cgroup is None else None,
-                       "cgroup": cgroup.procs if cgroup is not None else [],
-                       "preload": self._new_modules()}
+                       "cgroup": cgroup.procs if cgroup is not None else []}
             process.stdin.write((json.dumps(request) + "\n").encode())
             process.stdin.flush()
         if not event.wait(10):

@@ -48,19 +48,36 @@ def test_preload_imports_standard_library_modules_only_from_the_library(tmp_path
 
 
 @pytest.mark.skipif(sys.version_info < (3, 10), reason="sys.stdlib_module_names is 3.10+")
-def test_each_request_sends_the_library_modules_imported_since_the_last_one():
-    server = forkserver.ForkServer("")
-    first = server._new_modules()
-    assert "json" in first and "os" in first
-    assert not any(name.startswith(("batchfutures", "pytest")) for name in first)
-    assert server._new_modules() == []
-    wanted = not_yet_imported()
-    importlib.import_module(wanted)
-    assert server._new_modules() == [wanted]
+def test_an_attempt_reports_the_library_modules_it_imported_in_one_short_line():
+    read, write = os.pipe()
+    try:
+        known = set(sys.modules)
+        wanted = not_yet_imported()
+        importlib.import_module(wanted)
+        sys.modules["bf_not_a_library_module"] = sys  # never reported: not the library's
+        try:
+            forkserver._report_imports(write, known)
+        finally:
+            del sys.modules["bf_not_a_library_module"]
+        line = os.read(read, 65536)
+        assert line.endswith(b"\n") and len(line) < 4096
+        assert wanted in line.decode().split() and b"bf_not" not in line
+        forkserver._report_imports(write, set(sys.modules))  # nothing new: nothing written
+        os.set_blocking(read, False)
+        with pytest.raises(BlockingIOError):
+            os.read(read, 10)
+    finally:
+        os.close(read)
+        os.close(write)
 
 
 def environment_of_attempt(name):
     return os.environ.get(name), os.environ.get("AWS_BATCH_JOB_ARRAY_INDEX")
+
+
+def import_by_name(name):
+    importlib.import_module(name)
+    return name
 
 
 def modules_at_start(names):
@@ -68,7 +85,8 @@ def modules_at_start(names):
 
 
 @pytest.mark.skipif(sys.version_info < (3, 10), reason="sys.stdlib_module_names is 3.10+")
-def test_attempts_get_the_jobs_environment_and_the_clients_library_modules(tmp_path, monkeypatch):
+def test_attempts_get_the_jobs_environment_and_the_library_modules_attempts_imported(tmp_path,
+                                                                                  monkeypatch):
     monkeypatch.setenv("BF_TEST_CLIENT_ONLY", "client")  # the fork server's, not a container's
     executor = BatchExecutor(LocalEnvironment(tmp_path / "work", max_vcpus=2),
                              environment={"BF_TEST_JOB": "before"})
@@ -79,7 +97,11 @@ def test_attempts_get_the_jobs_environment_and_the_clients_library_modules(tmp_p
         assert list(view.map(environment_of_attempt, ["BF_TEST_JOB"] * 2)) == [
             ("after", "0"), ("after", "1")]
         wanted = not_yet_imported()
-        importlib.import_module(wanted)  # the client imports a library module: attempts have it
+        [before] = executor.map(modules_at_start, [[wanted]])
+        assert before == {wanted: False}  # the client's own imports are not the attempts'
+        assert list(executor.map(import_by_name, [wanted])) == [wanted]
+        assert wanted not in sys.modules
+        # an attempt imported it: the server learned it, and the attempts after it have it
         [seen] = executor.map(modules_at_start, [[wanted, "this", "s3fs"]])
         assert seen == {wanted: True, "this": False, "s3fs": False}  # s3fs: only for s3:// jobs
     finally:
