@@ -881,3 +881,27 @@ def test_what_the_reader_brought_back_settles(array, arrivals, results, no_resul
     assert set(actions.results) == results and actions.no_result == no_result
     assert actions.reread == reread and actions.missing == missing
     assert set(actions.read_done) == set(arrivals)
+
+
+def test_every_future_of_an_array_child_ends_with_its_final_status_and_exit_code():
+    """As single jobs have: FAILED and the container's exit code, or SUCCEEDED and 0."""
+    world = World(3)
+    rig = Rig(world)
+    world.child(0, "RUNNING")
+    world.child(1, "RUNNING")
+    world.child(2, "RUNNABLE")
+    rig.poll()
+    world.succeed(0)
+    world.child(1, "FAILED", EXITED, 3)
+    world.child(2, "FAILED", "OutOfMemoryError: Container killed due to memory usage", 137,
+                container_reason="OutOfMemoryError: Container killed due to memory usage")
+    world.finish()
+    rig.poll()
+    for future in rig.futures[0]:
+        assert future.result() == 0 and (future.status, future.exit_code) == ("SUCCEEDED", 0)
+    for future in rig.futures[1]:
+        assert type(future.exception()) is JobFailedError
+        assert (future.status, future.exit_code) == ("FAILED", 3)
+    for future in rig.futures[2]:
+        assert type(future.exception()) is MemoryLimitExceeded
+        assert (future.status, future.exit_code) == ("FAILED", 137)
