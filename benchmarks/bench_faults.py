@@ -195,7 +195,10 @@ def aws_stack(folder: Path, s3_fault_rate: float, emulator_process: bool) -> Ite
         if emulator_process:  # its own process: killing the client must not stop the jobs
             process = subprocess.Popen(
                 [sys.executable, "-m", "batchfutures.emulator", "--port", "0", "--folder",
-                 str(folder / "emulator"), "--max-vcpus", "2"],
+                 str(folder / "emulator"), "--max-vcpus", "2",
+                 # it serves only requests signed with its pair: the fake keys boto3 signs with
+                 "--access-key-id", values["AWS_ACCESS_KEY_ID"],
+                 "--secret-access-key", values["AWS_SECRET_ACCESS_KEY"]],
                 env={**os.environ, **values}, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 text=True)
             endpoint = process.stdout.readline().strip()  # it prints its URL, then serves
@@ -204,7 +207,8 @@ def aws_stack(folder: Path, s3_fault_rate: float, emulator_process: bool) -> Ite
             from batchfutures.emulator.server import EmulatorServer
 
             emulator = BatchEmulator(str(folder / "emulator"), max_vcpus=2)
-            server = EmulatorServer(emulator).start()
+            server = EmulatorServer(emulator, access_key_id=values["AWS_ACCESS_KEY_ID"],
+                                    secret_access_key=values["AWS_SECRET_ACCESS_KEY"]).start()
             endpoint = server.endpoint_url
         values["AWS_ENDPOINT_URL_BATCH"] = endpoint
         values["AWS_ENDPOINT_URL_CLOUDWATCH_LOGS"] = endpoint

@@ -253,8 +253,10 @@ def local_aws(folder: str, max_vcpus: float) -> Iterator[str]:
         host, port = moto.get_host_and_port()
         s3_endpoint = f"http://{host}:{port}"
         emulator = BatchEmulator(os.path.join(folder, "emulator"), max_vcpus=max_vcpus)
-        server = EmulatorServer(emulator).start()
         values = fake_aws_variables(s3_endpoint)
+        # the endpoint serves only requests signed with its pair: the fake keys boto3 signs with
+        server = EmulatorServer(emulator, access_key_id=values["AWS_ACCESS_KEY_ID"],
+                                secret_access_key=values["AWS_SECRET_ACCESS_KEY"]).start()
         values["AWS_ENDPOINT_URL_BATCH"] = server.endpoint_url
         values["AWS_ENDPOINT_URL_CLOUDWATCH_LOGS"] = server.endpoint_url
         with patched_environ(values, ("AWS_PROFILE", "AWS_DEFAULT_PROFILE",

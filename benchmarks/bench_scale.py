@@ -114,7 +114,11 @@ def scale_environment(endpoint: str, workdir: Path, latency: float) -> Any:
 
         def __init__(self) -> None:
             super().__init__()
-            session = boto3.Session(aws_access_key_id="x", aws_secret_access_key="x",
+            # the endpoint serves only requests signed with its pair, which the emulator
+            # wrote to <its folder>/endpoint.json (mode 0600) before printing its URL
+            found = json.loads((workdir / "emulator" / "endpoint.json").read_text())
+            session = boto3.Session(aws_access_key_id=found["aws_access_key_id"],
+                                    aws_secret_access_key=found["aws_secret_access_key"],
                                     region_name="us-east-1")
             config = __import__("botocore.config").config.Config(**CLIENT_CONFIG)
             self._batch = session.client("batch", endpoint_url=endpoint, config=config)

@@ -119,7 +119,8 @@ class LoopbackProxy:
         try:
             headers = {k: v for k, v in request.headers.items()
                        if k.lower() not in ("connection", "expect", "host")}
-            headers["Host"] = f"{self.upstream_host}:{self.upstream_port}"
+            # the client's own Host, which its SigV4 signature covers (the emulator checks it)
+            headers["Host"] = request.header("Host") or f"{self.upstream_host}:{self.upstream_port}"
             connection.request(request.method, request.path, body=request.body or None,
                                headers=headers)
             response = connection.getresponse()

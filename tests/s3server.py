@@ -14,7 +14,8 @@ Fixture names (import the ones you use *and* the ones they depend on):
     s3_root       (function)  "s3://<fresh bucket>/prefix" (aws_env applied)
 
 And `emulator_endpoint(folder, max_vcpus)`, a context manager: an emulator behind its HTTP
-endpoint with boto3 pointed at it (for module-scoped fixtures of the AWS-path tests).
+endpoint with boto3 pointed at it, signing with the endpoint's credentials (for module-scoped
+fixtures of the AWS-path tests).
 
 S3's harshness on demand: `S3FaultProxy(upstream, rate=..., seed=...)`, a loopback HTTP proxy in
 front of the moto server that answers a chosen fraction of requests with S3's `503 SlowDown`
@@ -204,20 +205,31 @@ def admin_clients(endpoint: str):
     return lambda service: session.client(service, endpoint_url=endpoint)
 
 
+EMULATOR_KEYS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+
+
 @contextlib.contextmanager
 def emulator_endpoint(folder, max_vcpus: int, **settings) -> Iterator[object]:
     """An emulator behind its HTTP endpoint, with boto3's batch and logs clients pointed at it
     (AWS_ENDPOINT_URL_BATCH / _CLOUDWATCH_LOGS, as a user would point them at any compatible
-    endpoint); yields the emulator, and stops both afterwards. ``settings``: BatchEmulator's."""
+    endpoint); yields the emulator, and stops both afterwards. ``settings``: BatchEmulator's.
+    The server serves requests signed with AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (the fake
+    "testing" pair of s3_endpoint; EMULATOR_KEYS when unset), which are set for the block."""
     from batchfutures.emulator import BatchEmulator
     from batchfutures.emulator.server import EmulatorServer
 
+    # the endpoint serves only requests signed with its pair: the process's (fake) credentials,
+    # which boto3, the CLI and the workers sign with, as they would with real ones on AWS
+    key_id = os.environ.get("AWS_ACCESS_KEY_ID") or EMULATOR_KEYS["aws_access_key_id"]
+    secret = os.environ.get("AWS_SECRET_ACCESS_KEY") or EMULATOR_KEYS["aws_secret_access_key"]
     emulator = BatchEmulator(folder, max_vcpus=max_vcpus, **settings)
-    server = EmulatorServer(emulator).start()
+    server = EmulatorServer(emulator, access_key_id=key_id, secret_access_key=secret).start()
     try:
         with pytest.MonkeyPatch.context() as patch:
             patch.setenv("AWS_ENDPOINT_URL_BATCH", server.endpoint_url)
             patch.setenv("AWS_ENDPOINT_URL_CLOUDWATCH_LOGS", server.endpoint_url)
+            patch.setenv("AWS_ACCESS_KEY_ID", key_id)
+            patch.setenv("AWS_SECRET_ACCESS_KEY", secret)
             # AWSBatchEnvironment signs payloads with a key the bucket does not hold (signing.py);
             # the workers, local processes here, inherit it as a container would get it
             patch.setenv("BATCHFUTURES_SIGNING_KEY", "aws-path-tests-" + "k" * 32)

@@ -7,27 +7,37 @@
                                     [--lost-reply-rate F] [--host-loss-rate F]
                                     [--host-loss-after S] [--fault-operations A,B]
                                     [--fault-seed N] [--account-tps R] [--account-burst N]
+                                    [--access-key-id ID --secret-access-key SECRET]
 
 The fault flags set the emulator's FaultProfile (faults.py); all are off by default.
 `--launcher threads` runs each worker attempt in a thread of this process (threads.py).
 
-Prints one line, the endpoint URL, then serves until SIGINT or SIGTERM; jobs still running then
-are ended and recorded FAILED. Point a stock boto3 client at it:
+The endpoint serves only requests SigV4-signed with its credentials (auth.py): the pair given
+by --access-key-id/--secret-access-key, else by BATCHFUTURES_EMULATOR_ACCESS_KEY_ID /
+BATCHFUTURES_EMULATOR_SECRET_ACCESS_KEY, else one made at start and printed. The endpoint URL
+and the pair are written to <folder>/endpoint.json (mode 0600; keys `endpoint_url`,
+`aws_access_key_id`, `aws_secret_access_key`). A --host other than a
+loopback address is refused unless the credentials were given explicitly.
+
+Prints the endpoint URL as its first line (then, for a pair it made, `AWS_ACCESS_KEY_ID=...` and
+`AWS_SECRET_ACCESS_KEY=...`), then serves until SIGINT or SIGTERM; jobs still running then are
+ended and recorded FAILED. Point a stock boto3 client at it:
 
     boto3.client("batch", endpoint_url=URL, region_name="us-east-1",
-                 aws_access_key_id="x", aws_secret_access_key="x")
+                 aws_access_key_id=KEY_ID, aws_secret_access_key=SECRET)
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Tuple
 
 
 def default_folder() -> Path:
@@ -87,7 +97,52 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                              "TooManyRequestsException")
     faults.add_argument("--account-burst", type=float, default=None, metavar="N",
                         help="calls the budget lets through at once (default: a second's worth)")
+    access = parser.add_argument_group(
+        "access", "the credentials a request must be signed with (SigV4, as boto3 signs)")
+    access.add_argument("--access-key-id", default=None, metavar="ID",
+                        help="default $BATCHFUTURES_EMULATOR_ACCESS_KEY_ID, else one made at start")
+    access.add_argument("--secret-access-key", default=None, metavar="SECRET",
+                        help="default $BATCHFUTURES_EMULATOR_SECRET_ACCESS_KEY, else one made at "
+                             "start (both are written to <folder>/endpoint.json, mode 0600)")
     return parser.parse_args(argv)
+
+
+ACCESS_KEY_VARIABLE = "BATCHFUTURES_EMULATOR_ACCESS_KEY_ID"
+SECRET_KEY_VARIABLE = "BATCHFUTURES_EMULATOR_SECRET_ACCESS_KEY"
+
+
+def given_credentials(args: argparse.Namespace) -> Optional[Tuple[str, str]]:
+    """The pair given by flags, else by the environment; None when neither gives one.
+    ValueError when only half a pair is given."""
+    key_id = args.access_key_id or os.environ.get(ACCESS_KEY_VARIABLE) or None
+    secret = args.secret_access_key or os.environ.get(SECRET_KEY_VARIABLE) or None
+    if (key_id is None) != (secret is None):
+        raise ValueError("give both an access key id and a secret access key "
+                         f"(--access-key-id/--secret-access-key or {ACCESS_KEY_VARIABLE}/"
+                         f"{SECRET_KEY_VARIABLE}), or neither")
+    return (key_id, secret) if key_id is not None and secret is not None else None
+
+
+def write_endpoint_file(folder: Path, endpoint_url: str, key_id: str, secret: str) -> Path:
+    """<folder>/endpoint.json, mode 0600 from its creation (written aside, then renamed)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "endpoint.json"
+    aside = folder / f".endpoint.json.{os.getpid()}"
+    fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w") as stream:
+            json.dump({"endpoint_url": endpoint_url, "aws_access_key_id": key_id,
+                       "aws_secret_access_key": secret}, stream, indent=2)
+            stream.write("\n")
+        os.replace(aside, path)
+    except BaseException:
+        try:
+            os.unlink(aside)
+        except OSError:
+            pass
+        raise
+    return path
 
 
 def fault_profile(args: argparse.Namespace) -> Any:
@@ -109,7 +164,21 @@ def main(argv: Optional[List[str]] = None) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     from . import BatchEmulator  # lazily: the service (and botocore) load only now
+    from .auth import is_loopback, new_credentials
     from .server import EmulatorServer
+
+    try:
+        given = given_credentials(args)
+    except ValueError as error:
+        print(f"batchfutures emulator: {error}", file=sys.stderr)
+        return 2
+    if given is None and not is_loopback(args.host):
+        print(f"batchfutures emulator: refusing to listen on {args.host}, not a loopback address, "
+              "with credentials made up at start: give --access-key-id and --secret-access-key "
+              f"(or {ACCESS_KEY_VARIABLE}/{SECRET_KEY_VARIABLE}) to serve other machines",
+              file=sys.stderr)
+        return 2
+    key_id, secret = given if given is not None else new_credentials()
 
     stop = threading.Event()
 
@@ -125,21 +194,26 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.gpus is not None:
         options["gpus"] = args.gpus
     try:
-        emulator = BatchEmulator(args.folder or default_folder(), isolation=args.isolation,
+        folder = args.folder or default_folder()
+        emulator = BatchEmulator(folder, isolation=args.isolation,
                                  inherit_client_path=args.inherit_client_path,
                                  faults=fault_profile(args), launcher=args.launcher, **options)
     except (ValueError, TypeError, OSError) as error:  # a bad option or an unusable folder
         print(f"batchfutures emulator: {error}", file=sys.stderr)
         return 2
-    server = EmulatorServer(emulator, host=args.host, port=args.port)
+    server = EmulatorServer(emulator, host=args.host, port=args.port, access_key_id=key_id,
+                            secret_access_key=secret)
     try:
         try:
             server.start()
-        except OSError as error:  # the port is taken, or not ours to bind
-            print(f"batchfutures emulator: cannot listen on {args.host}:{args.port}: {error}",
+            write_endpoint_file(Path(folder), server.endpoint_url, key_id, secret)
+        except OSError as error:  # the port is taken, or not ours to bind, or the folder
+            print(f"batchfutures emulator: cannot serve on {args.host}:{args.port}: {error}",
                   file=sys.stderr)
             return 2
-        print(server.endpoint_url, flush=True)
+        print(server.endpoint_url, flush=True)  # the first line: the URL, as ever
+        if given is None:  # a pair made here: the caller learns it here or from endpoint.json
+            print(f"AWS_ACCESS_KEY_ID={key_id}\nAWS_SECRET_ACCESS_KEY={secret}", flush=True)
         while not stop.wait(0.5):  # a timed wait, so signals are handled promptly everywhere
             pass
     finally:

@@ -7,6 +7,11 @@
                  │  route from botocore's models -> operation -> xform_name -> method
     service.submit_job(**params), service.logs.get_log_events(**params), ...
 
+Only requests SigV4-signed with the server's own pair (`access_key_id`, `secret_access_key`),
+without an `Origin` header, with a `Host` naming the address served, the protocol's JSON
+content type and a body within `max_body` are served; any other is refused with 4xx before it is
+routed (auth.py).
+
 Nothing is routed by hand: every operation of botocore's Batch model is a route (its
 `http.method` and `http.requestUri`), every operation of the CloudWatch Logs model a target
 (`Logs_20140328.<Operation>`), and a request is answered by whichever method of the service
@@ -48,6 +53,16 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from botocore import xform_name
 from botocore.exceptions import ClientError, ParamValidationError
 from botocore.validate import ParamValidator
+
+from .auth import (
+    DEFAULT_MAX_BODY,
+    Refused,
+    allowed_host_names,
+    check_content_type,
+    check_host,
+    check_signature,
+    new_credentials,
+)
 
 logger = logging.getLogger("batchfutures")
 
@@ -386,34 +401,60 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_GET
 
-    def _read_body(self) -> bytes:
+    def _read_body(self, limit: int) -> bytes:
+        """The request body; `Refused` (413) past `limit` bytes, before reading them all."""
         if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            chunks = []
+            chunks, total = [], 0
             while True:
-                size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
+                size = int(self.rfile.readline(64).split(b";", 1)[0].strip() or b"0", 16)
                 if size == 0:
-                    while self.rfile.readline().strip():  # trailers, up to the blank line
+                    while self.rfile.readline(65537).strip():  # trailers, up to the blank line
                         pass
                     return b"".join(chunks)
+                total += size
+                if total > limit:
+                    raise Refused(413, "RequestEntityTooLarge",
+                                  f"request body over the limit of {limit} bytes")
                 chunks.append(self.rfile.read(size))
                 self.rfile.readline()
         length = int(self.headers.get("Content-Length") or 0)
+        if length > limit:
+            raise Refused(413, "RequestEntityTooLarge",
+                          f"request body of {length} bytes is over the limit of {limit} bytes")
         return self.rfile.read(length) if length > 0 else b""
+
+    def _admit(self, owner: "EmulatorServer", api: "_Api", target: Optional[str]) -> bytes:
+        """The body of a request the endpoint serves; `Refused` (4xx) for any other, before
+        anything is run (auth.py)."""
+        if self.headers.get("Origin") is not None:
+            raise Refused(403, "AccessDeniedException",
+                          "requests from web pages (with an Origin header) are refused")
+        check_host(self.headers.get("Host"), owner.host, owner._host_names)
+        length = self.headers.get("Content-Length")
+        chunked = "chunked" in (self.headers.get("Transfer-Encoding") or "").lower()
+        has_body = chunked or bool(length and length.strip() not in ("", "0"))
+        expected = api.content_type if target else owner.rest_api.content_type
+        check_content_type(self.headers.get("Content-Type"), expected, has_body)
+        raw = self._read_body(owner.max_body)
+        check_signature(self.command, self.path, self.headers, raw, owner.access_key_id,
+                        owner.secret_access_key)
+        return raw
 
     def _handle(self) -> None:
         owner = self.server.owner
-        try:
-            raw = self._read_body()
-        except (ValueError, OSError) as error:
-            logger.debug("batchfutures emulator server: unreadable request: %s", error)
-            self.send_error(400, "unreadable request body")
-            self.close_connection = True
-            return
         target = self.headers.get("X-Amz-Target")
         api: _Api = owner.json_apis[0] if target and owner.json_apis else owner.rest_api
         request_id = str(uuid.uuid4())
         try:
             try:
+                try:
+                    raw = self._admit(owner, api, target)
+                except Refused as refused:
+                    self.close_connection = True  # its body may be unread: end the connection
+                    raise _Answer(refused.status, refused.code, refused.message)
+                except (ValueError, OSError) as error:
+                    self.close_connection = True
+                    raise _Answer(400, "SerializationException", f"unreadable request: {error}")
                 if target:
                     api = next((a for a in owner.json_apis if a.find(target)), api)
                     operation = api.find(target) if isinstance(api, _JsonApi) else None
@@ -504,21 +545,48 @@ class _HTTPServer(ThreadingHTTPServer):
 class EmulatorServer:
     """`service` (a `BatchEmulator`) served over HTTP on `host`:`port` (0: a free port).
 
+    It serves only requests SigV4-signed with `access_key_id` and `secret_access_key` (a fresh
+    pair when not given; both are attributes, for building a client), with no `Origin` header,
+    a `Host` naming the address served, the protocol's JSON content type and a body of at most
+    `max_body` bytes; anything else is refused with 4xx and runs nothing (auth.py).
+
+        boto3.client("batch", endpoint_url=server.endpoint_url, region_name="us-east-1",
+                     aws_access_key_id=server.access_key_id,
+                     aws_secret_access_key=server.secret_access_key)
+
     `start()` serves from a background thread and returns the server; `stop()` stops it and
     closes its connections (the service itself stays open: its owner closes it). Usable as a
     context manager, which starts it if needed and stops it on exit.
     """
 
-    def __init__(self, service: Any, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, service: Any, host: str = "127.0.0.1", port: int = 0,
+                 access_key_id: Optional[str] = None, secret_access_key: Optional[str] = None,
+                 max_body: int = DEFAULT_MAX_BODY) -> None:
+        if (access_key_id is None) != (secret_access_key is None):
+            raise ValueError("give both access_key_id and secret_access_key, or neither")
+        if access_key_id is None or secret_access_key is None:
+            access_key_id, secret_access_key = new_credentials()
+        if not access_key_id or not secret_access_key:
+            raise ValueError("access_key_id and secret_access_key must not be empty")
         self.service = service
         self.host = host
         self.port = int(port)
+        self.access_key_id = access_key_id
+        self.secret_access_key = secret_access_key
+        self.max_body = int(max_body)
+        self._host_names = allowed_host_names(host)
         self.rest_api = _RestJsonApi(_load_model("batch"), service)
         # a service without `logs` still answers Logs' protocol: every operation unknown (404)
         self.json_apis: List[_JsonApi] = [_JsonApi(_load_model("logs"), getattr(service, "logs", None))]
         self._httpd: Optional[_HTTPServer] = None
         self._thread: Optional[threading.Thread] = None
         self._lock = threading.Lock()
+
+    @property
+    def credentials(self) -> Dict[str, str]:
+        """`aws_access_key_id` and `aws_secret_access_key`, as boto3.client takes them."""
+        return {"aws_access_key_id": self.access_key_id,
+                "aws_secret_access_key": self.secret_access_key}
 
     @property
     def endpoint_url(self) -> str:

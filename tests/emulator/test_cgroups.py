@@ -171,7 +171,8 @@ def test_groups_left_by_an_emulator_that_crashed_are_swept_by_the_next_start(mak
 @needs_cgroups
 def test_the_out_of_memory_kill_through_the_http_endpoint_with_stock_boto3(make_emulator):
     emu = make_emulator()
-    with EmulatorServer(emu.emulator) as server:
+    # the endpoint serves only requests signed with its pair: the one the clients below use
+    with EmulatorServer(emu.emulator, access_key_id="x", secret_access_key="x") as server:
         batch = boto3.client("batch", endpoint_url=server.endpoint_url, region_name="us-east-1",
                              aws_access_key_id="x", aws_secret_access_key="x",
                              config=Config(retries={"max_attempts": 1}))

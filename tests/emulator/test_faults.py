@@ -22,7 +22,8 @@ SLEEP = py("import time; time.sleep(30)")
 def http(make_emulator):
     """(emulator harness, boto3 batch client without retries) on one HTTP endpoint."""
     emu = make_emulator()
-    with EmulatorServer(emu.emulator) as server:
+    # the endpoint serves only requests signed with its pair: the one the clients below use
+    with EmulatorServer(emu.emulator, access_key_id="x", secret_access_key="x") as server:
         batch = boto3.client("batch", endpoint_url=server.endpoint_url, region_name="us-east-1",
                              aws_access_key_id="x", aws_secret_access_key="x",
                              config=Config(retries={"total_max_attempts": 1}))
@@ -179,7 +180,8 @@ def test_the_command_line_sets_the_profile(tmp_path):
 def test_the_endpoint_started_with_fault_flags_throttles_stock_boto3(tmp_path):
     process = subprocess.Popen(
         [sys.executable, "-m", "batchfutures.emulator", "--folder", str(tmp_path / "e"),
-         "--throttle-rate", "1", "--fault-operations", "ListJobs", "--fault-seed", "1"],
+         "--throttle-rate", "1", "--fault-operations", "ListJobs", "--fault-seed", "1",
+         "--access-key-id", "x", "--secret-access-key", "x"],
         stdout=subprocess.PIPE, text=True)
     try:
         url = process.stdout.readline().strip()

@@ -170,7 +170,8 @@ def test_invalid_multinode_definitions_and_requests_are_refused(emu):
 
 def test_a_multinode_job_through_the_http_endpoint_with_stock_boto3(make_emulator, tmp_path):
     emu = make_emulator(max_vcpus=2)
-    with EmulatorServer(emu.emulator) as server:
+    # the endpoint serves only requests signed with its pair: the one the clients below use
+    with EmulatorServer(emu.emulator, access_key_id="x", secret_access_key="x") as server:
         batch = boto3.client("batch", endpoint_url=server.endpoint_url, region_name="us-east-1",
                              aws_access_key_id="x", aws_secret_access_key="x",
                              config=Config(retries={"total_max_attempts": 1}))

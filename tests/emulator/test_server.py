@@ -23,7 +23,10 @@ import boto3
 import botocore.retries.standard
 import botocore.retryhandler
 import pytest
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
 from botocore.config import Config
+from botocore.credentials import Credentials
 from botocore.exceptions import ClientError, EndpointConnectionError, ParamValidationError
 from model_check import Checked, check_output
 
@@ -34,11 +37,14 @@ QUEUE, DEFINITION, GROUP = "batchfutures", "batchfutures-worker", "/aws/batch/jo
 REPO = Path(__file__).resolve().parents[2]
 NO_RETRIES = Config(retries={"mode": "standard", "max_attempts": 0})
 LOGS_JSON = "application/x-amz-json-1.1"
+# every server here serves requests signed with this pair (test_server_auth.py: nothing else)
+KEYS = {"access_key_id": "AKIDEMULATORTEST", "secret_access_key": "emulator-test-secret"}
 
 
 def client(name, endpoint_url, config=NO_RETRIES):
     return boto3.client(name, endpoint_url=endpoint_url, region_name="us-east-1",
-                        aws_access_key_id="x", aws_secret_access_key="x", config=config)
+                        aws_access_key_id=KEYS["access_key_id"],
+                        aws_secret_access_key=KEYS["secret_access_key"], config=config)
 
 
 def client_error(code, message, status=None):
@@ -49,9 +55,19 @@ def client_error(code, message, status=None):
 
 
 def raw_request(server, method, path, body=b"", headers=None):
+    """A request made by hand, SigV4-signed with KEYS as botocore signs (JSON when it has a body)."""
+    headers = dict(headers or {})
+    if body:
+        headers.setdefault("Content-Type", "application/json")
+    body = body.encode() if isinstance(body, str) else body
+    request = AWSRequest(method=method, url=f"http://127.0.0.1:{server.port}{path}", data=body,
+                         headers=headers)
+    service = "logs" if "X-Amz-Target" in headers else "batch"
+    SigV4Auth(Credentials(KEYS["access_key_id"], KEYS["secret_access_key"]), service,
+              "us-east-1").add_auth(request)
     connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
     try:
-        connection.request(method, path, body=body, headers=headers or {})
+        connection.request(method, path, body=body, headers=dict(request.headers.items()))
         response = connection.getresponse()
         return response.status, dict(response.getheaders()), json.loads(response.read() or b"{}")
     finally:
@@ -183,7 +199,7 @@ def stub():
 
 @pytest.fixture
 def stub_server(stub):
-    with EmulatorServer(stub) as server:
+    with EmulatorServer(stub, **KEYS) as server:
         yield server
 
 
@@ -338,7 +354,7 @@ class Narrow:
 
 
 def test_members_a_method_does_not_take_are_a_client_exception(caplog):
-    with EmulatorServer(Narrow()) as server:
+    with EmulatorServer(Narrow(), **KEYS) as server:
         batch = client("batch", server.endpoint_url)
         assert batch.list_jobs(jobQueue="q")["jobSummaryList"] == []
         with caplog.at_level(logging.ERROR, logger="batchfutures"):
@@ -362,7 +378,7 @@ class Broken:
 
 
 def test_an_unexpected_exception_is_a_logged_500_and_the_server_goes_on(caplog):
-    with EmulatorServer(Broken()) as server:
+    with EmulatorServer(Broken(), **KEYS) as server:
         batch = client("batch", server.endpoint_url)
         with caplog.at_level(logging.ERROR, logger="batchfutures"):
             with pytest.raises(ClientError) as raised:
@@ -395,7 +411,7 @@ def test_concurrent_calls_over_one_client(stub, stub_server):
 
 
 def test_lifecycle_start_stop_restart_and_context_manager(stub):
-    server = EmulatorServer(stub)
+    server = EmulatorServer(stub, **KEYS)
     with pytest.raises(RuntimeError):
         print(server.endpoint_url)
     assert server.start() is server and server.start() is server  # starting twice is harmless
@@ -424,7 +440,7 @@ def emulator(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(emulator):
-    with EmulatorServer(Checked(emulator)) as running:  # every answer checked against the model
+    with EmulatorServer(Checked(emulator), **KEYS) as running:  # every answer checked against the model
         yield running
 
 
@@ -545,7 +561,8 @@ def test_python_m_batchfutures_emulator(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in path if p))
     process = subprocess.Popen(
         [sys.executable, "-m", "batchfutures.emulator", "--port", str(port), "--folder", str(tmp_path),
-         "--max-vcpus", "2", "--metadata-ttl", "600"],
+         "--max-vcpus", "2", "--metadata-ttl", "600", "--access-key-id", KEYS["access_key_id"],
+         "--secret-access-key", KEYS["secret_access_key"]],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         url = process.stdout.readline().strip()
