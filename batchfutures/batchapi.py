@@ -23,6 +23,14 @@
 Both the emulator and botocore raise `botocore.exceptions.ClientError`, so one policy covers
 them: `is_retryable` says a call is worth another try, `is_safe_to_resubmit` that a SubmitJob
 surely did not create a job (only then is it sent again without a look-up first).
+
+Pagination is bounded (`Pages`, `paginate`; also GetLogEvents' tokens in `logs`): a token that
+was already followed in the same read, or more than `MAX_PAGES` pages (10,000: ten million
+ListJobs summaries at 1,000 a page, far past any one queue's or array's jobs), raises
+`PaginationError` instead of following the loop forever. An error rather than a quiet stop:
+the callers decide from a complete listing (the poller's failed children, the exactly-once
+look-up, `batchfutures jobs`), and a silently partial one would be a wrong answer; the poller
+treats the error like any failed read and tries again at its next tick.
 """
 
 from __future__ import annotations
@@ -79,6 +87,69 @@ SUBMIT_BUDGET = RetryBudget(attempts=10, seconds=60.0)
 # For the poller: a failed poll is tried again at the next tick, so it gives up early and
 # goes on serving the other jobs.
 POLL_BUDGET = RetryBudget(attempts=3, seconds=10.0)
+
+
+MAX_PAGES = 10_000  # pages of one paginated read (documented above)
+
+
+class PaginationError(BatchError):
+    """A paginated read went wrong: a token came back that was already followed, or the read
+    went past its page limit. What was read before is not a complete answer."""
+
+
+class Pages:
+    """The tokens of one paginated read: `next` says which token to send next, or None when the
+    read is complete, and raises `PaginationError` on a token already seen or past
+    ``max_pages`` pages.
+
+    ``same_token_ends``: GetLogEvents signals the end of a stream (or its start, reading
+    backwards) by returning the token it was sent; that is the end, not a loop. Any other
+    token seen before is a loop. ``start``: the token the read begins from (a kept forward
+    token), counted as seen.
+    """
+
+    def __init__(self, what: str, *, start: Optional[str] = None, max_pages: Optional[int] = None,
+                 same_token_ends: bool = False) -> None:
+        self.what = what
+        self.max_pages = MAX_PAGES if max_pages is None else max_pages
+        self.same_token_ends = same_token_ends
+        self.pages = 0
+        self._last = start
+        self._seen = {start} if start else set()
+
+    def next(self, token: Optional[str]) -> Optional[str]:
+        """After one more page: the token to ask for the next one with, or None at the end."""
+        self.pages += 1
+        if not token:
+            return None
+        if self.same_token_ends and token == self._last:
+            return None
+        if token in self._seen:
+            raise PaginationError(
+                f"{self.what}: page {self.pages} returned a token already followed in this read; "
+                f"stopped instead of reading the same pages again (a fault in the service or a "
+                f"proxy)")
+        if self.pages >= self.max_pages:
+            raise PaginationError(
+                f"{self.what}: stopped after {self.pages} pages (the limit is {self.max_pages}) "
+                f"and the service still had more; the read is incomplete")
+        self._seen.add(token)
+        self._last = token
+        return token
+
+
+def paginate(method: Callable[..., Dict[str, Any]], *, budget: RetryBudget = DEFAULT_BUDGET,
+             max_pages: Optional[int] = None, **request: Any) -> Iterator[Dict[str, Any]]:
+    """Each response of a nextToken-paginated call (ListJobs, DescribeJobDefinitions, ...), each
+    page through `call` (its own retry budget), bounded by `Pages`."""
+    pages = Pages(getattr(method, "__name__", "a paginated call"), max_pages=max_pages)
+    while True:
+        response = call(method, budget=budget, **request)
+        yield response
+        token = pages.next(response.get("nextToken"))
+        if token is None:
+            return
+        request = {**request, "nextToken": token}
 
 
 def error_code(error: BaseException) -> str:
@@ -180,13 +251,9 @@ def find_submission(client: Any, request: Dict[str, Any],
     listing = {"jobQueue": request["jobQueue"],
                "filters": [{"name": "JOB_NAME", "values": [request["jobName"]]}]}
     candidates: List[str] = []
-    while True:
-        page = call(client.list_jobs, budget=budget, **listing)
+    for page in paginate(client.list_jobs, budget=budget, **listing):
         candidates += [s["jobId"] for s in page.get("jobSummaryList", [])
                        if s.get("jobName") == request["jobName"]]
-        if not page.get("nextToken"):
-            break
-        listing["nextToken"] = page["nextToken"]
     for description in describe_jobs(client, candidates, budget=budget):
         if (description.get("tags") or {}).get(SUBMISSION_TAG) == token:
             return {key: description.get(key) for key in ("jobId", "jobName", "jobArn")}
@@ -259,20 +326,14 @@ def describe_jobs(client: Any, job_ids: List[str], *,
 
 
 def list_children(client: Any, job_id: str, status: str, *, multinode: bool = False,
-                  budget: RetryBudget = DEFAULT_BUDGET) -> Iterator[Dict[str, Any]]:
+                  budget: RetryBudget = DEFAULT_BUDGET,
+                  max_pages: Optional[int] = None) -> Iterator[Dict[str, Any]]:
     """Every child of an array job (or node of a multi-node job) in one status, following
-    nextToken."""
-    token = None
+    nextToken (bounded: `paginate`, `PaginationError`)."""
     scope = "multiNodeJobId" if multinode else "arrayJobId"
-    while True:
-        request: Dict[str, Any] = {scope: job_id, "jobStatus": status, "maxResults": 1000}
-        if token:
-            request["nextToken"] = token
-        response = call(client.list_jobs, budget=budget, **request)
+    for response in paginate(client.list_jobs, budget=budget, max_pages=max_pages,
+                             **{scope: job_id, "jobStatus": status, "maxResults": 1000}):
         yield from response.get("jobSummaryList", [])
-        token = response.get("nextToken")
-        if not token:
-            return
 
 
 def node_id(job_id: str, index: int) -> str:

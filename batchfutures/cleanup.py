@@ -29,11 +29,12 @@ import concurrent.futures
 import enum
 import logging
 import os
+import stat
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from . import batchapi
+from . import batchapi, workdir
 from .errors import ConfigurationError
 from .jobs import TERMINAL
 
@@ -189,11 +190,43 @@ def survey(storage: Any, batch: Any, *, horizon_seconds: float, all_finished: bo
     return reports
 
 
+def _no_symlink_below(root: str, *parts: str) -> bool:
+    """Whether root/parts... exists as written, no component of it below ``root`` a symlink
+    (lstat, never followed), and stays under ``root``."""
+    path = root
+    for part in parts:
+        path = os.path.join(path, part)
+        try:
+            if stat.S_ISLNK(os.lstat(path).st_mode):
+                return False
+        except FileNotFoundError:
+            return True  # nothing there to remove (or to follow)
+    return workdir.inside(root, path)
+
+
+def _removable(storage: Any, run_id: str, job_ids: Sequence[str]) -> bool:
+    """Only a run id of the run-id shape, and on local disk only through no symlink."""
+    if not workdir.is_run_id(run_id):
+        logger.warning("batchfutures: cleanup skips %r: not a run id (%s)", run_id, workdir.RUN_ID.pattern)
+        return False
+    if getattr(storage, "local", False):
+        root = storage.root
+        paths = [("runs", run_id)] + [("jobs", job_id) for job_id in job_ids]
+        if not all(_no_symlink_below(root, *parts) for parts in paths):
+            logger.warning("batchfutures: cleanup skips the run %s: a symbolic link in its path "
+                           "under %s (cleanup never follows one)", run_id, root)
+            return False
+    return True
+
+
 def remove(storage: Any, reports: Iterable[RunReport]) -> List[str]:
-    """Delete the runs decided removable (payloads, results, job pointers); their ids."""
+    """Delete the runs decided removable (payloads, results, job pointers); their ids.
+
+    Only names of the run-id shape are removed, and on local disk never through a symbolic link
+    (a planted ``storage/runs`` link is skipped, its target untouched)."""
     removed = []
     for report in reports:
-        if report.decision.remove:
+        if report.decision.remove and _removable(storage, report.run_id, report.job_ids):
             storage.delete_run(report.run_id, report.job_ids)
             removed.append(report.run_id)
     return removed

@@ -324,29 +324,18 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 # -- logs ---------------------------------------------------------------------------------------
-def _read_stream(logs: Any, group: str, stream: str, token: Optional[str]):
-    """Lines after ``token`` and the token to continue from (GetLogEvents' nextForwardToken)."""
-    from botocore.exceptions import ClientError
-
+def _stream_lines(logs: Any, group: str, stream: str, cursor: Any) -> Iterator[str]:
+    """Lines after ``cursor`` (a `logs.Cursor`, moved on as pages are read), yielded as each
+    page of GetLogEvents arrives: the log is printed as it is read, never held whole."""
     from . import batchapi
+    from . import logs as logreader
 
-    lines: List[str] = []
-    while True:
-        request: Dict[str, Any] = {"logGroupName": group, "logStreamName": stream,
-                                   "startFromHead": True}
-        if token:
-            request["nextToken"] = token
-        try:
-            response = batchapi.call(logs.get_log_events, **request)
-        except ClientError as error:
-            if batchapi.error_code(error) == "ResourceNotFoundException":
-                return lines, token  # the stream is not there yet
+    try:
+        yield from logreader.lines_after(logs, group, stream, cursor)
+    except Exception as error:
+        if batchapi.error_code(error) != "ResourceNotFoundException":
             raise
-        lines.extend(event.get("message", "") for event in response.get("events", []))
-        following = response.get("nextForwardToken")
-        if not following or following == token:
-            return lines, token
-        token = following
+        # the stream is not there yet
 
 
 def follow_log(batch: Any, logs: Any, job_id: str, *, log_group: str,
@@ -358,9 +347,10 @@ def follow_log(batch: Any, logs: Any, job_id: str, *, log_group: str,
     """
     from . import jobview
     from .jobs import TERMINAL
+    from .logs import Cursor
 
     stream: Optional[str] = None
-    token: Optional[str] = None
+    cursor = Cursor()
     ended_rounds = 0
     while True:
         info = jobview.describe(batch, job_id, children=False, log_group=log_group)
@@ -368,11 +358,12 @@ def follow_log(batch: Any, logs: Any, job_id: str, *, log_group: str,
             if stream is not None:  # a retry writes a new stream: read it from its start
                 number = info.attempts + (0 if info.ended else 1)  # `attempts`: finished ones
                 _note(f"job {job_id}: attempt {number} started, a new log stream")
-            stream, token = info.log_stream, None
-        got: List[str] = []
+            stream, cursor = info.log_stream, Cursor()
+        got = 0
         if stream:
-            got, token = _read_stream(logs, info.log_group, stream, token)
-            yield from got
+            for line in _stream_lines(logs, info.log_group, stream, cursor):
+                got += 1
+                yield line
         if info.status in TERMINAL:
             # CloudWatch may lag the job's end: one more round at least, then until one brings
             # nothing new (a few at most)
@@ -384,6 +375,7 @@ def follow_log(batch: Any, logs: Any, job_id: str, *, log_group: str,
 
 def cmd_logs(args: argparse.Namespace) -> int:
     from . import jobview
+    from .logs import Cursor
 
     env = _environment(args)
     info = jobview.describe(env.batch, args.job, log_group=env.log_group, children=False)
@@ -400,7 +392,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
             child = jobview.describe(env.batch, f"{info.job_id}:{index}", children=False,
                                      log_group=env.log_group)
             if child.log_stream:
-                for line in _read_stream(env.logs, child.log_group, child.log_stream, None)[0]:
+                for line in _stream_lines(env.logs, child.log_group, child.log_stream, Cursor()):
                     _out(line)
         return ExitCode.OK
     if args.follow:
@@ -413,8 +405,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
     if not info.log_stream:
         _note(f"no output yet: job {args.job} is {info.status}")
         return ExitCode.OK
-    for line in _read_stream(env.logs, info.log_group, info.log_stream, None)[0]:
-        _out(line)
+    for line in _stream_lines(env.logs, info.log_group, info.log_stream, Cursor()):
+        _out(line)  # printed as each page is read
     return ExitCode.OK
 
 
@@ -509,18 +501,10 @@ def _our_jobs(env: Any) -> List[Dict[str, Any]]:
 
     found = []
     for status in STATUS_ORDER:
-        token = None
-        while True:
-            request: Dict[str, Any] = {"jobQueue": env.job_queue, "jobStatus": status,
-                                       "maxResults": 1000}
-            if token:
-                request["nextToken"] = token
-            response = batchapi.call(env.batch.list_jobs, **request)
+        for response in batchapi.paginate(env.batch.list_jobs, jobQueue=env.job_queue,
+                                          jobStatus=status, maxResults=1000):
             found.extend(j for j in response.get("jobSummaryList", [])
                          if j.get("jobName", "").startswith("bf-"))
-            token = response.get("nextToken")
-            if not token:
-                break
     described = batchapi.describe_jobs(env.batch, [j["jobId"] for j in found])
     ours = [job for job in described if "batchfutures:version" in (job.get("tags") or {})]
     return sorted(ours, key=lambda j: j.get("createdAt", 0))

@@ -60,7 +60,11 @@ ENV_VARS = {
     "io_bucket": "BATCHFUTURES_IO_BUCKET",
     "io_prefix": "BATCHFUTURES_IO_PREFIX",
     "image": "BATCHFUTURES_IMAGE",
+    "stack": "BATCHFUTURES_STACK",
 }
+# a CloudFormation stack name (no "_": the template scopes this stack's definitions to <stack>_*)
+STACK_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,127}")
+STACK_TAG = "batchfutures:stack"
 
 
 class Environment:
@@ -195,6 +199,27 @@ class LocalEnvironment(Environment):
         self._emulator: Any = None
         self._storage: Optional[Storage] = None
         self._multinode: Dict[int, str] = {}
+        self._secured = False
+
+    def secure_workdir(self) -> None:
+        """The workdir's rules (CONTRACT 9), checked once, when the environment is first used:
+        the workdir, storage/, its runs/ and jobs/, and emulator/ are made 0700 or must be real
+        folders of this user not writable by group or others, and an existing signing.key must be
+        this user's, 0600 and no symlink; ConfigurationError (naming it and the fix) otherwise,
+        before anything runs."""
+        if self._secured:
+            return
+        from . import workdir as rules
+
+        rules.secure_folder(self.workdir, "workdir")
+        storage = rules.secure_folder(self.workdir / "storage", "storage folder")
+        for name in ("runs", "jobs"):
+            rules.secure_folder(storage / name, "storage folder")
+        rules.secure_folder(self.workdir / "emulator", "emulator folder")
+        key = self.workdir / signing.KEY_FILE_NAME
+        if os.path.lexists(key) and not os.environ.get(signing.KEY_VARIABLE):
+            signing.read_key_file(key, create=False)  # refuses a symlink, a foreign or open file
+        self._secured = True
 
     @property
     def gpus(self) -> int:
@@ -210,6 +235,7 @@ class LocalEnvironment(Environment):
         if self._emulator is None:
             from .emulator import BatchEmulator  # the emulator starts threads: only when used
 
+            self.secure_workdir()
             with self._lock:
                 if self._emulator is None:
                     self._emulator = BatchEmulator.shared(
@@ -229,6 +255,7 @@ class LocalEnvironment(Environment):
     @property
     def storage(self) -> Storage:
         if self._storage is None:
+            self.secure_workdir()
             self._storage = Storage((self.workdir / "storage").as_uri(),
                                     signer=signing.local_signer(self.workdir))
         return self._storage
@@ -301,6 +328,10 @@ class AWSBatchEnvironment(Environment):
     module). ``kms_key_id``: SSE-KMS with this key on every object written. ``expected_bucket_owner``:
     the account that must own ``io_bucket`` (every S3 request carries it); by default the
     caller's own account, looked up once with STS GetCallerIdentity on the first S3 request.
+    ``stack``: the name of the batchfutures CloudFormation stack (its ``Stack`` output,
+    ``BATCHFUTURES_STACK``): definitions registered from ``image=`` are named
+    ``<stack>_<hash>`` and every job is tagged ``batchfutures:stack=<stack>`` (``job_tags()``),
+    which is what the stack's client policy allows.
     """
 
     def __init__(self, job_queue: str, io_bucket: str, job_definition: Optional[str] = None, *,
@@ -308,7 +339,7 @@ class AWSBatchEnvironment(Environment):
                  region_name: Optional[str] = None, profile_name: Optional[str] = None,
                  session: Any = None, signing_secret: Optional[str] = None,
                  kms_key_id: Optional[str] = None, expected_bucket_owner: Optional[str] = None,
-                 **definition_options: Any) -> None:
+                 stack: Optional[str] = None, **definition_options: Any) -> None:
         super().__init__()
         unknown = set(definition_options) - set(DEFINITION_OPTIONS)
         if unknown:
@@ -330,6 +361,9 @@ class AWSBatchEnvironment(Environment):
             raise ConfigurationError(
                 f"expected_bucket_owner={expected_bucket_owner!r} must be a 12-digit AWS account id")
         self._expected_bucket_owner = expected_bucket_owner
+        if stack is not None and not (isinstance(stack, str) and STACK_NAME.fullmatch(stack)):
+            raise ConfigurationError(f"stack={stack!r} is not a CloudFormation stack name")
+        self.stack = stack
         self._owner_lock = threading.Lock()
         self._given_definition = job_definition
         self._registered_definition: Optional[str] = None
@@ -423,6 +457,11 @@ class AWSBatchEnvironment(Environment):
             variables[KMS_VARIABLE] = self.kms_key_id
         return variables
 
+    def job_tags(self) -> Dict[str, str]:
+        """Tags every job must carry: ``batchfutures:stack=<stack>`` with ``stack=`` (the
+        template's client policy submits, cancels and terminates only jobs with it)."""
+        return {STACK_TAG: self.stack} if self.stack else {}
+
     @property
     def job_definition(self) -> str:
         if self._given_definition:
@@ -434,7 +473,7 @@ class AWSBatchEnvironment(Environment):
                 if self._registered_definition is None:
                     try:
                         self._registered_definition = ensure_job_definition(
-                            self.batch, self.image, **self.definition_options)
+                            self.batch, self.image, stack=self.stack, **self.definition_options)
                     except (BatchError, ValueError):
                         raise
                     except Exception as error:
@@ -457,7 +496,8 @@ class AWSBatchEnvironment(Environment):
             if known is None:
                 try:
                     known = self._multinode[nodes] = ensure_job_definition(
-                        batch, self.image, nodes=nodes, **self.definition_options)
+                        batch, self.image, nodes=nodes, stack=self.stack,
+                        **self.definition_options)
                 except (BatchError, ValueError):
                     raise
                 except Exception as error:

@@ -240,6 +240,28 @@ def _memory_mib(job: Mapping[str, Any]) -> Optional[int]:
     return int(memory) if memory else None
 
 
+# A failed job's log tail in an error message is cut to its last 64 KiB (the lines are the
+# user's, one CloudWatch event may be 256 KiB and the emulator's lines are unbounded).
+LOG_TAIL_BYTES = 64 * 1024
+
+
+def cut_log_tail(text: Optional[str], limit: int = LOG_TAIL_BYTES) -> Optional[str]:
+    """``text`` itself when its UTF-8 is at most ``limit`` bytes; else its last ``limit`` bytes
+    (from a line's start when one begins in them), after a line saying how much was cut."""
+    if text is None:
+        return None
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= limit:
+        return text
+    kept = data[-limit:]
+    newline = kept.find(b"\n")
+    if 0 <= newline < len(kept) - 1:
+        kept = kept[newline + 1:]  # whole lines when there are some
+    cut = len(data) - len(kept)
+    return (f"[... {cut:,} bytes of the log cut; the last {len(kept):,} bytes follow, "
+            f"future.log() has all of it]\n" + kept.decode("utf-8", "replace"))
+
+
 def classify_failure(
     job: Mapping[str, Any],
     *,
@@ -258,6 +280,7 @@ def classify_failure(
     attempt_reason = attempt.get("statusReason") or status_reason or ""
     container_reason = container.get("reason") or ""
     exit_code = container.get("exitCode")
+    log_tail = cut_log_tail(log_tail)
     fields = dict(job_id=job_id, status_reason=status_reason, exit_code=exit_code, log_tail=log_tail)
     tail = f"\nLast lines of its log:\n{log_tail}" if log_tail else ""
 

@@ -228,18 +228,21 @@ def _secret_list(secrets: Iterable[Tuple[str, str]]) -> List[Dict[str, str]]:
     return [{"name": name, "valueFrom": pairs[name]} for name in sorted(pairs)]
 
 
-def definition_name(properties: Dict[str, Any]) -> str:
+def definition_name(properties: Dict[str, Any], stack: Optional[str] = None) -> str:
+    """``batchfutures-<hash>``, or ``<stack>_<hash>`` for a stack's clients: the template's client
+    policy may register and submit only ``<stack>_*`` (a stack name has no "_")."""
     digest = hashlib.sha256(json.dumps(properties, sort_keys=True).encode()).hexdigest()
-    return f"batchfutures-{digest[:24]}"
+    return f"{stack}_{digest[:24]}" if stack else f"batchfutures-{digest[:24]}"
 
 
-def ensure_job_definition(batch: Any, image: Optional[str], **options: Any) -> str:
+def ensure_job_definition(batch: Any, image: Optional[str], *, stack: Optional[str] = None,
+                          **options: Any) -> str:
     """The ARN of an ACTIVE definition for this content, registered only if none exists."""
-    return _ensure(batch, definition_properties(image or "", **options))
+    return _ensure(batch, definition_properties(image or "", **options), stack)
 
 
-def _ensure(batch: Any, properties: Dict[str, Any]) -> str:
-    name = definition_name(properties)
+def _ensure(batch: Any, properties: Dict[str, Any], stack: Optional[str] = None) -> str:
+    name = definition_name(properties, stack)
     found = _latest_active(batch, name)
     if found is not None:
         return found["jobDefinitionArn"]
@@ -279,17 +282,14 @@ def describe_job_definition(batch: Any, reference: str) -> Optional[Dict[str, An
 
 def _latest_active(batch: Any, name: str) -> Optional[Dict[str, Any]]:
     best: Optional[Dict[str, Any]] = None
-    request: Dict[str, Any] = {"jobDefinitionName": name, "status": "ACTIVE"}
-    while True:  # a name can have more revisions than one page holds
-        response = batchapi.call(batch.describe_job_definitions, **request)
+    # a name can have more revisions than one page holds (bounded: batchapi.paginate)
+    for response in batchapi.paginate(batch.describe_job_definitions, jobDefinitionName=name,
+                                      status="ACTIVE"):
         for definition in response.get("jobDefinitions") or []:
             if definition.get("status", "ACTIVE") == "ACTIVE" and (
                     best is None or definition.get("revision", 0) > best.get("revision", 0)):
                 best = definition
-        token = response.get("nextToken")
-        if not token:
-            return best
-        request["nextToken"] = token
+    return best
 
 
 # What RegisterJobDefinition takes of a described definition (the rest is Batch's bookkeeping).
@@ -300,19 +300,20 @@ _REGISTERED_FIELDS = ("type", "parameters", "schedulingPriority", "containerProp
 
 
 # definition_with_secrets' answers per Batch client: content-addressed, so they never go stale
-_derived: "weakref.WeakKeyDictionary[Any, Dict[Tuple[str, str], str]]" = weakref.WeakKeyDictionary()
+_derived: "weakref.WeakKeyDictionary[Any, Dict[Tuple[str, str, str], str]]" = weakref.WeakKeyDictionary()
 _derived_lock = threading.Lock()
 
 
 def definition_with_secrets(batch: Any, definition: str,
-                            secrets: Iterable[Tuple[str, str]]) -> str:
+                            secrets: Iterable[Tuple[str, str]], stack: Optional[str] = None) -> str:
     """The ARN of ``definition`` (a name or ARN) with the container's ``secrets`` added.
 
     SubmitJob's containerOverrides cannot carry secrets, so they must be in the job definition:
     this registers a copy of it whose containers (every node group's, for a multi-node
     definition) also get ``secrets`` (name -> Secrets Manager or SSM parameter ARN; a name the
     definition already maps is replaced), named ``batchfutures-<hash of the content>`` and
-    registered once: the same definition and secrets give the same ARN again. With no secrets it
+    registered once (``<stack>_<hash>`` when ``stack`` is given, as for ensure_job_definition):
+    the same definition and secrets give the same ARN again. With no secrets it
     returns ``definition`` itself. The copy keeps the definition's execution role, which ECS uses
     to read the secrets (it needs secretsmanager:GetSecretValue or ssm:GetParameters on them).
     The answer is kept per Batch client, so later calls with the same arguments send nothing
@@ -321,18 +322,19 @@ def definition_with_secrets(batch: Any, definition: str,
     added = _secret_list(secrets)
     if not added:
         return definition
-    key = (definition, json.dumps(added))
+    key = (definition, json.dumps(added), stack or "")
     with _derived_lock:
         known = _derived.get(batch, {}).get(key)
     if known is not None:
         return known
-    arn = _register_with_secrets(batch, definition, added)
+    arn = _register_with_secrets(batch, definition, added, stack)
     with _derived_lock:
         _derived.setdefault(batch, {})[key] = arn
     return arn
 
 
-def _register_with_secrets(batch: Any, definition: str, added: List[Dict[str, str]]) -> str:
+def _register_with_secrets(batch: Any, definition: str, added: List[Dict[str, str]],
+                           stack: Optional[str] = None) -> str:
     described = describe_job_definition(batch, definition)
     if described is None:
         raise ConfigurationError(f"job definition {definition} does not exist or has no ACTIVE revision")
@@ -355,7 +357,7 @@ def _register_with_secrets(batch: Any, definition: str, added: List[Dict[str, st
     # tags starting with aws: (CloudFormation's, for one) are AWS's to set, not ours
     tags = {k: v for k, v in (properties.get("tags") or {}).items() if not k.lower().startswith("aws:")}
     properties["tags"] = dict(tags, **dict([MANAGED_TAG]))
-    return _ensure(batch, properties)
+    return _ensure(batch, properties, stack)
 
 
 def definition_platform(definition: Optional[Dict[str, Any]]) -> Optional[str]:

@@ -17,23 +17,27 @@
     follow_job(batch, logs, job_id, ...) follow, stream after stream (one per attempt), until the
                                          job has ended (`batchfutures logs --follow`)
 
-Every GetLogEvents goes through `batchapi.call` (one retry budget per call).
+Every GetLogEvents goes through `batchapi.call` (one retry budget per call). Every read is
+bounded by `batchapi.Pages`: a token that comes back as it was sent is the end (or, backwards,
+the start) of the stream, as CloudWatch signals it; an earlier token coming back again is a
+loop, and more than `batchapi.MAX_PAGES` pages in one read is too many: both raise
+`batchapi.PaginationError` (after yielding what was read). `lines_after`/`iter_all` yield lines
+page by page (the CLI prints them as they come).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from . import batchapi
 
 logger = logging.getLogger("batchfutures")
 
-__all__ = ["log_stream", "log_group_of", "tail", "read_all", "follow", "follow_job",
-           "job_log_tail", "job_log"]
+__all__ = ["log_stream", "log_group_of", "tail", "read_all", "iter_all", "lines_after", "Cursor",
+           "follow", "follow_job", "job_log_tail", "job_log"]
 
-MAX_PAGES = 10_000  # a safety net: GetLogEvents pages of up to 10,000 events each
 NOT_FOUND = "ResourceNotFoundException"
 
 
@@ -71,45 +75,71 @@ def tail(logs_client: Any, group: str, stream: str, *, lines: int = 20) -> List[
     """The last ``lines`` lines of a stream (fewer only when the stream holds fewer)."""
     found: List[str] = []
     token: Optional[str] = None
-    for _ in range(MAX_PAGES):
+    # the start of the stream: nextBackwardToken comes back as it was sent
+    pages = batchapi.Pages("GetLogEvents (backwards)", same_token_ends=True)
+    while True:
         params: Dict[str, Any] = {"startFromHead": False, "limit": max(1, lines - len(found))}
         if token:
             params["nextToken"] = token
         page = _page(logs_client, group, stream, **params)
         found = _messages(page) + found  # each page is in time order; older pages come later
-        backward = page.get("nextBackwardToken")
-        if len(found) >= lines or not backward or backward == token:
-            break  # enough, or the start of the stream
-        token = backward
+        if len(found) >= lines:
+            break
+        token = pages.next(page.get("nextBackwardToken"))
+        if token is None:
+            break  # the start of the stream
     return found[-lines:] if lines else []
+
+
+class Cursor:
+    """A place in a stream read forwards: the nextForwardToken to go on from (None: its start)."""
+
+    def __init__(self, token: Optional[str] = None) -> None:
+        self.token = token
+
+
+def lines_after(logs_client: Any, group: str, stream: str, cursor: Optional[Cursor] = None, *,
+                end_time_ms: Optional[int] = None) -> Iterator[str]:
+    """The lines written after ``cursor`` (up to ``end_time_ms``), yielded page by page as they
+    are read (one page is held at a time, never the stream); ``cursor`` moves past each page.
+
+    Ends when nextForwardToken comes back as it was sent (GetLogEvents' end of the stream);
+    raises `batchapi.PaginationError` on an earlier token coming back (a loop) or past
+    `batchapi.MAX_PAGES` pages in one read.
+    """
+    cursor = cursor if cursor is not None else Cursor()
+    pages = batchapi.Pages("GetLogEvents", start=cursor.token, same_token_ends=True)
+    while True:
+        params: Dict[str, Any] = {"startFromHead": True}
+        if end_time_ms is not None:
+            params["endTime"] = end_time_ms
+        if cursor.token:
+            params["nextToken"] = cursor.token
+        page = _page(logs_client, group, stream, **params)
+        events, forward = page.get("events") or [], page.get("nextForwardToken")
+        del page
+        for event in events:
+            yield event.get("message", "")
+        events = []  # this page is let go before the next one is read
+        forward = pages.next(forward)
+        if forward is None:
+            return
+        cursor.token = forward
 
 
 def read_all(logs_client: Any, group: str, stream: str, *,
              end_time_ms: Optional[int] = None) -> List[str]:
     """Every line of a stream written until now (or ``end_time_ms``), from its start."""
+    return list(iter_all(logs_client, group, stream, end_time_ms=end_time_ms))
+
+
+def iter_all(logs_client: Any, group: str, stream: str, *,
+             end_time_ms: Optional[int] = None) -> Iterator[str]:
+    """`read_all` as a generator: lines as their pages are read."""
     # The emulator stamps events with its file's time in milliseconds: a second of margin
     # keeps lines written in the same instant as this call.
     end = end_time_ms if end_time_ms is not None else int(time.time() * 1000) + 1000
-    return _drain(logs_client, group, stream, None, end_time_ms=end)[0]
-
-
-def _drain(logs_client: Any, group: str, stream: str, token: Optional[str], *,
-           end_time_ms: Optional[int] = None) -> Tuple[List[str], Optional[str]]:
-    """What was written after ``token`` (up to ``end_time_ms``), and the token to go on from."""
-    found: List[str] = []
-    for _ in range(MAX_PAGES):
-        params: Dict[str, Any] = {"startFromHead": True}
-        if end_time_ms is not None:
-            params["endTime"] = end_time_ms
-        if token:
-            params["nextToken"] = token
-        page = _page(logs_client, group, stream, **params)
-        found.extend(_messages(page))
-        forward = page.get("nextForwardToken")
-        if not forward or forward == token:
-            break
-        token = forward
-    return found, token
+    return lines_after(logs_client, group, stream, Cursor(), end_time_ms=end)
 
 
 def follow(logs_client: Any, group: str, stream: str, *, poll: float = 1.0,
@@ -122,16 +152,15 @@ def follow(logs_client: Any, group: str, stream: str, *, poll: float = 1.0,
     yielded); without ``until`` it goes on until the caller stops iterating. A stream that does
     not exist yet is waited for.
     """
-    token: Optional[str] = None
+    cursor = Cursor()
     while True:
         finished = bool(until()) if until is not None else False
         try:
-            lines, token = _drain(logs_client, group, stream, token)
+            yield from lines_after(logs_client, group, stream, cursor)
         except Exception as error:
             if batchapi.error_code(error) != NOT_FOUND:
                 raise
-            lines = []  # the stream is made when the job's first attempt starts
-        yield from lines
+            # the stream is made when the job's first attempt starts
         if finished:
             return
         sleep(poll)

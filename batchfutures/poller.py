@@ -52,6 +52,7 @@ from .errors import (
     PollerStoppedError,
     RemoteError,
     classify_failure,
+    cut_log_tail,
 )
 from .futures import BatchFuture
 from .jobs import Actions, TrackedJob, settle
@@ -63,7 +64,7 @@ logger = logging.getLogger("batchfutures")
 
 # Failed children whose log tail is fetched for the error message, per poll (the rest go without).
 LOG_TAILS_PER_POLL = 20
-LOG_TAIL_LINES = 20
+LOG_TAIL_LINES = 20  # and at most errors.LOG_TAIL_BYTES of them (the last), saying so
 # seconds between the periodic ListJobs of a job: RUNNABLE children of an array none of whose
 # children runs (for their reasons), FAILED nodes of a running multi-node job
 CHECK_INTERVAL = 30.0
@@ -504,8 +505,8 @@ class Poller:
         log_tail = self._log_tail()
         if log_tail is None:
             return None
-        try:
-            return log_tail(description)
+        try:  # its last LOG_TAIL_BYTES at most, held and put in the message (errors.py)
+            return cut_log_tail(log_tail(description))
         except Exception as error:  # a missing log must not hide the job's failure
             logger.debug("no log tail for %s: %s", description.get("jobId"), error)
             return None

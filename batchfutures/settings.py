@@ -1,5 +1,9 @@
 """Job settings: validated once, when an executor or a settings view is made.
 
+A ConfigurationError names the setting (and a variable or tag name) and the type or shape it
+expects, never the value given: values may be secrets, environment values or tags. Numbers
+out of range (vcpus, retries, priority, nodes, memory in MiB) are shown.
+
 A `JobSettings` is immutable and hashable, so the executor can coalesce calls that share the
 same settings into one array job. `submit_fields` turns it into the per-job parts of a SubmitJob
 request (container overrides, timeout, retry strategy, tags); the job definition never changes.
@@ -36,10 +40,18 @@ _CREDENTIAL_NAME_RE = re.compile(r"^AWS_(ACCESS_KEY_ID|SECRET_ACCESS_KEY|SESSION
 _CREDENTIAL_VALUE_RE = re.compile(r"^(AKIA|ASIA)[A-Z0-9]{16}$")  # an access key id
 
 
+def _kind(value: Any) -> str:
+    """How an error names a value it refuses: its type, never the value (a setting's value may
+    be a secret, an environment value or a tag)."""
+    if isinstance(value, str) and not value:
+        return "an empty str"
+    return f"a {type(value).__name__}"
+
+
 def parse_memory(value: Union[int, float, str]) -> int:
     """MiB from an int (MiB) or a string such as "512MiB", "8GiB", "1.5 GB"."""
     if isinstance(value, bool):
-        raise ConfigurationError(f"memory must be MiB or a string like '8GiB', not {value!r}")
+        raise ConfigurationError("memory must be MiB or a string like '8GiB', not a bool")
     if isinstance(value, (int, float)):
         mib = value
     elif isinstance(value, str):
@@ -47,13 +59,14 @@ def parse_memory(value: Union[int, float, str]) -> int:
         unit = match.group(2).lower() if match else None
         if not match or unit not in _UNITS:
             raise ConfigurationError(
-                f"memory={value!r} is not a size; use MiB as an int or a string like '512MiB', '8GiB'"
+                "memory (a str) is not a size; use MiB as an int or a string like '512MiB', '8GiB'"
             )
         mib = float(match.group(1)) * _UNITS[unit]
     else:
-        raise ConfigurationError(f"memory must be MiB or a string like '8GiB', not {value!r}")
+        raise ConfigurationError(
+            f"memory must be MiB or a string like '8GiB', not {_kind(value)}")
     if not math.isfinite(mib) or mib < 4:
-        raise ConfigurationError(f"memory={value!r} must be at least 4 MiB")
+        raise ConfigurationError(f"memory must be at least 4 MiB (it is {mib:g} MiB)")
     return int(math.ceil(mib))
 
 
@@ -96,7 +109,8 @@ class JobSettings:
         if "share_id" in kwargs:
             share = kwargs["share_id"]
             if share is not None and (not isinstance(share, str) or not share):
-                raise ConfigurationError(f"share_id must be a non-empty string, not {share!r}")
+                raise ConfigurationError(
+                    f"share_id must be a non-empty string, not {_kind(share)}")
             values["share_id"] = share
         if "priority" in kwargs:
             priority = kwargs["priority"]
@@ -157,7 +171,7 @@ class JobSettings:
 
 def _check_vcpus(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigurationError(f"vcpus must be a number, not {value!r}")
+        raise ConfigurationError(f"vcpus must be a number, not {_kind(value)}")
     if not math.isfinite(value) or value <= 0:
         raise ConfigurationError(f"vcpus={value!r} must be positive")
     return int(value) if float(value).is_integer() else float(value)
@@ -168,7 +182,7 @@ def _check_int(name: str, value: Any, *, minimum: int) -> int:
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         else:
-            raise ConfigurationError(f"{name} must be an integer, not {value!r}")
+            raise ConfigurationError(f"{name} must be an integer, not {_kind(value)}")
     if value < minimum:
         raise ConfigurationError(f"{name}={value} must be at least {minimum}")
     return value
@@ -177,8 +191,10 @@ def _check_int(name: str, value: Any, *, minimum: int) -> int:
 def _check_retries(value: Any) -> int:
     """retries counts attempts, as Batch's retryStrategy.attempts does: 1 means no retry."""
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ATTEMPTS:
+        shown = f"retries={value}" if isinstance(value, int) and not isinstance(value, bool) \
+            else f"retries (a {type(value).__name__})"
         raise ConfigurationError(
-            f"retries={value!r}: retries counts attempts (Batch's retryStrategy.attempts), from 1 "
+            f"{shown}: retries counts attempts (Batch's retryStrategy.attempts), from 1 "
             f"(run once, no retry) to {MAX_ATTEMPTS}")
     return value
 
@@ -187,7 +203,7 @@ def _check_timeout(value: Any, *, name: str = "timeout") -> Optional[float]:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigurationError(f"{name} must be a number of seconds, not {value!r}")
+        raise ConfigurationError(f"{name} must be a finite number of seconds, not {_kind(value)}")
     if value <= 0:
         raise ConfigurationError(f"{name}={value!r} must be positive")
     return value
@@ -202,7 +218,8 @@ def _check_secrets(value: Any) -> Tuple[Tuple[str, str], ...]:
             raise ConfigurationError(
                 f"secrets[{name!r}] must be the ARN of a Secrets Manager secret "
                 f"(arn:aws:secretsmanager:REGION:ACCOUNT:secret:NAME) or of an SSM parameter "
-                f"(arn:aws:ssm:REGION:ACCOUNT:parameter/NAME), not {arn!r}")
+                f"(arn:aws:ssm:REGION:ACCOUNT:parameter/NAME); the value given (a "
+                f"{type(arn).__name__} of {len(arn)} characters) is not one")
     return pairs
 
 
@@ -214,8 +231,10 @@ def _check_pairs(name: str, value: Any) -> Tuple[Tuple[str, str], ...]:
     pairs = []
     for key, item in value.items():
         if not isinstance(key, str) or not key:
-            raise ConfigurationError(f"{name}: key {key!r} must be a non-empty string")
+            raise ConfigurationError(
+                f"{name}: each key must be a non-empty string, not {_kind(key)}")
         if not isinstance(item, (str, int, float)) or isinstance(item, bool):
-            raise ConfigurationError(f"{name}[{key!r}] must be a string, not {item!r}")
+            raise ConfigurationError(
+                f"{name}[{key!r}] must be a string (or a number), not {_kind(item)}")
         pairs.append((key, str(item)))
     return tuple(sorted(pairs))

@@ -41,7 +41,9 @@ record or a log line; only WHERE it is does):
     local key file              <workdir>/signing.key, 64 hex       reads the same file; never
                                 digits, created mode 0600 on first  creates one
                                 use (atomically: a private
-                                temporary linked into place)
+                                temporary linked into place);
+                                opened O_NOFOLLOW, refused unless
+                                the user's own and 0600
 
 The client tells the job which one in its SubmitJob ``containerOverrides.environment``, through
 one variable, ``BATCHFUTURES_SIGNING_KEY_SOURCE`` (``Signer.job_environment()``):
@@ -71,7 +73,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Union
 
 from .errors import ConfigurationError, IntegrityError
-from .workdir import default_workdir
+from .workdir import check_private_file, default_workdir, make_private_dirs, open_private
 
 __all__ = [
     "Signer", "mac", "check", "seal", "unseal", "read_key_file", "default_signer", "job_signer",
@@ -245,17 +247,19 @@ def read_key_file(path: Path, *, create: bool) -> bytes:
     if create and not path.exists():
         _create_key_file(path)
     try:
-        descriptor = os.open(path, os.O_RDONLY)
+        descriptor = open_private(path, os.O_RDONLY)  # O_NOFOLLOW: a planted symlink is refused
     except FileNotFoundError:
         raise ConfigurationError(
             f"no signing key: the key file {path} does not exist (the client creates it on "
             f"first use; a worker must be given the same file)") from None
+    except OSError as error:  # ELOOP: a symbolic link
+        raise ConfigurationError(
+            f"refusing the signing key file {path}: it cannot be opened without following a "
+            f"symbolic link ({error.strerror}). Fix: remove it (`rm {path}`); the next run "
+            f"creates a new key") from None
     with os.fdopen(descriptor, "rb") as handle:
-        mode = os.fstat(handle.fileno()).st_mode
-        if mode & 0o077:
-            raise ConfigurationError(
-                f"the signing key file {path} is readable or writable by other users "
-                f"(mode {mode & 0o777:o}); `chmod 600` it")
+        # owned by this user and private to them: a key someone else planted forges results
+        check_private_file(handle.fileno(), path, "signing key file")
         text = handle.read().strip()
     try:
         key = bytes.fromhex(text.decode("ascii"))
@@ -267,12 +271,12 @@ def read_key_file(path: Path, *, create: bool) -> bytes:
 
 
 def _create_key_file(path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(path.parent)
     temporary = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    # exactly 0600 whatever the umask, never through a symlink
+    descriptor = open_private(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     try:
         try:
-            os.fchmod(descriptor, 0o600)  # exactly 0600, whatever the umask
             os.write(descriptor, secrets.token_hex(32).encode() + b"\n")
             os.fsync(descriptor)
         finally:

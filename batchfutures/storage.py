@@ -78,6 +78,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_rand
 from .awsclients import CLIENT_CONFIG
 from .errors import IntegrityError
 from .signing import TAG_SIZE, Signer, default_signer
+from .workdir import make_private_dirs, open_private
 
 __all__ = ["Storage", "INPUTS_MAGIC", "PREFIX_READ"]
 
@@ -682,12 +683,13 @@ def _epoch(value: Any) -> Optional[float]:
 
 
 def _local_atomic_write(path: str, data: bytes, exclusive: bool) -> bool:
-    """Write under a temporary name in the same folder, then rename (or link) it into place."""
+    """Write under a temporary name in the same folder (0600, O_NOFOLLOW; folders made 0700),
+    then rename (or link) it into place."""
     folder = os.path.dirname(path)
-    os.makedirs(folder, exist_ok=True)
+    make_private_dirs(folder)  # folders 0700 and files 0600, whatever the umask (CONTRACT 9)
     temporary = os.path.join(folder, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
     try:
-        with open(temporary, "wb") as handle:
+        with os.fdopen(open_private(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "wb") as handle:
             handle.write(data)
         if not exclusive:
             os.replace(temporary, path)

@@ -75,11 +75,14 @@ def user_tag() -> str:
 def build_request(settings: JobSettings, *, name: str, job_queue: str, job_definition: str,
                   command: List[str], size: int, memory_mib: int, run_id: str,
                   user: str, depends_on: Optional[List[Dict[str, str]]] = None,
-                  signing_environment: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+                  signing_environment: Optional[Dict[str, str]] = None,
+                  environment_tags: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
     """The SubmitJob request of one Batch job (``size`` children), from its settings alone.
 
     ``signing_environment``: where the worker finds the signing key (never the key itself, see
     signing.py) and the S3 guards; it replaces any user variable of the same name.
+    ``environment_tags``: the environment's own (the stack's tag, which its client policy
+    requires on SubmitJob and Cancel/TerminateJob); they replace user tags of the same key.
     """
     resources = [
         {"type": "VCPU", "value": _number(settings.vcpus)},
@@ -103,6 +106,7 @@ def build_request(settings: JobSettings, *, name: str, job_queue: str, job_defin
         "batchfutures:version": __version__,
     }
     tags.update(dict(settings.tags))
+    tags.update(environment_tags or {})
     request: Dict[str, Any] = {
         "jobName": name,
         "jobQueue": job_queue,
@@ -306,7 +310,8 @@ class Submitter:
                                 command=self._env.worker_command(job_url), size=len(job.blobs),
                                 memory_mib=memory, run_id=self._run_id, user=user_tag(),
                                 depends_on=job.depends_on,
-                                signing_environment=self._job_environment())
+                                signing_environment=self._job_environment(),
+                                environment_tags=getattr(self._env, "job_tags", dict)())
         # before anything is uploaded: tags Batch would refuse, or fail the job for
         definition_tags = getattr(self._env, "definition_tags", dict)()
         check_tags({**request["tags"], batchapi.SUBMISSION_TAG: "x"}, definition_tags)
@@ -427,7 +432,8 @@ class Submitter:
                                          f"multi-node parallel jobs")
             definition = multinode_definition(settings.nodes)
         if settings.secrets:
-            definition = definition_with_secrets(self._env.batch, definition, settings.secrets)
+            definition = definition_with_secrets(self._env.batch, definition, settings.secrets,
+                                                 stack=getattr(self._env, "stack", None))
         return definition
 
     def _job_environment(self) -> Dict[str, str]:

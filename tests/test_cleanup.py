@@ -83,19 +83,22 @@ def test_storage_lists_job_pointers_and_removes_them_with_their_run(storage):
         storage.delete_job_pointer("../x")
 
 
+FORGOTTEN, SUBMITTING = "20240101T000000-000000000a", "20240101T000000-000000000b"  # run-id shape
+
+
 def test_survey_keeps_what_batch_cannot_vouch_for_until_it_is_old(storage, local_env):
-    make_run(storage, "forgotten", {"k1": "0b7c-unknown-to-batch"})
-    make_run(storage, "submitting", {"k2": None})
+    make_run(storage, FORGOTTEN, {"k1": "0b7c-unknown-to-batch"})
+    make_run(storage, SUBMITTING, {"k2": None})
     batch = local_env.batch
 
     def decisions(**kwargs):
         return {r.run_id: r.decision.remove for r in cleanup.survey(storage, batch, **kwargs)}
 
-    assert decisions(horizon_seconds=DAY, all_finished=True) == {"forgotten": False,
-                                                                 "submitting": False}
+    assert decisions(horizon_seconds=DAY, all_finished=True) == {FORGOTTEN: False,
+                                                                 SUBMITTING: False}
     later = time.time() + 2 * DAY
-    assert decisions(horizon_seconds=DAY, now=later) == {"forgotten": True, "submitting": True}
+    assert decisions(horizon_seconds=DAY, now=later) == {FORGOTTEN: True, SUBMITTING: True}
     reports = cleanup.survey(storage, batch, horizon_seconds=DAY, now=later)
     assert [r.states for r in reports] == [[JobState.UNKNOWN], [JobState.UNSUBMITTED]]
-    assert sorted(cleanup.remove(storage, reports)) == ["forgotten", "submitting"]
+    assert sorted(cleanup.remove(storage, reports)) == [FORGOTTEN, SUBMITTING]
     assert storage.list_runs() == [] and storage.list_job_pointers() == []

@@ -514,14 +514,14 @@ def test_remove_finished_runs_bounds_local_storage(live, monkeypatch):
     executor._session.flush_all()
     age_run(workdir, executor._session.run_id, 30 * DAY)
     # an abandoned payload no job was recorded for, untouched for 10 days
-    orphan = workdir / "storage" / "runs" / "20200101T000000-abandoned" / "jobs" / "k" / "inputs"
+    orphan = workdir / "storage" / "runs" / "20200101T000000-abad0bed00" / "jobs" / "k" / "inputs"
     orphan.parent.mkdir(parents=True)
     orphan.write_bytes(b"x")
-    age_run(workdir, "20200101T000000-abandoned", 10 * DAY)
+    age_run(workdir, "20200101T000000-abad0bed00", 10 * DAY)
 
     monkeypatch.setenv(cleanup.RETENTION_VARIABLE, "7")
     removed = cleanup.remove_finished_runs(env)
-    assert sorted(removed) == sorted([runs["old"], "20200101T000000-abandoned"])
+    assert sorted(removed) == sorted([runs["old"], "20200101T000000-abad0bed00"])
     left = {p.name for p in (workdir / "storage" / "runs").iterdir()}
     assert left == {runs["recent"], executor._session.run_id}
     assert cleanup.remove_finished_runs(env, 0.0) == [runs["recent"]]

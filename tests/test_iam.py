@@ -24,8 +24,10 @@ What moto can check and what it cannot (so what part 2 leaves to part 1 and to t
   Both are evaluated instead with moto's own policy evaluator (moto.iam.access_control.IAMPolicy)
   against the actions and ARNs the real calls name.
 - Conditions: moto's evaluator gets no request context, and it treats a condition on a key the
-  request lacks as met. The template's client and job policies have no conditions (docs/aws.md
-  says why), so nothing is lost here, but moto cannot show a condition's effect.
+  request lacks as met. The client policy's conditions (iam:PassedToService, the
+  batchfutures:stack tag on SubmitJob, TagResource, CancelJob and TerminateJob) are therefore
+  evaluated on the deployed document by condition_met() below, against the request contexts
+  AWS would send.
 - S3's 404-or-403 for a missing key: moto always answers 404. AWS answers 404 only to a caller
   allowed s3:ListBucket on the bucket, judged without any s3:prefix (a GET carries none): checked
   on the deployed documents, a grant of s3:ListBucket on the bucket with no condition.
@@ -89,14 +91,16 @@ SAR: Dict[str, Tuple[Tuple[str, ...], frozenset]] = {
                                    "aws:RequestTag/${TagKey}", "aws:TagKeys"})),
     "batch:TagResource": (("job", "job-definition-revision", "job-queue", "compute-environment",
                            "scheduling-policy"),
-                          frozenset({"aws:RequestTag/${TagKey}", "aws:TagKeys"})),
+                          frozenset({"aws:RequestTag/${TagKey}", "aws:TagKeys",
+                                     "aws:ResourceTag/${TagKey}"})),
     "batch:RegisterJobDefinition": (("job-definition",), frozenset({
         "aws:ResourceTag/${TagKey}", "batch:User", "batch:Privileged", "batch:Image",
         "batch:LogDriver", "batch:AWSLogsGroup", "batch:AWSLogsRegion",
         "batch:AWSLogsStreamPrefix", "batch:AWSLogsCreateGroup", "aws:RequestTag/${TagKey}",
         "aws:TagKeys"})),
-    "batch:CancelJob": (("job",), frozenset()),
-    "batch:TerminateJob": (("job",), frozenset()),
+    # the resource type "job" carries aws:ResourceTag/${TagKey} (its row in "Resource types")
+    "batch:CancelJob": (("job",), frozenset({"aws:ResourceTag/${TagKey}"})),
+    "batch:TerminateJob": (("job",), frozenset({"aws:ResourceTag/${TagKey}"})),
     "batch:DescribeJobs": ((), frozenset()),
     "batch:ListJobs": ((), frozenset()),
     "batch:DescribeJobQueues": ((), frozenset()),
@@ -191,7 +195,9 @@ def test_every_action_resource_and_condition_key_is_in_the_service_authorization
                 resource_types, keys = SAR[action]
                 for operator in (statement.get("Condition") or {}).values():
                     for key in operator:
-                        assert key in GLOBAL_KEYS or key in keys, (
+                        pattern = re.sub(r"/[^/]+$", "/${TagKey}", key) if key.startswith(
+                            ("aws:RequestTag/", "aws:ResourceTag/")) else key
+                        assert key in GLOBAL_KEYS or pattern in keys, (
                             f"{name} {statement.get('Sid')}: {action} has no condition key {key}")
                 resources = as_list(statement.get("Resource", []))
                 if not resource_types:  # the SAR gives it no resource type: "*" is required
@@ -472,7 +478,7 @@ def test_the_client_policy_allows_the_batch_and_logs_calls_the_client_makes(stac
     document, outputs, roles = stack["client_policy"], stack["outputs"], stack["roles"]
     batch = f"arn:aws:batch:{REGION}:{ACCOUNT}"
     stack_definition = f"{batch}:job-definition/{outputs['JobDefinition']}"
-    registered = f"{batch}:job-definition/batchfutures-0123456789abcdef01234567"
+    registered = f"{batch}:job-definition/{STACK}_0123456789abcdef01234567"
     job = f"{batch}:job/6e6c6b1c-0000-4000-8000-000000000000"
     for action, resource in [
         ("batch:SubmitJob", outputs["JobQueue"]), ("batch:SubmitJob", stack_definition),
@@ -485,6 +491,8 @@ def test_the_client_policy_allows_the_batch_and_logs_calls_the_client_makes(stac
         ("iam:PassRole", roles["JobRole"]), ("iam:PassRole", roles["ExecutionRole"]),
         ("logs:GetLogEvents", f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/batch/{STACK}"
                               f":log-stream:{STACK}-worker/default/abc"),
+        ("logs:GetLogEvents", f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/batch/job"
+                              f":log-stream:{STACK}_0123/default/abc"),
     ]:
         assert allowed(document, action, resource), (action, resource)
     for action, resource in [
@@ -493,6 +501,16 @@ def test_the_client_policy_allows_the_batch_and_logs_calls_the_client_makes(stac
         ("batch:CreateComputeEnvironment", f"{batch}:compute-environment/x"),
         ("iam:PassRole", f"arn:aws:iam::{ACCOUNT}:role/Admin"),
         ("logs:GetLogEvents", f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/other:log-stream:x"),
+        # another stack's definitions (its worker, its registered ones) and their logs
+        ("batch:SubmitJob", f"{batch}:job-definition/other-worker:1"),
+        ("batch:SubmitJob", f"{batch}:job-definition/{STACK}-worker-x-worker:1"),
+        ("batch:SubmitJob", f"{batch}:job-definition/batchfutures-0123456789abcdef01234567:1"),
+        ("batch:SubmitJob", f"{batch}:job-definition/other_0123456789abcdef01234567:1"),
+        ("batch:RegisterJobDefinition", f"{batch}:job-definition/other_0123"),
+        ("logs:GetLogEvents", f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/batch/job"
+                              f":log-stream:other-worker/default/abc"),
+        ("logs:GetLogEvents", f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/batch/{STACK}"
+                              f":log-stream:other_0123/default/abc"),
     ]:
         assert not allowed(document, action, resource), (action, resource)
 
@@ -607,3 +625,87 @@ def test_a_job_runs_under_the_payload_key_with_the_policies_docs_aws_md_names(
     for key in keys:  # the function, the inputs and the result
         head = s3.head_object(Bucket=bucket, Key=key)
         assert (head["ServerSideEncryption"], head["SSEKMSKeyId"]) == ("aws:kms", kms_key), key
+
+
+def conditions_of(document: Dict[str, Any], action: str) -> List[Dict[str, Any]]:
+    return [s.get("Condition") for s in document["Statement"]
+            if s["Effect"] == "Allow" and action in as_list(s["Action"])]
+
+
+def condition_met(condition: Dict[str, Any], context: Dict[str, str]) -> bool:
+    """StringEquals / StringEqualsIfExists of the deployed documents, evaluated against a request
+    context (moto's evaluator gets none and treats every condition as met)."""
+    for operator, keys in (condition or {}).items():
+        assert operator in ("StringEquals", "StringEqualsIfExists"), operator
+        for key, wanted in keys.items():
+            if key not in context:
+                if operator == "StringEquals":
+                    return False
+                continue
+            if context[key] not in as_list(wanted):
+                return False
+    return True
+
+
+def test_the_client_policy_conditions_refuse_other_stacks_jobs_and_other_services(stack):
+    """The conditions, on the deployed document: PassRole only to Batch/ECS, Cancel/Terminate only
+    of jobs tagged with this stack, SubmitJob only with that tag."""
+    document = stack["client_policy"]
+    (passing,) = conditions_of(document, "iam:PassRole")
+    assert condition_met(passing, {"iam:PassedToService": "batch.amazonaws.com"})
+    assert condition_met(passing, {"iam:PassedToService": "ecs-tasks.amazonaws.com"})
+    for service in ("lambda.amazonaws.com", "ec2.amazonaws.com", "ecs.amazonaws.com"):
+        assert not condition_met(passing, {"iam:PassedToService": service}), service
+    assert not condition_met(passing, {})
+    for action in ("batch:CancelJob", "batch:TerminateJob"):
+        (managing,) = conditions_of(document, action)
+        assert condition_met(managing, {"aws:ResourceTag/batchfutures:stack": STACK})
+        assert not condition_met(managing, {"aws:ResourceTag/batchfutures:stack": "other"})
+        assert not condition_met(managing, {})  # a job without the tag
+    (submitting,) = conditions_of(document, "batch:SubmitJob")
+    assert condition_met(submitting, {"aws:RequestTag/batchfutures:stack": STACK})
+    assert not condition_met(submitting, {"aws:RequestTag/batchfutures:stack": "other"})
+    assert not condition_met(submitting, {})
+    (tagging,) = conditions_of(document, "batch:TagResource")
+    ours = {"aws:RequestTag/batchfutures:stack": STACK}
+    assert condition_met(tagging, ours)  # on create: no resource tag yet
+    assert not condition_met(tagging, {**ours, "aws:ResourceTag/batchfutures:stack": "other"})
+
+
+def test_every_trust_policy_names_the_account(stack):
+    template = setup.load_template()
+    roles = {n: r for n, r in template["Resources"].items() if r["Type"] == "AWS::IAM::Role"}
+    assert set(roles) == {"JobRole", "InstanceRole", "ExecutionRole"}
+    for name, role in roles.items():
+        for statement in role["Properties"]["AssumeRolePolicyDocument"]["Statement"]:
+            keys = {k: v for operator in statement["Condition"].values() for k, v in operator.items()}
+            assert keys["aws:SourceAccount"] == {"Ref": "AWS::AccountId"}, name
+
+
+def test_the_clients_own_names_and_tags_are_the_ones_the_policy_allows(stack):
+    """AWSBatchEnvironment(stack=...) (BATCHFUTURES_STACK, the Stack output) registers
+    <stack>_<hash> definitions and tags its jobs batchfutures:stack=<stack>: the deployed client
+    policy allows exactly those, and not a client's without stack= (batchfutures-<hash>)."""
+    import boto3
+
+    from batchfutures import AWSBatchEnvironment
+    from batchfutures.jobdefinitions import definition_name, definition_properties
+
+    assert stack["outputs"]["Stack"] == STACK
+    document, batch = stack["client_policy"], f"arn:aws:batch:{REGION}:{ACCOUNT}"
+    properties = definition_properties("example/image:1")
+    ours = f"{batch}:job-definition/{definition_name(properties, STACK)}"
+    unscoped = f"{batch}:job-definition/{definition_name(properties)}"
+    assert allowed(document, "batch:RegisterJobDefinition", ours)
+    assert allowed(document, "batch:SubmitJob", ours + ":1")
+    assert not allowed(document, "batch:RegisterJobDefinition", unscoped)
+    assert not allowed(document, "batch:SubmitJob", unscoped + ":1")
+    session = boto3.session.Session(aws_access_key_id="x", aws_secret_access_key="y",
+                                    region_name=REGION)
+    env = AWSBatchEnvironment(job_queue=stack["outputs"]["JobQueue"], io_bucket="bucket",
+                              image="example/image:1", stack=STACK, session=session)
+    (submitting,) = conditions_of(document, "batch:SubmitJob")
+    assert condition_met(submitting, {f"aws:RequestTag/{k}": v for k, v in env.job_tags().items()})
+    with pytest.raises(Exception, match="stack name"):
+        AWSBatchEnvironment(job_queue="q", io_bucket="bucket", image="i", stack="has_underscore",
+                            session=session)

@@ -142,14 +142,14 @@ def test_outputs_are_the_values_the_client_needs(template):
     # the three BATCHFUTURES_* variables, and the signing secret's ARN (signing_secret=); with
     # KmsKeyArn, the policy the clients attach for the key
     always = {name for name, o in template["Outputs"].items() if "Condition" not in o}
-    assert always == {"JobQueue", "JobDefinition", "IoBucket", "SigningSecret"}
+    assert always == {"JobQueue", "JobDefinition", "IoBucket", "Stack", "SigningSecret"}
     assert set(template["Outputs"]) - always == {"PayloadKeyPolicy"}
     assert template["Outputs"]["PayloadKeyPolicy"] == {
         "Condition": "HasKmsKey", "Value": {"Ref": "PayloadKeyPolicy"},
         "Description": template["Outputs"]["PayloadKeyPolicy"]["Description"]}
     descriptions = " ".join(o["Description"] for o in template["Outputs"].values())
     for variable in ("BATCHFUTURES_JOB_QUEUE", "BATCHFUTURES_JOB_DEFINITION", "BATCHFUTURES_IO_BUCKET",
-                     "signing_secret="):
+                     "BATCHFUTURES_STACK", "signing_secret="):
         assert variable in descriptions
     assert template["Outputs"]["SigningSecret"]["Value"] == {
         "Fn::If": ["CreateSigningSecret", {"Ref": "SigningSecret"}, {"Ref": "SigningSecretArn"}]}
@@ -223,6 +223,14 @@ def test_compute_environments_queues_and_gpu_instances(template):
         assert images == {"ECS_AL2023", "ECS_AL2023_NVIDIA"}  # the GPU AMI for GPU instances
         assert "GpuInstanceTypes" in str(resources["InstanceTypes"])
     assert {"g4dn", "g5"} <= set(template["Parameters"]["GpuInstanceTypes"]["Default"].split(","))
+    # IMDSv2 only, one hop: containers cannot reach the instance role's credentials
+    metadata = template["Resources"]["LaunchTemplate"]["Properties"]["LaunchTemplateData"][
+        "MetadataOptions"]
+    assert metadata["HttpTokens"] == "required" and metadata["HttpPutResponseHopLimit"] == 1
+    for kind in ("EC2", "SPOT"):
+        assert environments[kinds[kind]]["Properties"]["ComputeResources"]["LaunchTemplate"] == {
+            "LaunchTemplateId": {"Ref": "LaunchTemplate"},
+            "Version": {"Fn::GetAtt": ["LaunchTemplate", "LatestVersionNumber"]}}
     spot = environments[kinds["SPOT"]]["Properties"]["ComputeResources"]
     assert spot["BidPercentage"] == {"Ref": "SpotBidPercentage"}
     for environment in environments.values():  # the service-linked role unless one is given
@@ -370,7 +378,8 @@ def stack(aws, network, template):
 
 def test_stack_creates_in_moto_with_the_three_outputs(aws, stack, template):
     outputs, physical = stack["outputs"], stack["physical"]
-    assert set(outputs) == {"JobQueue", "JobDefinition", "IoBucket", "SigningSecret"}
+    assert set(outputs) == {"JobQueue", "JobDefinition", "IoBucket", "Stack", "SigningSecret"}
+    assert outputs["Stack"] == "bf-test"
     # every resource but the types moto's CloudFormation does not implement, and the key's
     # policy (KmsKeyArn is empty)
     assert set(template["Resources"]) - set(physical) <= {"IoBucketPolicy", "SigningSecret",

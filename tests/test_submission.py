@@ -50,3 +50,25 @@ def test_retry_rules_fit_batchs_limit():
 ])
 def test_job_names(fn, name):
     assert job_name_for(fn) == name
+
+
+def test_the_environments_own_tags_are_sent_and_win_over_a_users_tag_of_the_same_key():
+    """The stack's tag: its client policy refuses a SubmitJob without it (and Cancel/Terminate
+    of jobs without it), so a user's tags= cannot replace it."""
+    request = build_request(JobSettings.from_kwargs(tags={"batchfutures:stack": "theirs", "a": "b"}),
+                            name="bf-f", job_queue="q", job_definition="d", command=["x"], size=1,
+                            memory_mib=2048, run_id="r", user="u",
+                            environment_tags={"batchfutures:stack": "mine"})
+    assert request["tags"]["batchfutures:stack"] == "mine" and request["tags"]["a"] == "b"
+
+
+def test_an_aws_environment_with_a_stack_tags_its_jobs_and_names_its_definitions():
+    from batchfutures import AWSBatchEnvironment
+    from batchfutures.jobdefinitions import definition_name
+
+    env = AWSBatchEnvironment("q", "bucket-name", job_definition="d", stack="team-a",
+                              region_name="us-east-1")
+    assert env.job_tags() == {"batchfutures:stack": "team-a"}
+    assert AWSBatchEnvironment("q", "bucket-name", job_definition="d",
+                               region_name="us-east-1").job_tags() == {}
+    assert definition_name({"image": "x"}, stack="team-a").startswith("team-a_")

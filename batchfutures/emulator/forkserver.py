@@ -219,7 +219,7 @@ def _child(request: Dict[str, Any], server_fds: Tuple[int, ...], base_path: List
         os.setsid()
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
-        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)  # CONTRACT 9
         os.dup2(log, 1)
         os.dup2(log, 2)
         for fd in (null, log):

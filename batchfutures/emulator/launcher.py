@@ -247,7 +247,8 @@ class ProcessLauncher:
         cgroup = request.cgroup
         memory_mib = request.memory_mib if cgroup is None else None  # cgroup: no RLIMIT_DATA
         setpriv = _setpriv()
-        with open(request.log_path, "ab", buffering=0) as log:
+        with open(os.open(request.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600),
+                  "ab", buffering=0) as log:  # the user's alone (CONTRACT 9)
             if setpriv is not None:  # vfork + exec: see the module doc
                 prefix = [setpriv, "--pdeathsig", "KILL", "--"]
                 if cgroup is not None:

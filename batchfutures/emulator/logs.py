@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from ..workdir import inside, open_private
 from .model import LOG_GROUP, client_error, validate_request
 
 GROUP = LOG_GROUP
@@ -25,7 +26,8 @@ _TOKEN = re.compile(r"^([fb])/(\d+)$")
 
 
 def stream_path(folder: Path, stream: str) -> Optional[Path]:
-    """The file of a stream name, or None when the name cannot be a stream of this folder."""
+    """The file of a stream name, or None when the name cannot be a stream of this folder (every
+    part a plain name: no ``..``, no empty part, so the path stays under ``folder``)."""
     parts = stream.split("/")
     if not parts or any(p in ("", ".", "..") or not _PART.fullmatch(p) for p in parts):
         return None
@@ -54,12 +56,16 @@ class LogsService:
             raise client_error("The specified log group does not exist.",
                                "ResourceNotFoundException", 400, operation)
         path = stream_path(self.folder, stream)
-        if path is None or not path.is_file():
+        try:  # a plain file under the folder, opened without following a symlink
+            if path is None or not inside(self.folder, path) or not path.is_file():
+                raise FileNotFoundError(stream)
+            handle = os.fdopen(open_private(path, os.O_RDONLY), "rb")
+        except OSError:
             raise client_error("The specified log stream does not exist.",
-                               "ResourceNotFoundException", 400, operation)
+                               "ResourceNotFoundException", 400, operation) from None
         limit = min(int(params.get("limit") or DEFAULT_LIMIT), DEFAULT_LIMIT)
         token = params.get("nextToken")
-        with open(path, "rb") as handle:
+        with handle:
             size = self._complete_size(handle, handle.seek(0, os.SEEK_END))
             stamp = int(os.fstat(handle.fileno()).st_mtime * 1000)
             if token:

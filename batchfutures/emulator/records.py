@@ -8,7 +8,10 @@
     <folder>/queues/<name>.json           a job queue: state, priority, time limit actions
     <folder>/definitions/<name>/<r>.json  revision r of a job definition
 
-Every file is written atomically (temporary name, then os.replace). The `Persister` writes the
+Every file is written atomically (temporary name, then os.replace), mode 0600 and never through a
+symlink (O_NOFOLLOW); folders are made 0700 (workdir.py's rules). A path built from a job id or an
+instance id (which a record on disk names) must be one plain name under its folder: anything else
+is refused (ValueError) or, when listing, skipped. The `Persister` writes the
 records of jobs that changed at most every 0.2 s, and only the chunks of children that changed,
 so a 10,000-child array costs a few small writes per interval, not one big file per transition.
 A parent file is rewritten after its chunks whenever anything in the job changed, so a reader
@@ -28,6 +31,8 @@ import threading
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+
+from ..workdir import inside, make_private_dirs, open_private
 
 logger = logging.getLogger("batchfutures")
 
@@ -73,10 +78,26 @@ def process_alive(owner: Any) -> bool:
     return started is None or _start_time(pid) == started
 
 
+def safe_name(name: str, what: str = "job id") -> str:
+    """``name`` when it can be one file name in a folder (no separator, not hidden, not .. )."""
+    if (not isinstance(name, str) or not name or name.startswith(".") or "/" in name
+            or "\\" in name or "\x00" in name):
+        raise ValueError(f"{name!r} is not a valid {what} for a record path")
+    return name
+
+
+def under(folder: Path, path: Path) -> Path:
+    """``path`` when it stays under ``folder``; ValueError otherwise."""
+    if not inside(folder, path):
+        raise ValueError(f"{str(path)!r} is not under {str(folder)!r}")
+    return path
+
+
 def write_atomically(path: Path, text: str) -> None:
     temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
-        with open(temporary, "w", encoding="utf-8") as handle:
+        descriptor = open_private(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
             handle.write(text)
         os.replace(temporary, path)
     except BaseException:
@@ -103,43 +124,45 @@ class RecordStore:
         self.folder = Path(folder)
         self.jobs = self.folder / "jobs"
         self.control = self.folder / "control"
-        self.jobs.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(self.jobs)
 
     def path(self, job_id: str) -> Path:
-        return self.jobs / f"{job_id}.json"
+        return self.jobs / f"{safe_name(job_id)}.json"  # one plain name: stays under jobs/
 
     def chunk_path(self, job_id: str, chunk: int) -> Path:
-        return self.jobs / f"{job_id}.d" / f"{chunk}.json"
+        return self.jobs / f"{safe_name(job_id)}.d" / f"{int(chunk)}.json"
 
     # -- writing -----------------------------------------------------------------------------
     def write(self, job_id: str, parent: str, chunks: Dict[int, str]) -> None:
         """Write a job's changed chunks, then its parent file (texts already serialised)."""
         if chunks:
-            (self.jobs / f"{job_id}.d").mkdir(exist_ok=True)
+            make_private_dirs(self.jobs / f"{safe_name(job_id)}.d")
         for chunk, text in sorted(chunks.items()):
             write_atomically(self.chunk_path(job_id, chunk), text)
         write_atomically(self.path(job_id), parent)
 
     def delete(self, job_id: str) -> None:
         try:
-            self.path(job_id).unlink()
-        except FileNotFoundError:
-            pass
-        shutil.rmtree(self.jobs / f"{job_id}.d", ignore_errors=True)
+            self.path(job_id).unlink()  # unlink never follows a symlink
+        except (FileNotFoundError, ValueError):
+            return
+        chunks = self.jobs / f"{job_id}.d"
+        if not chunks.is_symlink():  # rmtree refuses one too; never follow it
+            shutil.rmtree(chunks, ignore_errors=True)
 
     # -- reading -----------------------------------------------------------------------------
     def signature(self, job_id: str) -> Optional[Tuple[int, int, int]]:
         """Changes whenever the record is rewritten (os.replace gives a new inode)."""
         try:
             stat = self.path(job_id).stat()
-        except (FileNotFoundError, NotADirectoryError):
+        except (FileNotFoundError, NotADirectoryError, ValueError):
             return None
         return stat.st_ino, stat.st_mtime_ns, stat.st_size
 
     def load(self, job_id: str) -> Optional[Tuple[Dict[str, Any], List[Dict[str, Any]]]]:
         """(parent record, chunk records) of a job, or None when there is no readable record."""
         try:
-            with open(self.path(job_id), encoding="utf-8") as handle:
+            with os.fdopen(open_private(self.path(job_id), os.O_RDONLY), encoding="utf-8") as handle:
                 record = json.load(handle)
         except (OSError, ValueError):
             return None
@@ -148,7 +171,8 @@ class RecordStore:
         chunks = []
         for chunk in range(int(record.get("chunks") or 0)):
             try:
-                with open(self.chunk_path(job_id, chunk), encoding="utf-8") as handle:
+                with os.fdopen(open_private(self.chunk_path(job_id, chunk), os.O_RDONLY),
+                               encoding="utf-8") as handle:
                     chunks.append(json.load(handle))
             except (OSError, ValueError):
                 continue  # not written yet: those children show as submitted
@@ -161,17 +185,17 @@ class RecordStore:
             return
         for entry in entries:
             name = entry.name
-            if name.endswith(".json") and not name.startswith("."):
+            if name.endswith(".json") and not name.startswith(".") and not entry.is_symlink():
                 yield name[:-5]
 
     # -- requests between processes ----------------------------------------------------------
     def send_control(self, instance: str, request: Dict[str, Any]) -> None:
-        folder = self.control / instance
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = under(self.control, self.control / safe_name(instance, "instance id"))
+        make_private_dirs(folder)
         write_atomically(folder / f"{uuid.uuid4().hex}.json", _dumps(request))
 
     def take_control(self, instance: str) -> List[Dict[str, Any]]:
-        folder = self.control / instance
+        folder = under(self.control, self.control / safe_name(instance, "instance id"))
         try:
             names = [n for n in os.listdir(folder) if n.endswith(".json") and not n.startswith(".")]
         except FileNotFoundError:
@@ -188,7 +212,9 @@ class RecordStore:
         return requests
 
     def drop_control(self, instance: str) -> None:
-        shutil.rmtree(self.control / instance, ignore_errors=True)
+        folder = under(self.control, self.control / safe_name(instance, "instance id"))
+        if not folder.is_symlink():
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 class DefinitionStore:
@@ -204,9 +230,9 @@ class DefinitionStore:
     def create(self, name: str, revision: int, definition: Dict[str, Any]) -> bool:
         """Write a new revision; False when another writer took that revision first."""
         folder = self.folder / name
-        folder.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(folder)
         try:
-            fd = os.open(folder / f"{revision}.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = open_private(folder / f"{revision}.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         except FileExistsError:
             return False
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -257,14 +283,14 @@ class QueueStore:
 
     def __init__(self, folder: Path) -> None:
         self.folder = Path(folder) / "queues"
-        self.folder.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(self.folder)
         self._cache: Dict[str, Tuple[Any, Dict[str, Any]]] = {}
         self._lock = threading.Lock()
 
     def create(self, name: str, record: Dict[str, Any]) -> bool:
         """Write a new queue's file; False when the queue exists already."""
         try:
-            fd = os.open(self.folder / f"{name}.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = open_private(self.folder / f"{name}.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         except FileExistsError:
             return False
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

@@ -20,7 +20,9 @@ import threading
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
+from ..workdir import inside
 from .jobs import FINAL, Job, JobStatus, Unit
+from .logs import stream_path
 from .model import arn_resource
 from .records import Persister, RecordStore, job_texts, process_alive
 from .scheduler import now_ms
@@ -188,12 +190,21 @@ class JobTable:
 
     # -- files -------------------------------------------------------------------------------
     def log_files(self, job: Job) -> List[Path]:
+        """The log files of a job's attempts: only stream names that are plain names under
+        <folder>/logs (a record naming ``../..`` or a symlinked folder is skipped, with a warning)."""
+        folder = self.folder / "logs"
         files = []
         for unit in job.units:
             for attempt in unit.attempts + ([unit.current] if unit.current else []):
                 stream = (attempt.get("container") or {}).get("logStreamName")
-                if stream:
-                    files.append(self.folder.joinpath("logs", *stream.split("/")))
+                if not stream:
+                    continue
+                path = stream_path(folder, stream) if isinstance(stream, str) else None
+                if path is None or not inside(folder, path):
+                    logger.warning("batchfutures emulator: the record of %s names the log stream "
+                                   "%r, not a file under %s: skipped", job.job_id, stream, folder)
+                    continue
+                files.append(path)
         return files
 
     def delete_files(self, job: Job) -> None:

@@ -189,7 +189,8 @@ class ThreadLauncher:
             raise OSError(f"{argv[0] if argv else ''!r}: launcher='threads' runs only the "
                           "worker's command, python -m batchfutures.worker <job_url>")
         os.makedirs(os.path.dirname(request.log_path), exist_ok=True)
-        log = open(request.log_path, "ab", buffering=0)
+        log = open(os.open(request.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600),
+                   "ab", buffering=0)  # the user's alone (CONTRACT 9)
         attempt = ThreadAttempt(request, on_exit)
         try:
             self._threads.submit(lambda: self._run(attempt, argv[3], dict(request.env), log))
