@@ -15,6 +15,7 @@ from emulator_harness import QUEUE, Harness, wait_until
 
 from batchfutures import BatchExecutor, LocalEnvironment, serialization, signing
 from batchfutures.emulator import BatchEmulator
+from batchfutures.emulator.jobs import TIMEOUT_REASON
 from batchfutures.emulator.service import Launcher
 from batchfutures.errors import JobFailedError
 from batchfutures.storage import Storage
@@ -145,7 +146,7 @@ def test_a_timed_out_attempt_ends_with_batchs_reason(temu, tmp_path):
                                       timeout={"attemptDurationSeconds": 1})
     detail = temu.wait(job_id)
     assert detail["status"] == "FAILED"
-    assert detail["statusReason"] == "Job attempt duration exceeded timeout"
+    assert detail["statusReason"] == TIMEOUT_REASON  # Batch's own words, one definition
     assert detail["attempts"][-1]["container"]["exitCode"] == 137
     release.touch()
     wait_until(lambda: temu.emulator.launcher.busy_threads == 0, "the timed-out attempt's thread")
