@@ -50,23 +50,27 @@ def test_preload_imports_standard_library_modules_only_from_the_library(tmp_path
 @pytest.mark.skipif(sys.version_info < (3, 10), reason="sys.stdlib_module_names is 3.10+")
 def test_an_attempt_reports_the_library_modules_it_imported_in_one_short_line():
     read, write = os.pipe()
+    recorder = forkserver.ImportRecorder()
+    sys.meta_path.insert(0, recorder)
     try:
-        known = set(sys.modules)
         wanted = not_yet_imported()
         importlib.import_module(wanted)
-        sys.modules["bf_not_a_library_module"] = sys  # never reported: not the library's
-        try:
-            forkserver._report_imports(write, known)
-        finally:
-            del sys.modules["bf_not_a_library_module"]
+        import json  # already imported: the finders are not asked, nothing is noted
+
+        assert json and "json" not in recorder.names
+        sys.meta_path.remove(recorder)
+        recorder.names.append("bf_not_a_library_module")  # never reported: not the library's
+        forkserver._report_imports(write, recorder)
         line = os.read(read, 65536)
         assert line.endswith(b"\n") and len(line) < 4096
         assert wanted in line.decode().split() and b"bf_not" not in line
-        forkserver._report_imports(write, set(sys.modules))  # nothing new: nothing written
+        forkserver._report_imports(write, forkserver.ImportRecorder())  # nothing new: nothing written
         os.set_blocking(read, False)
         with pytest.raises(BlockingIOError):
             os.read(read, 10)
     finally:
+        if recorder in sys.meta_path:
+            sys.meta_path.remove(recorder)
         os.close(read)
         os.close(write)
 
