@@ -156,8 +156,8 @@ class AttemptCgroup:
         """Kill what is left in the group and remove its folders; False if one stays."""
         deadline = time.monotonic() + timeout
         remaining = list(self.folders)
-        while remaining:
-            self.kill()
+        killed = False
+        while True:
             for folder in list(remaining):
                 try:
                     folder.rmdir()
@@ -165,13 +165,18 @@ class AttemptCgroup:
                 except FileNotFoundError:
                     remaining.remove(folder)
                 except OSError:
-                    pass  # busy: a process is still dying
-            if remaining:
-                if time.monotonic() > deadline:
-                    logger.warning("batchfutures emulator: could not remove cgroup %s", remaining)
-                    return False
+                    pass  # busy: a process is left, or still dying
+            if not remaining:
+                return True
+            if time.monotonic() > deadline:
+                logger.warning("batchfutures emulator: could not remove cgroup %s", remaining)
+                return False
+            if killed:
                 time.sleep(0.005)
-        return True
+            # only now: the attempt's end usually killed every process already, and reading
+            # who is left costs two reads per attempt
+            self.kill()
+            killed = True
 
 
 class Cgroups:

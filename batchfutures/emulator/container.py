@@ -75,7 +75,8 @@ def environment(host: Mapping[str, str], job: Iterable[Mapping[str, Any]],
                 batch: Mapping[str, str], *, vcpus: float,
                 python_path: Iterable[str] = ()) -> Dict[str, str]:
     """An attempt's environment (see the module doc); `python_path` goes before the job's."""
-    env = {name: value for name, value in host.items() if passed_from_host(name)}
+    # names first: os.environ decodes a value on each read, and most are never passed
+    env = {name: host[name] for name in host if passed_from_host(name)}
     env["PYTHONUNBUFFERED"] = "1"  # a killed attempt's output is still in its log
     threads = str(max(1, math.ceil(vcpus)))
     for name in THREAD_VARIABLES:  # no 64 thread pools (and their memory) on a 1-vCPU job
