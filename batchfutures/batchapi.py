@@ -348,12 +348,3 @@ def node_index(summary: Mapping[str, Any]) -> Optional[int]:
         return properties["nodeIndex"]
     _, mark, tail = str(summary.get("jobId", "")).rpartition("#")
     return int(tail) if mark and tail.isdigit() else None
-
-
-def read_log(logs_client: Any, group: str, stream: str, *, limit_events: int = 0) -> List[str]:
-    """Kept for callers of the old place: see `batchfutures.logs`."""
-    from . import logs
-
-    if limit_events:
-        return logs.tail(logs_client, group, stream, lines=limit_events)
-    return logs.read_all(logs_client, group, stream)

@@ -338,43 +338,9 @@ def _stream_lines(logs: Any, group: str, stream: str, cursor: Any) -> Iterator[s
         # the stream is not there yet
 
 
-def follow_log(batch: Any, logs: Any, job_id: str, *, log_group: str,
-               interval: float = 1.0) -> Iterator[str]:
-    """The job's console output as it is written, until the job ends (a place in the stream is
-    kept with nextForwardToken; a new attempt's stream is read from its start).
-
-    To be replaced by batchfutures.logs' follow generator once it lands.
-    """
-    from . import jobview
-    from .jobs import TERMINAL
-    from .logs import Cursor
-
-    stream: Optional[str] = None
-    cursor = Cursor()
-    ended_rounds = 0
-    while True:
-        info = jobview.describe(batch, job_id, children=False, log_group=log_group)
-        if info.log_stream != stream and info.log_stream:
-            if stream is not None:  # a retry writes a new stream: read it from its start
-                number = info.attempts + (0 if info.ended else 1)  # `attempts`: finished ones
-                _note(f"job {job_id}: attempt {number} started, a new log stream")
-            stream, cursor = info.log_stream, Cursor()
-        got = 0
-        if stream:
-            for line in _stream_lines(logs, info.log_group, stream, cursor):
-                got += 1
-                yield line
-        if info.status in TERMINAL:
-            # CloudWatch may lag the job's end: one more round at least, then until one brings
-            # nothing new (a few at most)
-            ended_rounds += 1
-            if (ended_rounds > 1 and not got) or ended_rounds > 5:
-                return
-        time.sleep(interval)
-
-
 def cmd_logs(args: argparse.Namespace) -> int:
     from . import jobview
+    from . import logs as logreader
     from .logs import Cursor
 
     env = _environment(args)
@@ -398,8 +364,14 @@ def cmd_logs(args: argparse.Namespace) -> int:
     if args.follow:
         if not info.log_stream:
             _note(f"job {args.job} is {info.status}; waiting for its output")
-        for line in follow_log(env.batch, env.logs, args.job, log_group=env.log_group,
-                               interval=args.interval):
+        def new_stream(description: Dict[str, Any], first: bool) -> None:
+            if not first:  # a retry writes a new stream: it is read from its start
+                ended = description.get("status") in logreader.FINISHED
+                number = len(description.get("attempts") or []) + (0 if ended else 1)
+                _note(f"job {args.job}: attempt {number} started, a new log stream")
+
+        for line in logreader.follow_job(env.batch, env.logs, args.job, env.log_group,
+                                         poll=args.interval, on_new_stream=new_stream):
             _out(line)
         return ExitCode.OK
     if not info.log_stream:

@@ -21,10 +21,11 @@ from typing import Any, Callable, Dict, List, Optional
 
 from botocore.exceptions import ClientError
 
-from . import batchapi, serialization
+from . import batchapi, jobdetail, serialization
+from . import logs as logreader
 from .errors import JobMetadataExpired
 from .jobs import STATUS_ORDER, TERMINAL
-from .session import log_group_of
+from .logs import log_group_of
 
 __all__ = ["JobInfo", "ChildInfo", "FailedCall", "CallFailures", "describe", "describe_in",
            "failed_calls", "not_found"]
@@ -149,29 +150,6 @@ class JobInfo:
         return out
 
 
-def _last_container(description: Dict[str, Any]) -> Dict[str, Any]:
-    attempts = description.get("attempts") or []
-    if attempts:
-        return attempts[-1].get("container") or {}
-    return description.get("container") or {}
-
-
-def log_stream_of(description: Dict[str, Any]) -> Optional[str]:
-    """The log stream of the current attempt, else of the latest attempt that has one.
-
-    `container` describes the attempt that runs now (`attempts` lists finished ones only), so
-    it comes first: while a retry runs, the last entry of `attempts` is the previous try.
-    """
-    stream = (description.get("container") or {}).get("logStreamName")
-    if stream:
-        return stream
-    for attempt in reversed(description.get("attempts") or []):
-        stream = (attempt.get("container") or {}).get("logStreamName")
-        if stream:
-            return stream
-    return None
-
-
 def job_url_of(description: Dict[str, Any]) -> Optional[str]:
     """The payload URL the worker command carries, when the job is one of batchfutures'."""
     command = (description.get("container") or {}).get("command") or []
@@ -204,7 +182,7 @@ def describe(batch_client: Any, job_id: str, *, logs: Any = None,
     if not found:
         raise not_found(job_id)
     description = found[0]
-    container = _last_container(description)
+    container = jobdetail.last_container(description)
     array = description.get("arrayProperties") or {}
     size = int(array.get("size") or 0)
     parent_id, _, index_text = job_id.partition(":")
@@ -222,7 +200,7 @@ def describe(batch_client: Any, job_id: str, *, logs: Any = None,
         status_counts={status: int((array.get("statusSummary") or {}).get(status, 0))
                        for status in STATUS_ORDER} if size else {},
         job_url=job_url_of(description),
-        log_stream=log_stream_of(description),
+        log_stream=jobdetail.log_stream(description),
         log_group=log_group_of(description, log_group),
     )
     if size and children:
@@ -252,12 +230,12 @@ def _log_reader(batch_client: Any, logs_client: Any, info: JobInfo,
         found = batchapi.describe_jobs(batch_client, [target])
         if not found:
             raise not_found(target)
-        stream = log_stream_of(found[0])
+        stream = jobdetail.log_stream(found[0])
         if not stream:
             return ""
         group = log_group_of(found[0], default_group)
         try:
-            return "\n".join(batchapi.read_log(logs_client, group, stream))
+            return "\n".join(logreader.read_all(logs_client, group, stream))
         except ClientError as error:  # the stream is named before its first line arrives
             if batchapi.error_code(error) == "ResourceNotFoundException":
                 return ""
@@ -284,7 +262,6 @@ class CallFailures:
 
     calls_read: int = 0  # items whose outcome was read
     failed: List[FailedCall] = field(default_factory=list)
-    results_read: int = 0  # result objects read
     results_skipped: int = 0  # result objects left unread (beyond the limit)
 
     def as_dict(self) -> Dict[str, Any]:
@@ -320,7 +297,6 @@ def failed_calls(storage: Any, info: JobInfo, *, limit: int = MAX_RESULTS_READ) 
             report.failed.append(FailedCall(child * chunksize, child, "RemoteError",
                                             f"the result object could not be read: {error}"))
             continue
-        report.results_read += 1
         for position, outcome in enumerate(outcomes):
             report.calls_read += 1
             if serialization.outcome_kind(outcome) == serialization.OK:

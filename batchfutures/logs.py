@@ -31,7 +31,8 @@ import logging
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
-from . import batchapi
+from . import batchapi, jobdetail
+from .statuses import JobStatus
 
 logger = logging.getLogger("batchfutures")
 
@@ -42,13 +43,7 @@ NOT_FOUND = "ResourceNotFoundException"
 
 
 # -- where a job's log is --------------------------------------------------------------------
-def log_stream(description: Dict[str, Any]) -> Optional[str]:
-    """The log stream of a job's last attempt that has one (else of its container)."""
-    for attempt in reversed(description.get("attempts") or []):
-        stream = (attempt.get("container") or {}).get("logStreamName")
-        if stream:
-            return stream
-    return (description.get("container") or {}).get("logStreamName")
+log_stream = jobdetail.log_stream  # the one definition: the current attempt's, else the latest's
 
 
 def log_group_of(description: Dict[str, Any], default: str) -> str:
@@ -142,41 +137,56 @@ def iter_all(logs_client: Any, group: str, stream: str, *,
     return lines_after(logs_client, group, stream, Cursor(), end_time_ms=end)
 
 
+# CloudWatch Logs may show a job's last lines a little after the job ended: once following
+# should stop, reads go on until one brings nothing new, at most this many.
+SETTLE_READS = 5
+
+
 def follow(logs_client: Any, group: str, stream: str, *, poll: float = 1.0,
            until: Optional[Callable[[], bool]] = None,
            sleep: Callable[[float], None] = time.sleep) -> Iterator[str]:
     """Lines of a stream as they are written, from its start.
 
-    Keeps the forward token between polls, so each line is read once. Stops once ``until()``
-    returns true (asked before each read, so what was written before it became true is still
-    yielded); without ``until`` it goes on until the caller stops iterating. A stream that does
-    not exist yet is waited for.
+    Keeps the forward token between polls, so each line is read once. Once ``until()`` returns
+    true (asked before each read, so what was written before it became true is still yielded)
+    it reads on until a read brings nothing new (at most SETTLE_READS: the service's lag);
+    without ``until`` it goes on until the caller stops iterating. A stream that does not exist
+    yet is waited for.
     """
     cursor = Cursor()
+    settling = 0
     while True:
         finished = bool(until()) if until is not None else False
+        got = 0
         try:
-            yield from lines_after(logs_client, group, stream, cursor)
+            for line in lines_after(logs_client, group, stream, cursor):
+                got += 1
+                yield line
         except Exception as error:
             if batchapi.error_code(error) != NOT_FOUND:
                 raise
             # the stream is made when the job's first attempt starts
         if finished:
-            return
+            settling += 1
+            if not got or settling >= SETTLE_READS:
+                return
         sleep(poll)
 
 
 # -- a job's log -----------------------------------------------------------------------------
-FINISHED = ("SUCCEEDED", "FAILED")
+FINISHED = frozenset(status.value for status in JobStatus if status.finished)
 
 
 def follow_job(batch_client: Any, logs_client: Any, job_id: str, default_group: str, *,
-               poll: float = 1.0, sleep: Callable[[float], None] = time.sleep) -> Iterator[str]:
+               poll: float = 1.0, sleep: Callable[[float], None] = time.sleep,
+               on_new_stream: Optional[Callable[[Dict[str, Any], bool], None]] = None
+               ) -> Iterator[str]:
     """Lines of a job's log as they are written, attempt after attempt, until the job ends.
 
     Waits for the first attempt's stream, follows it (`follow`), and goes on to the next
-    attempt's stream when Batch retries the job. Ends when the job has SUCCEEDED or FAILED and
-    its last stream is read, or when Batch no longer knows the job. One DescribeJobs per poll.
+    attempt's stream, from its start, when Batch retries the job (``on_new_stream(description,
+    first)`` is told of each). Ends when the job has SUCCEEDED or FAILED and its last stream is
+    read, or when Batch no longer knows the job. One DescribeJobs per poll.
     """
     followed: set = set()
     while True:
@@ -186,6 +196,8 @@ def follow_job(batch_client: Any, logs_client: Any, job_id: str, default_group: 
         description = found[0]
         stream = log_stream(description)
         if stream and stream not in followed:
+            if on_new_stream is not None:
+                on_new_stream(description, not followed)
             followed.add(stream)
 
             def moved_on(stream: str = stream) -> bool:

@@ -40,7 +40,6 @@ from .errors import (
 )
 from .futures import BatchFuture
 from .jobs import TrackedJob, settle
-from .logs import log_group_of  # noqa: F401  (its old place: jobview imports it from here)
 from .poller import LOG_TAIL_LINES, Poller
 from .settings import JobSettings
 from .submission import (

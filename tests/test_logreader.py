@@ -106,12 +106,17 @@ def test_follow_keeps_its_place_and_ends_after_until():
 
 
 def test_where_a_job_logs():
-    description = {"jobId": "j", "container": {"logStreamName": "old",
-                                               "logConfiguration": {"logDriver": "awslogs",
-                                                                    "options": {"awslogs-group": "/g"}}},
-                   "attempts": [{"container": {"logStreamName": "first"}},
-                                {"container": {"logStreamName": "second"}}, {"container": {}}]}
-    assert log_stream(description) == "second"
+    config = {"logDriver": "awslogs", "options": {"awslogs-group": "/g"}}
+    attempts = [{"container": {"logStreamName": "first"}},
+                {"container": {"logStreamName": "second"}}, {"container": {}}]
+    # a retry runs: `container` is the attempt of now, `attempts` the finished ones
+    description = {"jobId": "j", "container": {"logStreamName": "third",
+                                               "logConfiguration": config},
+                   "attempts": attempts}
+    assert log_stream(description) == "third"
+    # waiting for its retry, with no stream of its own: the latest attempt that has one
+    waiting = {"jobId": "j", "container": {"logConfiguration": config}, "attempts": attempts}
+    assert log_stream(waiting) == "second"
     assert log_group_of(description, "/aws/batch/job") == "/g"
     assert log_stream({"jobId": "j"}) is None
     assert job_log_tail(CloudWatchStream(LINES), {"jobId": "j"}, "/aws/batch/job") is None
