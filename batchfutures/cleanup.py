@@ -36,7 +36,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from . import batchapi, workdir
 from .errors import ConfigurationError
-from .jobs import TERMINAL
+from .statuses import FINISHED
 
 __all__ = ["JobState", "Decision", "RunReport", "decide", "job_state", "survey", "remove",
            "remove_finished_runs", "local_retention_seconds", "RETENTION_VARIABLE"]
@@ -65,7 +65,7 @@ def job_state(status: Optional[str]) -> JobState:
     """The state of a recorded job from its Batch status (None: DescribeJobs left it out)."""
     if status is None:
         return JobState.UNKNOWN
-    return JobState.ENDED if status in TERMINAL else JobState.ACTIVE
+    return JobState.ENDED if status in FINISHED else JobState.ACTIVE
 
 
 @dataclass(frozen=True)

@@ -469,7 +469,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 # -- jobs ---------------------------------------------------------------------------------------
 def _our_jobs(env: Any) -> List[Dict[str, Any]]:
     from . import batchapi
-    from .jobs import STATUS_ORDER
+    from .statuses import STATUS_ORDER
 
     found = []
     for status in STATUS_ORDER:
@@ -491,7 +491,7 @@ def job_matches(job: Dict[str, Any], status: Optional[str]) -> bool:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    from .jobs import STATUS_ORDER
+    from .statuses import STATUS_ORDER
 
     env = _environment(args)
     jobs = [job for job in _our_jobs(env) if job_matches(job, args.status)]
@@ -688,7 +688,7 @@ def build_parser() -> argparse.ArgumentParser:
     cancel.add_argument("--reason", default="no reason given",
                         help="why, recorded in the job's status reason")
 
-    from .jobs import STATUS_ORDER
+    from .statuses import STATUS_ORDER
 
     jobs = command("jobs", "list this library's jobs in the queue", cmd_jobs)
     jobs.add_argument("--status", choices=STATUS_ORDER, type=str.upper,

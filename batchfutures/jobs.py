@@ -43,14 +43,8 @@ from .statuses import JobStatus
 logger = logging.getLogger("batchfutures")
 
 
-ACTIVE = (JobStatus.STARTING, JobStatus.RUNNING)
-QUEUED = (JobStatus.SUBMITTED, JobStatus.PENDING, JobStatus.RUNNABLE)
-FINISHED = (JobStatus.SUCCEEDED, JobStatus.FAILED)
-# the same vocabulary as plain strings, for what prints or keys dicts by Batch's own names
-STATUS_ORDER = tuple(status.value for status in JobStatus)
 # a result object as read: its bytes, None (no object), or the IntegrityError its seal raised
 StoredResult = Union[bytes, None, IntegrityError]
-TERMINAL = tuple(status.value for status in FINISHED)
 
 
 class ChildState(enum.Enum):

@@ -24,8 +24,8 @@ from botocore.exceptions import ClientError
 from . import batchapi, jobdetail, serialization
 from . import logs as logreader
 from .errors import JobMetadataExpired
-from .jobs import STATUS_ORDER, TERMINAL
 from .logs import log_group_of
+from .statuses import FINISHED, STATUS_ORDER
 
 __all__ = ["JobInfo", "ChildInfo", "FailedCall", "CallFailures", "describe", "describe_in",
            "failed_calls", "not_found"]
@@ -111,7 +111,7 @@ class JobInfo:
 
     @property
     def ended(self) -> bool:
-        return self.status in TERMINAL
+        return self.status in FINISHED
 
     @property
     def parent_id(self) -> str:

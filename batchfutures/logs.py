@@ -32,7 +32,7 @@ import time
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from . import batchapi, jobdetail
-from .statuses import JobStatus
+from .statuses import FINISHED
 
 logger = logging.getLogger("batchfutures")
 
@@ -174,7 +174,6 @@ def follow(logs_client: Any, group: str, stream: str, *, poll: float = 1.0,
 
 
 # -- a job's log -----------------------------------------------------------------------------
-FINISHED = frozenset(status.value for status in JobStatus if status.finished)
 
 
 def follow_job(batch_client: Any, logs_client: Any, job_id: str, default_group: str, *,

@@ -44,7 +44,7 @@ import types
 import weakref
 from typing import IO, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, TypeVar, Union
 
-from .jobs import STATUS_ORDER
+from .statuses import FINISHED, STATUS_ORDER
 
 __all__ = ["progress", "render_counts", "render_line"]
 
@@ -54,7 +54,6 @@ REFRESH_INTERVAL = 0.25  # seconds between redraws (at most 4 a second)
 LINE_INTERVAL = 5.0  # not a terminal: at most one line this often (and only when counts changed)
 JOIN_TIMEOUT = 2.0  # close() waits this long for the drawing thread
 UNSENT = "unsent"  # calls the client has not sent to Batch yet (not a Batch status)
-FINISHED = ("SUCCEEDED", "FAILED")
 AUTO = "auto"
 
 Show = Union[bool, str]  # True: always (plain lines when not a terminal); "auto": terminal only

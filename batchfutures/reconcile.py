@@ -39,8 +39,9 @@ from typing import AbstractSet, Any, Dict, FrozenSet, List, Mapping, Optional, S
 
 from .batchapi import node_index
 from .errors import ABORT_REASON_PREFIX, IntegrityError, is_too_large_reason, is_unplaceable_reason
-from .jobs import ACTIVE, FINISHED, QUEUED, Actions, JobStatus, JobView, Shown, default_child_status
+from .jobs import Actions, JobView, Shown, default_child_status
 from .results import Arrival, ReadFailed
+from .statuses import ACTIVE, FINISHED, QUEUED, JobStatus
 
 __all__ = ["Reads", "Needs", "Step", "reconcile", "last_container"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from typing import Any, Optional
 
-__all__ = ["JobStatus"]
+__all__ = ["JobStatus", "QUEUED", "ACTIVE", "FINISHED", "STATUS_ORDER"]
 
 
 class JobStatus(str, enum.Enum):
@@ -38,8 +38,16 @@ class JobStatus(str, enum.Enum):
 
     @property
     def active(self) -> bool:
-        return self in (JobStatus.STARTING, JobStatus.RUNNING)
+        return self in ACTIVE
 
     @property
     def finished(self) -> bool:
-        return self in (JobStatus.SUCCEEDED, JobStatus.FAILED)
+        return self in FINISHED
+
+
+# The groups, as members (equal to Batch's strings, so `"FAILED" in FINISHED` holds too).
+QUEUED = (JobStatus.SUBMITTED, JobStatus.PENDING, JobStatus.RUNNABLE)  # not started yet
+ACTIVE = (JobStatus.STARTING, JobStatus.RUNNING)  # holds a container
+FINISHED = (JobStatus.SUCCEEDED, JobStatus.FAILED)  # ended: Batch never changes it again
+# Batch's names in lifecycle order, as plain strings: for what prints or keys dicts by them
+STATUS_ORDER = tuple(status.value for status in JobStatus)
