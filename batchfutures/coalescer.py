@@ -5,7 +5,7 @@
                                                                │ closed by
                               50 ms with no new call, 0.5 s after its first call (due()),
                               10,000 calls (add returns True), result()/log() of one of its
-                              futures (holding()), shutdown or interpreter exit (take_all())
+                              futures (holding()), shutdown or interpreter exit (all())
                                                                v
                                                   take(key) -> Batch, or None
 

@@ -5,8 +5,8 @@ expects, never the value given: values may be secrets, environment values or tag
 out of range (vcpus, retries, priority, nodes, memory in MiB) are shown.
 
 A `JobSettings` is immutable and hashable, so the executor can coalesce calls that share the
-same settings into one array job. `submit_fields` turns it into the per-job parts of a SubmitJob
-request (container overrides, timeout, retry strategy, tags); the job definition never changes.
+same settings into one array job. `submission.build_request` turns it into a SubmitJob request
+(container overrides, timeout, retry strategy, tags); the job definition never changes.
 """
 
 from __future__ import annotations
