@@ -7,7 +7,7 @@
 An `AttemptHandle` has `pid` (also its session and process group id), `returncode` (None while
 running, negative for death by signal), `running`, `kill_reason` (a `KillReason`, set by the
 first `kill`), `exit_code()` (Docker's: 128+N for signal N), `memory_exceeded` (known once it
-ended: the attempt was killed for its memory limit), `wait()` and `resident_mib()`. It kills the
+ended: the attempt was killed for its memory limit) and `wait()`. It kills the
 whole container: its process group, its session, and its cgroup when it has one. When the main
 process has ended, `finish(returncode)` kills what is left, reads the cgroup's OOM count and
 calls `on_exit(handle)`. The emptied cgroup's folders are removed by a background thread, off the
@@ -28,7 +28,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .procfs import resident_bytes, session_members
+from .procfs import session_members
 
 OOM_EXIT_STATUS = 137  # what the worker exits with on MemoryError (the RLIMIT world)
 # TerminateJob stops a container as `docker stop` does: SIGTERM to its main process, SIGKILL to
@@ -193,7 +193,3 @@ class AttemptHandle:
 
     def exit_code(self) -> int:
         return docker_exit_code(self.returncode)
-
-    def resident_mib(self) -> float:
-        """Resident memory of every process of the attempt, in MiB (0 once gone)."""
-        return resident_bytes(session_members([self.pid]).get(self.pid, [])) / (1024 * 1024)

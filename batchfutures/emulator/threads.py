@@ -64,9 +64,6 @@ class ThreadAttempt(AttemptHandle):
             self._ended = True
         self.finish(returncode)
 
-    def resident_mib(self) -> float:
-        return 0.0  # threads share this process's memory: nothing of its own to measure
-
 
 class _AttemptLogs(logging.Filter):
     """On the "batchfutures" logger: a record made on an attempt's thread goes to that attempt's
