@@ -20,7 +20,7 @@ from batchfutures.jobdefinitions import (
     parse_ulimits,
     split_reference,
 )
-from batchfutures.session import log_group_of
+from batchfutures.logs import log_group_of
 
 MODEL = botocore.session.get_session().get_service_model("batch")
 moto_server, aws_env = s3server.moto_server, s3server.aws_env  # fake credentials (fixtures)
