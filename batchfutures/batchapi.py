@@ -4,7 +4,7 @@
                                                 full jitter; botocore's own retries are off
                                                 (environments.client_config), so budgets
                                                 never multiply
-    caller ── submit_job(client, request) ────> exactly-once SubmitJob:
+    caller ── submit_exactly_once(client, request, grace=describe grace) ──> exactly-once SubmitJob:
 
         request + unique jobName suffix + tag batchfutures:submission=<uuid>
            │
@@ -16,8 +16,12 @@
            RESUBMIT   certainly not processed (throttled 429, the connection never opened)
                       ─> wait (jitter) and send again
            LOOK_UP    may have been processed (5xx, read timeout, connection closed mid-call)
-                      ─> ListJobs(jobQueue, JOB_NAME = the unique name), DescribeJobs to match
-                         the tag; found ─> its id; not found after a few looks ─> send again
+                      ─> ListJobs(jobQueue, JOB_NAME = the unique name) for up to the grace
+                         (the poller's allowance for DescribeJobs to show a new job; a listed
+                         job DescribeJobs does not show yet counts, one whose tag is another
+                         submission's does not); found ─> its id (of several: the oldest, the
+                         others terminated); none ─> send again, then look again at once and
+                         after the grace, terminating every other job of the name
            GIVE_UP    a client error (4xx): raise
 
 Both the emulator and botocore raise `botocore.exceptions.ClientError`, so one policy covers
@@ -37,6 +41,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import threading
 import time
 import uuid
 from dataclasses import dataclass, replace
@@ -57,7 +62,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from .errors import BatchError
+from .errors import ABORT_REASON_PREFIX, BatchError
 
 logger = logging.getLogger("batchfutures")
 
@@ -232,9 +237,6 @@ def call(method: Callable[..., Dict[str, Any]], *, budget: RetryBudget = DEFAULT
 
 
 # -- exactly-once SubmitJob -------------------------------------------------------------------
-LOOKUP_WAITS = (0.0, 1.0, 2.0, 4.0)  # ListJobs may lag SubmitJob by a moment
-
-
 def with_submission_token(request: Dict[str, Any], token: str) -> Dict[str, Any]:
     """The request with its unique marks: a jobName suffix (for ListJobs) and a tag (to confirm)."""
     name = str(request.get("jobName") or "bf-call")
@@ -244,67 +246,134 @@ def with_submission_token(request: Dict[str, Any], token: str) -> Dict[str, Any]
     return marked
 
 
-def find_submission(client: Any, request: Dict[str, Any],
-                    budget: RetryBudget = DEFAULT_BUDGET) -> Optional[Dict[str, Any]]:
-    """The job ``request`` (marked by `with_submission_token`) created, or None."""
-    token = (request.get("tags") or {}).get(SUBMISSION_TAG)
-    listing = {"jobQueue": request["jobQueue"],
-               "filters": [{"name": "JOB_NAME", "values": [request["jobName"]]}]}
-    candidates: List[str] = []
-    for page in paginate(client.list_jobs, budget=budget, **listing):
-        candidates += [s["jobId"] for s in page.get("jobSummaryList", [])
-                       if s.get("jobName") == request["jobName"]]
-    for description in describe_jobs(client, candidates, budget=budget):
-        if (description.get("tags") or {}).get(SUBMISSION_TAG) == token:
-            return {key: description.get(key) for key in ("jobId", "jobName", "jobArn")}
-    return None
+# The look-up after an ambiguous SubmitJob lasts the environment's describe_grace (the poller's
+# allowance for DescribeJobs to show a new job): one definition for both.
+LOOKUP_MAX_WAIT = 8.0  # seconds between two ListJobs of the look-up, at most
+DUPLICATE_REASON = f"{ABORT_REASON_PREFIX} duplicate of an ambiguous SubmitJob"
 
 
-def _look_up(client: Any, request: Dict[str, Any], budget: RetryBudget) -> Optional[Dict[str, Any]]:
-    for wait in LOOKUP_WAITS:
-        time.sleep(wait)
-        try:
-            found = find_submission(client, request, budget)
-        except Exception as error:  # without the answer a resubmit could duplicate the job
-            raise BatchError(
-                f"SubmitJob of {request['jobName']!r} may have created a job, and looking for it "
-                f"failed ({error}); look for the tag {SUBMISSION_TAG}="
-                f"{request['tags'][SUBMISSION_TAG]} in queue {request['jobQueue']} before "
-                f"submitting again") from error
-        if found is not None:
-            return found
-    return None
+def submit_exactly_once(client: Any, request: Dict[str, Any], *, grace: float,
+                        budget: RetryBudget = SUBMIT_BUDGET,
+                        token: Optional[str] = None) -> Dict[str, Any]:
+    """SubmitJob so that one job results: the response of the job kept.
 
-
-def submit_job(client: Any, request: Dict[str, Any], *, budget: RetryBudget = SUBMIT_BUDGET,
-               token: Optional[str] = None) -> Dict[str, Any]:
-    """SubmitJob exactly once: the response of the one job this request created.
-
-    The request's jobName gets a unique suffix and its tags a `SUBMISSION_TAG`; a failure that
-    may have created the job is followed by a look-up before anything is sent again.
+    The request gets a unique name suffix and tag (`with_submission_token`). A failure
+    that may have created the job is followed by a look-up for up to ``grace`` seconds
+    (`look_up`); only when it finds nothing is the request sent again, and after such a
+    resubmission the name is looked up again, at once and ``grace`` seconds later, and every
+    other job of that name is terminated (`remove_duplicates`).
     """
     marked = with_submission_token(request, token or uuid.uuid4().hex)
     deadline = time.monotonic() + budget.seconds
     wait = wait_random_exponential(multiplier=budget.first_wait, max=budget.max_wait)
+    resent = False  # sent again after a look-up found nothing: an earlier job may show later
     for attempt in range(1, budget.attempts + 1):
         try:
-            return client.submit_job(**marked)
+            response = client.submit_job(**marked)
         except Exception as error:
             verdict = submit_verdict(error)
-            last_chance = attempt == budget.attempts or time.monotonic() >= deadline
             logger.debug("SubmitJob of %s failed (%s): %s", marked["jobName"], error, verdict.value)
             if verdict is SubmitVerdict.GIVE_UP:
                 raise
             if verdict is SubmitVerdict.LOOK_UP:
-                found = _look_up(client, marked, DEFAULT_BUDGET)
+                started = time.monotonic()
+                found = look_up(client, marked, grace)
+                deadline += time.monotonic() - started  # the look-up is not the retry budget's
                 if found is not None:
                     logger.info("batchfutures: SubmitJob answered %s but had created job %s",
-                                error_code(error) or type(error).__name__, found["jobId"])
+                                error_code(error) or type(error).__name__,
+                                found["jobId"])
+                    if resent:
+                        _look_again_later(client, marked, found["jobId"], grace)
                     return found
-            if last_chance:
+            if attempt == budget.attempts or time.monotonic() >= deadline:
                 raise
-            time.sleep(wait(_RetryState(attempt)))
+            resent = resent or verdict is SubmitVerdict.LOOK_UP
+            time.sleep(wait(_RetryState(attempt)))  # full jitter, as `call`'s retries
+            continue
+        if resent:  # a job of an earlier try may still show up: keep this one only
+            remove_duplicates(client, marked, keep=response["jobId"])
+            _look_again_later(client, marked, response["jobId"], grace)
+        return response
     raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+
+def _look_again_later(client: Any, request: Dict[str, Any], keep: str, grace: float) -> None:
+    """`remove_duplicates` once more after ``grace``: an earlier try's job, listed late."""
+    timer = threading.Timer(grace, remove_duplicates, (client, request), {"keep": keep})
+    timer.daemon = True
+    timer.start()
+
+
+def submission_jobs(client: Any, request: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """The summaries of the jobs this marked request created, oldest first.
+
+    A ListJobs hit of the exact name is accepted even when DescribeJobs does not show the job
+    yet (the name's suffix is the submission's own); a described job whose submission tag is
+    another's is left out.
+    """
+    name = request["jobName"]
+    token = (request.get("tags") or {}).get(SUBMISSION_TAG)
+    listing = {"jobQueue": request["jobQueue"],
+               "filters": [{"name": "JOB_NAME", "values": [name]}]}
+    hits: List[Dict[str, Any]] = []
+    for page in paginate(client.list_jobs, **listing):
+        hits += [s for s in page.get("jobSummaryList", []) if s.get("jobName") == name]
+    described = {d["jobId"]: d for d in describe_jobs(client, [s["jobId"] for s in hits])}
+    ours = [s for s in hits if s["jobId"] not in described
+            or (described[s["jobId"]].get("tags") or {}).get(SUBMISSION_TAG) == token]
+    return sorted(ours, key=lambda s: (s.get("createdAt") or 0, s["jobId"]))
+
+
+def look_up(client: Any, request: Dict[str, Any], grace: float) -> Optional[Dict[str, Any]]:
+    """The job an ambiguous SubmitJob of ``request`` created, looked for during ``grace``
+    seconds; None when none showed. Of several (an earlier resubmission's), the oldest is
+    kept and the others are terminated."""
+    give_up_at = time.monotonic() + grace
+    pause = 0.0
+    while True:
+        try:
+            found = submission_jobs(client, request)
+        except Exception as error:  # without the answer a resubmit could duplicate the job
+            raise BatchError(
+                f"SubmitJob of {request['jobName']!r} may have created a job, and looking for it "
+                f"failed ({error}); look for the tag {SUBMISSION_TAG}="
+                f"{request['tags'][SUBMISSION_TAG]} in queue {request['jobQueue']} "
+                f"before submitting again") from error
+        if found:
+            kept = found[0]
+            _terminate(client, [s["jobId"] for s in found[1:]], kept["jobId"])
+            return {"jobId": kept["jobId"], "jobName": kept.get("jobName"),
+                    "jobArn": kept.get("jobArn")}
+        left = give_up_at - time.monotonic()
+        if left <= 0:
+            return None
+        pause = min(left, LOOKUP_MAX_WAIT, max(0.5, pause * 2))
+        time.sleep(pause)
+
+
+def remove_duplicates(client: Any, request: Dict[str, Any], *, keep: str) -> List[str]:
+    """Terminate every job of this marked request but ``keep``; the ids terminated."""
+    try:
+        extras = [s["jobId"] for s in submission_jobs(client, request) if s["jobId"] != keep]
+    except Exception as error:
+        logger.warning("batchfutures: could not look for duplicates of job %s (%s): %s", keep,
+                       request["jobName"], error)
+        return []
+    return _terminate(client, extras, keep)
+
+
+def _terminate(client: Any, job_ids: List[str], kept: str) -> List[str]:
+    done = []
+    for job_id in job_ids:
+        logger.warning("batchfutures: job %s duplicates job %s (an ambiguous SubmitJob was sent "
+                       "again); terminating it", job_id, kept)
+        try:
+            call(client.terminate_job, jobId=job_id, reason=f"{DUPLICATE_REASON} {kept}")
+            done.append(job_id)
+        except Exception as error:
+            logger.warning("batchfutures: could not terminate duplicate job %s: %s", job_id, error)
+    return done
 
 
 class _RetryState:

@@ -10,6 +10,7 @@
                   │
                   v
     storage.delete_run(run, its job ids)            payloads, results and job pointers
+    cache.forget_runs(removed runs)                 their cache index objects (R/cache/...)
 
 A run is never removed while one of its jobs is active. A run whose jobs have all ended goes
 once it is older than the horizon (or at once with ``all_finished``: `cleanup --all`). A run
@@ -229,6 +230,10 @@ def remove(storage: Any, reports: Iterable[RunReport]) -> List[str]:
         if report.decision.remove and _removable(storage, report.run_id, report.job_ids):
             storage.delete_run(report.run_id, report.job_ids)
             removed.append(report.run_id)
+    if removed:  # their cache index objects point at nothing now (batchfutures.cache)
+        from .cache import forget_runs
+
+        forget_runs(storage, removed)
     return removed
 
 

@@ -22,7 +22,7 @@ the contract says; futures nested deeper travel as they are and are refused (not
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 MAX_DEPENDENCIES = 20  # Batch's limit of dependsOn entries per job
 
@@ -71,13 +71,19 @@ def substitute_call(args: tuple, kwargs: Dict[str, Any],
 
 # -- the worker's side ---------------------------------------------------------------------
 class Resolver:
-    """Reads upstream results for a child's items, one GET per upstream child."""
+    """Reads upstream results for a child's items, one GET per upstream child, kept.
+
+    ``preload(items)`` reads every one the items refer to before any code runs (a bad seal is
+    the job's IntegrityError then); afterwards ``resolve`` reads nothing, so it may run in the
+    inner pool's forked sub-processes, which must do no storage I/O (pool.py).
+    """
 
     def __init__(self, storage: Any, redirects: Optional[List[List[Any]]] = None) -> None:
         """``redirects``: [first job_url, child, current job_url, child] of upstream results
         that moved since the FutureRefs were made (a rerun's header, see reruns.py)."""
         self._storage = storage
-        self._outcomes: Dict[Tuple[str, int], List[bytes]] = {}
+        # per upstream child: its outcomes, or the outcome saying it wrote no result
+        self._outcomes: Dict[Tuple[str, int], Union[List[bytes], bytes]] = {}
         self._moved = {(str(a), int(b)): (str(c), int(d)) for a, b, c, d in redirects or ()}
 
     def _outcome(self, ref: FutureRef) -> bytes:
@@ -89,12 +95,41 @@ class Resolver:
             if data is None:  # failed as a container, or cancelled: it wrote no result
                 from .errors import JobFailedError
 
-                missing = serialization.encode_error(JobFailedError(
+                self._outcomes[key] = serialization.encode_error(JobFailedError(
                     f"{ref.job_id or 'an upstream call'} ended without a result (it failed, or "
                     f"was cancelled)", job_id=ref.job_id or None))
-                raise UpstreamFailed(ref, missing)
-            self._outcomes[key] = serialization.unpack_result(data)[1]
-        return self._outcomes[key][ref.item]
+            else:
+                self._outcomes[key] = serialization.unpack_result(data)[1]
+        found = self._outcomes[key]
+        if isinstance(found, bytes):
+            raise UpstreamFailed(ref, found)
+        return found[ref.item]
+
+    def preload(self, items: Sequence[Tuple[int, tuple, Dict[str, Any]]]) -> None:
+        """Read (and check the seal of) every upstream result the items' arguments refer to.
+        IntegrityError and MemoryError propagate; a missing result or item is kept for the
+        item's own outcome."""
+        from .errors import IntegrityError
+
+        refs: List[FutureRef] = []
+
+        def collect(value: Any) -> None:
+            if isinstance(value, FutureRef):
+                refs.append(value)
+            return None
+
+        for _, args, kwargs in items:
+            if has_refs(args, kwargs):
+                substitute_call(args, kwargs, collect)
+        for ref in refs:
+            for child in range(ref.nodes) if ref.nodes > 1 else (ref.child,):
+                try:
+                    self._outcome(FutureRef(ref.job_url, child, 0 if ref.nodes > 1 else ref.item,
+                                            ref.job_id))
+                except (MemoryError, IntegrityError):
+                    raise
+                except Exception:  # a missing result or item: that item's outcome says so
+                    pass
 
     def value(self, ref: FutureRef) -> Any:
         from . import serialization

@@ -69,6 +69,7 @@ class DryRunEnvironment:
         self.batch = RecordingBatch()
         self.job_queue = env.job_queue
         self.job_definition = planned_definition(env)
+        self.describe_grace = float(getattr(env, "describe_grace", 0.0))  # never waited on
 
     def check_queue(self) -> None:
         """Not checked: DescribeJobQueues would be a request."""

@@ -27,7 +27,7 @@ import os
 import re
 import threading
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import batchapi, signing
 from .awsclients import (
@@ -277,6 +277,13 @@ class LocalEnvironment(Environment):
                     batch, "batchfutures-local", nodes=nodes)
         return known
 
+    def max_memory_mib(self) -> Optional[int]:
+        """The most memory a job can be placed with here: the machine's (validate_settings
+        refuses more)."""
+        from .emulator import host
+
+        return host.memory_mib()
+
     def validate_settings(self, settings: JobSettings) -> None:
         """Refuse a job this machine can never place (it would wait RUNNABLE forever)."""
         from .emulator import host
@@ -339,7 +346,8 @@ class AWSBatchEnvironment(Environment):
                  region_name: Optional[str] = None, profile_name: Optional[str] = None,
                  session: Any = None, signing_secret: Optional[str] = None,
                  kms_key_id: Optional[str] = None, expected_bucket_owner: Optional[str] = None,
-                 stack: Optional[str] = None, **definition_options: Any) -> None:
+                 stack: Optional[str] = None, max_memory: Union[int, str, None] = None,
+                 **definition_options: Any) -> None:
         super().__init__()
         unknown = set(definition_options) - set(DEFINITION_OPTIONS)
         if unknown:
@@ -364,6 +372,8 @@ class AWSBatchEnvironment(Environment):
         if stack is not None and not (isinstance(stack, str) and STACK_NAME.fullmatch(stack)):
             raise ConfigurationError(f"stack={stack!r} is not a CloudFormation stack name")
         self.stack = stack
+        self.max_memory = _max_memory(max_memory)
+        self._placement: Any = None  # oomretry.Placement, learned once
         self._owner_lock = threading.Lock()
         self._given_definition = job_definition
         self._registered_definition: Optional[str] = None
@@ -526,6 +536,50 @@ class AWSBatchEnvironment(Environment):
             self._queue_vcpus = known
         return known
 
+    def job_platform(self) -> Optional[str]:
+        """"EC2" or "FARGATE": the ``platform=`` of an ``image=``, else the job definition's
+        platformCapabilities (read once); None when it cannot be read."""
+        if self.image:
+            return str(self.definition_options.get("platform", "EC2")).upper()
+        from . import jobdefinitions
+
+        try:
+            return jobdefinitions.definition_platform(self._describe_definition())
+        except Exception:  # unreadable here: SubmitJob still checks
+            return None
+
+    def max_memory_mib(self) -> Optional[int]:
+        """The most container memory (MiB) a job of this queue can be placed with:
+        ``max_memory=``, else learned once from the queue's compute environments (see
+        ``oom_placement``); None when unknown."""
+        return self.oom_placement().max_mib
+
+    def oom_placement(self) -> Any:
+        """How retry_on_oom sizes a retry here (an oomretry.Placement), learned once: the job
+        definition's platform, and ``max_memory=`` or what the queue's compute environments can
+        place (DescribeJobQueues, DescribeComputeEnvironments, then EC2 DescribeInstanceTypes of
+        their instanceTypes). What cannot be read leaves the cap unknown, logged once."""
+        from .oomretry import Placement
+
+        if self._placement is None:
+            platform = self.job_platform()
+            cap = self.max_memory
+            learned_platform: Optional[str] = None
+            if cap is None:
+                try:
+                    learned_platform, cap = queue_max_memory(self.batch, self.job_queue,
+                                                             lambda: self.client("ec2"))
+                except Exception as error:
+                    logger.warning(
+                        "batchfutures: cannot learn the most memory job queue %r can place (%s); "
+                        "retry_on_oom doubles without a cap (a retry no instance can hold fails "
+                        "when Batch says so). Pass max_memory= to AWSBatchEnvironment to say it.",
+                        self.job_queue,
+                        explain_aws_error(error) if not isinstance(error, BatchError) else error)
+            kind = platform or learned_platform or "EC2"
+            self._placement = Placement("FARGATE" if kind == "FARGATE" else "EC2", cap)
+        return self._placement
+
     def validate_settings(self, settings: JobSettings) -> None:
         if settings.timeout is not None and settings.timeout < 60:
             raise ConfigurationError(
@@ -550,10 +604,9 @@ class AWSBatchEnvironment(Environment):
                 f"job_definition={self._given_definition or self.image!r})")
 
 
-def queue_max_vcpus(batch: Any, job_queue: str) -> float:
-    """The sum of ``maxvCpus`` over the ENABLED compute environments of ``job_queue``
-    (DescribeJobQueues, then DescribeComputeEnvironments); ConfigurationError when the queue
-    has none that says (an unmanaged compute environment has no maxvCpus)."""
+def queue_compute_environments(batch: Any, job_queue: str) -> List[Dict[str, Any]]:
+    """The compute environments of ``job_queue`` as DescribeComputeEnvironments describes them
+    (DescribeJobQueues first); ConfigurationError when the queue or its environments are none."""
     queues = batchapi.call(batch.describe_job_queues, jobQueues=[job_queue]).get("jobQueues")
     if not queues:
         raise ConfigurationError(f"job queue {job_queue!r} does not exist")
@@ -561,14 +614,78 @@ def queue_max_vcpus(batch: Any, job_queue: str) -> float:
              for entry in queues[0].get("computeEnvironmentOrder") or []]
     if not names:
         raise ConfigurationError(f"job queue {job_queue!r} has no compute environment")
-    described = batchapi.call(batch.describe_compute_environments,
-                              computeEnvironments=names).get("computeEnvironments") or []
+    return list(batchapi.call(batch.describe_compute_environments,
+                              computeEnvironments=names).get("computeEnvironments") or [])
+
+
+def queue_max_vcpus(batch: Any, job_queue: str) -> float:
+    """The sum of ``maxvCpus`` over the ENABLED compute environments of ``job_queue``
+    (DescribeJobQueues, then DescribeComputeEnvironments); ConfigurationError when the queue
+    has none that says (an unmanaged compute environment has no maxvCpus)."""
+    described = queue_compute_environments(batch, job_queue)
     total = sum(float((environment.get("computeResources") or {}).get("maxvCpus") or 0)
                 for environment in described if environment.get("state", "ENABLED") == "ENABLED")
     if total <= 0:
         raise ConfigurationError(f"no ENABLED managed compute environment of job queue "
                                  f"{job_queue!r} has maxvCpus")
     return total
+
+
+def queue_max_memory(batch: Any, job_queue: str, ec2: Callable[[], Any]
+                     ) -> Tuple[str, Optional[int]]:
+    """The platform of ``job_queue``'s compute environments and the most container memory one
+    of them can place (oomretry.queue_max_memory_mib; None: some cannot say). ``ec2()``: the EC2
+    client, made only when an EC2 compute environment names instance types."""
+    from .oomretry import instance_type_queries, queue_max_memory_mib
+
+    described = queue_compute_environments(batch, job_queue)
+
+    def installed(instance_types: Sequence[str]) -> Optional[int]:
+        exact, families = instance_type_queries(instance_types)
+        return instance_memory_mib(ec2(), exact, families)
+
+    return queue_max_memory_mib(described, installed)
+
+
+def instance_memory_mib(ec2: Any, exact: Tuple[str, ...], families: Tuple[str, ...]
+                        ) -> Optional[int]:
+    """The largest installed memory (MiB) of these instance types and every size of these
+    families (EC2 DescribeInstanceTypes); None when one of them is unknown to EC2."""
+    found: Dict[str, int] = {}
+    requests: List[Dict[str, Any]] = []
+    if exact:
+        requests.append({"InstanceTypes": list(exact)})
+    if families:
+        requests.append({"Filters": [{"Name": "instance-type",
+                                      "Values": [f"{family}.*" for family in families]}]})
+    for request in requests:
+        token: Optional[str] = None
+        while True:
+            params = dict(request, **({"NextToken": token} if token else {}))
+            page = batchapi.call(ec2.describe_instance_types, **params)
+            for entry in page.get("InstanceTypes") or []:
+                found[str(entry["InstanceType"])] = int(entry["MemoryInfo"]["SizeInMiB"])
+            token = page.get("NextToken")
+            if not token:
+                break
+    named_families = {name.split(".")[0] for name in found}
+    if any(name not in found for name in exact) or any(f not in named_families for f in families):
+        return None
+    return max(found.values(), default=None)
+
+
+def _max_memory(value: Union[int, str, None]) -> Optional[int]:
+    if value is None:
+        return None
+    from .settings import parse_memory
+
+    try:
+        mib = parse_memory(value)
+    except (ConfigurationError, TypeError, ValueError) as error:
+        raise ConfigurationError(f"max_memory={value!r}: {error}") from error
+    if mib <= 0:
+        raise ConfigurationError(f"max_memory={value!r} must be positive")
+    return mib
 
 
 # -- checks of what the user typed ---------------------------------------------------------------

@@ -26,6 +26,7 @@ classified by the same code:
     "Job attempt duration exceeded timeout"                    -> JobTimeoutError
     "Host EC2 (instance ...) terminated.", "Your Spot Task was interrupted."
                                                                -> HostTerminatedError
+    "Canceled by JobStateTimeLimit action due to reason: X"    -> JobUnplaceableError (.reason X)
     isCancelled / isTerminated, or our own "batchfutures:" reason -> JobAbortedError
     anything else (Batch's reason kept)                        -> JobFailedError
 """
@@ -56,6 +57,8 @@ __all__ = [
     "PollerStoppedError",
     "classify_failure",
     "is_unplaceable_reason",
+    "time_limit_reason",
+    "time_limit_status_reason",
 ]
 
 
@@ -177,8 +180,13 @@ class InitializerFailedError(BatchError, concurrent.futures.BrokenExecutor):
 
 
 class JobUnplaceableError(JobFailedError):
-    """The job waited RUNNABLE longer than ``runnable_timeout`` with a reason saying Batch cannot
-    place it (``MISCONFIGURATION:...``, ``CAPACITY:...``), and was cancelled."""
+    """The job waited RUNNABLE longer than ``runnable_timeout`` (or its queue's
+    jobStateTimeLimitActions' time) with a reason saying Batch cannot place it
+    (``MISCONFIGURATION:...``, ``CAPACITY:...``), and was cancelled. ``.reason``: that reason."""
+
+    def __init__(self, message: str, *, reason: Optional[str] = None, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.reason = reason if reason is not None else kwargs.get("status_reason")
 
 
 class PollerStoppedError(BatchError):
@@ -200,6 +208,11 @@ _OOM_PREFIX = "outofmemoryerror"
 UNPLACEABLE_PREFIXES = ("MISCONFIGURATION:", "CAPACITY:")
 # ... of those, the one that says no compute environment has the vCPUs, memory or GPUs asked for
 RESOURCES_TOO_LARGE_PREFIX = "MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT"
+# A job the queue's jobStateTimeLimitActions ended: "<verb> by JobStateTimeLimit action due to
+# reason: <the action's reason>" (AWS Batch User Guide, "Jobs stuck in a RUNNABLE status";
+# Canceled for job queues of ECS/EKS/Fargate compute environments, Terminated for SageMaker's).
+TIME_LIMIT_VERBS = {"CANCEL": "Canceled", "TERMINATE": "Terminated"}
+TIME_LIMIT_WORDING = "{verb} by JobStateTimeLimit action due to reason: {reason}"
 
 
 def add_note(error: BaseException, note: str) -> None:
@@ -217,6 +230,21 @@ def add_note(error: BaseException, note: str) -> None:
 def is_unplaceable_reason(reason: Optional[str]) -> bool:
     """Whether a RUNNABLE job's reason says Batch cannot place it as things are."""
     return bool(reason) and str(reason).startswith(UNPLACEABLE_PREFIXES)
+
+
+def time_limit_status_reason(reason: str, action: str = "CANCEL") -> str:
+    """The statusReason Batch writes on a job its queue's time-limit ``action`` ended."""
+    return TIME_LIMIT_WORDING.format(verb=TIME_LIMIT_VERBS[action], reason=reason)
+
+
+def time_limit_reason(status_reason: Optional[str]) -> Optional[str]:
+    """The action's reason X of a statusReason "Canceled (Terminated) by JobStateTimeLimit
+    action due to reason: X"; None for any other statusReason."""
+    for action in TIME_LIMIT_VERBS:
+        prefix = time_limit_status_reason("", action)
+        if status_reason and status_reason.startswith(prefix):
+            return status_reason[len(prefix):].strip()
+    return None
 
 
 def is_too_large_reason(reason: Optional[str]) -> bool:
@@ -315,12 +343,17 @@ def classify_failure(
         return DependencyFailedError(
             f"Batch job {job_id} did not run: a job it depends on (a future passed as an "
             f"argument) failed ({status_reason}).", **fields)
-    if is_unplaceable_reason(status_reason) and not job.get("attempts"):
-        # the queue's jobStateTimeLimitActions cancelled a job Batch could never place
+    cause = time_limit_reason(status_reason)
+    if cause is None and is_unplaceable_reason(status_reason) and not job.get("attempts"):
+        cause = status_reason  # the bare reason, as older emulators wrote it
+    if cause is not None:
+        # the queue's jobStateTimeLimitActions ended a job Batch could not place (before any
+        # attempt, so this comes before the isCancelled check below)
         return JobUnplaceableError(
             f"Batch job {job_id} could not be placed and its queue's jobStateTimeLimitActions "
-            f"cancelled it: {status_reason}. Ask for fewer vCPUs, less memory or fewer GPUs, or "
-            f"use a job queue whose compute environments can run it.", **fields)
+            f"cancelled it; Batch's reason: {cause}. Ask for fewer vCPUs, less memory or fewer "
+            f"GPUs, or use a job queue whose compute environments can run it.",
+            reason=cause, **fields)
     # Aborted only when Batch says a CancelJob/TerminateJob was accepted, or the reason is one
     # this library wrote; any other reason is Batch's own account of a failure.
     if job.get("isCancelled") or job.get("isTerminated") or \

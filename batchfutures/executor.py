@@ -23,16 +23,18 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import functools
 import itertools
 import time
-from typing import Any, Callable, Iterable, Iterator, List, Optional, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 from . import chunking, serialization
+from .cache import Follower, has_future
 from .dependencies import substitute
 from .environments import EnvironmentLike, resolve_environment
 from .futures import BatchFuture
 from .progress import for_map as progress_for_map
-from .session import Session, Upstream
+from .session import Session, Upstream, settle_cached
 from .settings import JobSettings
 from .submission import MAX_ARRAY_SIZE, PendingJob, job_name_for
 
@@ -64,6 +66,148 @@ class _Budget:
         return max(0, self.yielded + self.buffersize - self.taken) // size
 
 
+class _MapJob:
+    """One map's slices with ``cache=True``: calls found in the cache or following an identical
+    call in flight are not sent; the rest run in children of consecutive items, so the futures
+    of a slice stay in input order (see batchfutures.cache)."""
+
+    def __init__(self, session: Session, settings: JobSettings, function_pickle: bytes,
+                 single: bool, encoding: str, name: str, per_child: bool) -> None:
+        self.session = session
+        self.settings = settings
+        self.function_pickle = function_pickle
+        self.single = single
+        self.encoding = encoding
+        self.name = name
+        self.per_child = per_child
+        self._refreshed = False
+
+    def _call(self, value: Any) -> Optional[Tuple[tuple, dict]]:
+        """The item as a call's (args, kwargs); None when a future is among them."""
+        values = (value,) if self.single else tuple(value)
+        if any(has_future(v) for v in values):
+            return None
+        return values, {}
+
+    def send_cached(self, raw: List[Any], first: int, size: int
+                    ) -> Tuple[List[BatchFuture], Optional[BatchFuture], int]:
+        """Submit the calls of ``raw`` (map items ``first``...) that must run; every item's
+        future (or, per child, one future per run of items) in order, the first submitted
+        future and how many items its Batch job runs."""
+        session, cache = self.session, self.session.cache
+        assert cache is not None
+        function_digest = cache.function_digest(self.function_pickle)
+        if not self._refreshed:  # one listing of the function's index per map
+            cache.refresh(function_digest)
+            self._refreshed = True
+        digests = cache.call_digests(function_digest, self.settings,
+                                     [self._call(value) for value in raw])
+        hits = cache.lookup(function_digest, digests)
+        follows: Dict[int, Any] = {}  # item -> leader (future, position) or an earlier item
+        first_of: Dict[str, int] = {}
+        for i, digest in enumerate(digests):
+            if i in hits or digest is None:
+                continue
+            leader = cache.leader(digest)
+            if leader is not None:
+                follows[i] = leader
+            elif digest in first_of:
+                follows[i] = first_of[digest]
+            else:
+                first_of[digest] = i
+        # segments of consecutive items: run ones in children of at most ``size``
+        segments: List[Tuple[bool, List[int]]] = []
+        for i in range(len(raw)):
+            runs = i not in hits and i not in follows
+            if segments and segments[-1][0] == runs and (not runs or len(segments[-1][1]) < size):
+                segments[-1][1].append(i)
+            else:
+                segments.append((runs, [i]))
+        run_children = [indices for runs, indices in segments if runs]
+        place: Dict[int, Tuple[BatchFuture, Optional[int]]] = {}  # run item -> its future
+        child_futures: List[List[BatchFuture]] = []
+        for indices in run_children:
+            if self.per_child:
+                future = BatchFuture(session)
+                future._cache_key = (function_digest, tuple(digests[i] for i in indices))
+                cache.register([(digests[i], k) for k, i in enumerate(indices)], future)
+                place.update((i, (future, k)) for k, i in enumerate(indices))
+                child_futures.append([future])
+            else:
+                group = []
+                for i in indices:
+                    future = BatchFuture(session)
+                    future._cache_key = (function_digest, (digests[i],))
+                    cache.register([(digests[i], None)], future)
+                    place[i] = (future, None)
+                    group.append(future)
+                child_futures.append(group)
+        jobs = []
+        for start in range(0, len(run_children), MAX_ARRAY_SIZE):
+            jobs.append(self._pending(raw, first, run_children[start:start + MAX_ARRAY_SIZE],
+                                      child_futures[start:start + MAX_ARRAY_SIZE], size))
+        out: List[BatchFuture] = []
+        children = iter(child_futures)
+        for runs, indices in segments:
+            if runs:
+                out.extend(next(children))
+            elif self.per_child:
+                slots = Follower(BatchFuture(session), len(indices))
+                slots.future._cached = True
+                for slot, i in enumerate(indices):
+                    self._resolve(i, hits, follows, place, functools.partial(slots.fill, slot))
+                out.append(slots.future)
+            else:
+                for i in indices:
+                    future = BatchFuture(session)
+                    if i in hits:
+                        settle_cached(future, cache.hit_outcome(hits[i]))
+                    else:
+                        self._resolve(i, hits, follows, place,
+                                      functools.partial(cache.settle_follower, future))
+                    out.append(future)
+        for pending, upstream in jobs:
+            session.submit_job(pending)
+            for child, group in enumerate(pending.futures):
+                upstream.cancel_with_upstream(group, child)
+        first_run = child_futures[0][0] if child_futures else None
+        run_items = sum(jobs[0][0].item_counts) if jobs else 0
+        return out, first_run, run_items
+
+    def _resolve(self, i: int, hits: Dict[int, bytes], follows: Dict[int, Any],
+                 place: Dict[int, Tuple[BatchFuture, Optional[int]]],
+                 deliver: Callable[[Any], None]) -> None:
+        cache = self.session.cache
+        assert cache is not None
+        if i in hits:
+            deliver(cache.hit_outcome(hits[i]))
+            return
+        leader = follows[i]
+        cache.follow(place[leader] if isinstance(leader, int) else leader, deliver)
+
+    def _pending(self, raw: List[Any], first: int, children: List[List[int]],
+                 futures: List[List[BatchFuture]], size: int) -> Tuple[PendingJob, Upstream]:
+        """One Batch job of run children (items of ``raw`` by index), with its dependencies."""
+        session = self.session
+        upstream = Upstream(session)
+        blobs: List[bytes] = []
+        for child, indices in enumerate(children):
+            upstream.child = child
+            if self.single:
+                chunk = [substitute(raw[i], upstream.replace) for i in indices]
+            else:
+                chunk = [tuple(substitute(v, upstream.replace) for v in raw[i]) for i in indices]
+            blobs.append(serialization.pack_arguments(
+                chunk, single=self.single, first_item=first + indices[0], by_value=session.by_value))
+        for child, group in enumerate(futures):
+            for future in group:
+                upstream.remember(future, child)
+        counts = [len(indices) for indices in children]
+        return PendingJob(self.settings, [self.function_pickle], blobs, counts, futures, size,
+                          self.name, self.encoding, self.per_child,
+                          upstream.depends_on(len(blobs))), upstream
+
+
 class BatchExecutor(concurrent.futures.Executor):
     """Run calls as AWS Batch (array) jobs; with no environment, on the embedded emulator."""
 
@@ -71,7 +215,7 @@ class BatchExecutor(concurrent.futures.Executor):
                  mp_context: Any = None, initializer: Optional[Callable[..., Any]] = None,
                  initargs: tuple = (), *, max_tasks_per_child: Optional[int] = None,
                  ship_local_modules: bool = True, dry_run: bool = False, echo_output: bool = True,
-                 **settings: Any) -> None:
+                 cache: bool = False, **settings: Any) -> None:
         """``ProcessPoolExecutor``'s parameters, after ``env``, then the job settings.
 
         ``max_workers`` bounds how many of this executor's children run at once (submissions
@@ -84,6 +228,9 @@ class BatchExecutor(concurrent.futures.Executor):
         send nothing; the futures raise ``DryRunResult`` (see batchfutures.dryrun).
         ``echo_output``: what a call prints to stdout and stderr is written to this process's
         sys.stdout and sys.stderr when its future resolves (the job's log has it either way).
+        ``cache``: a call identical (function, arguments, job environment, as pickled) to one
+        that succeeded before in this storage resolves from its stored result, with
+        ``future.cached`` True, instead of running again (see docs/caching.md).
         """
         if max_workers is not None:
             if isinstance(max_workers, bool) or not isinstance(max_workers, int):
@@ -103,7 +250,8 @@ class BatchExecutor(concurrent.futures.Executor):
         environment.validate_settings(self._settings)
         self._session = Session(environment, max_workers=max_workers, initializer=initializer,
                                 initargs=tuple(initargs), ship_local_modules=ship_local_modules,
-                                dry_run=dry_run, echo_output=bool(echo_output))
+                                dry_run=dry_run, echo_output=bool(echo_output),
+                                cache=bool(cache))
 
     @classmethod
     def _view(cls, session: Session, settings: JobSettings) -> "BatchExecutor":
@@ -285,6 +433,8 @@ class BatchExecutor(concurrent.futures.Executor):
         settings = self._settings
         auto = None if chunksize != chunking.AUTO else chunking.AutoChunksize(
             session, settings.vcpus, function_pickle, sample=per_child, deadline=deadline)
+        cache = session.cache if settings.nodes == 1 else None
+        job = _MapJob(session, settings, function_pickle, single, encoding, name, per_child)
 
         def generate() -> Iterator[List[BatchFuture]]:
             position = 0
@@ -299,6 +449,20 @@ class BatchExecutor(concurrent.futures.Executor):
                         yield []
                         continue
                     children = min(children or MAX_ARRAY_SIZE, room)
+                if cache is not None:  # the slice's items at once: hits are known only then
+                    raw = list(itertools.islice(
+                        items, min(MAX_ARRAY_SIZE, children or MAX_ARRAY_SIZE) * int(size)))
+                    if not raw:
+                        return
+                    slice_futures, first_run, run_items = job.send_cached(raw, position, int(size))
+                    position += len(raw)
+                    del raw
+                    if budget is not None:
+                        budget.taken = position
+                    if auto is not None and first_run is not None:
+                        auto.submitted(first_run, run_items)
+                    yield slice_futures
+                    continue
                 blobs: List[bytes] = []
                 counts: List[int] = []
                 upstream = Upstream(session)  # futures among the items: Batch dependencies

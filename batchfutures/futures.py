@@ -50,6 +50,11 @@ class BoundJob(Protocol):
 class BatchFuture(concurrent.futures.Future):
     """The future of one call run by AWS Batch (or the local emulator)."""
 
+    # class defaults: with cache=False (the default) no future pays for them
+    _cached = False
+    # cache=True: (function digest, call digest of each item it covers, None if not cacheable)
+    _cache_key: Optional[Any] = None
+
     def __init__(self, core: Optional[FutureCore] = None) -> None:
         super().__init__()
         self._core = core
@@ -88,6 +93,12 @@ class BatchFuture(concurrent.futures.Future):
     @property
     def exit_code(self) -> Optional[int]:
         return self._exit_code
+
+    @property
+    def cached(self) -> bool:
+        """True when the result came from the cache (``cache=True``) instead of a run of its
+        own: a call that succeeded before, or an identical call in flight it followed."""
+        return self._cached
 
     def log(self) -> str:
         """The job's console output: CloudWatch Logs on AWS, the attempt's log file locally."""

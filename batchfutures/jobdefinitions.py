@@ -7,6 +7,9 @@
         ──> describe it, copy it with containerProperties.secrets added, and register that copy
             the same way ("batchfutures-<hash>"), so the secrets' ARNs live in the definition
             and their values never appear in SubmitJob (whose containerOverrides take no secrets)
+    a container definition used for nodes=N ──> multinode_definition_from()
+        ──> described, copied as a multinode definition (its container on every node) and
+            registered the same way; a multinode definition is used as it is
     "name", "name:3", an ARN with or without ":3" ──> describe_job_definition()
         ──> with a revision: that revision; without: the highest ACTIVE revision of the name
 
@@ -358,6 +361,53 @@ def _register_with_secrets(batch: Any, definition: str, added: List[Dict[str, st
     tags = {k: v for k, v in (properties.get("tags") or {}).items() if not k.lower().startswith("aws:")}
     properties["tags"] = dict(tags, **dict([MANAGED_TAG]))
     return _ensure(batch, properties, stack)
+
+
+# multinode_definition_from's answers per Batch client (content-addressed, as _derived's)
+_multinode: "weakref.WeakKeyDictionary[Any, Dict[Tuple[str, str], str]]" = weakref.WeakKeyDictionary()
+
+
+def multinode_definition_from(batch: Any, definition: str, stack: Optional[str] = None) -> str:
+    """A definition SubmitJob accepts nodeOverrides for: ``definition`` itself when it is a
+    multinode one, else the ARN of a multinode copy of it (its container on every node, node 0
+    the main node; SubmitJob's numNodes sets the count), registered once per content as
+    ``<stack>_<hash>`` or ``batchfutures-<hash>``. The answer is kept per Batch client."""
+    key = (definition, stack or "")
+    with _derived_lock:
+        known = _multinode.get(batch, {}).get(key)
+    if known is not None:
+        return known
+    described = describe_job_definition(batch, definition)
+    if described is None:
+        raise ConfigurationError(f"job definition {definition} does not exist or has no ACTIVE revision")
+    if described.get("type") == "multinode":
+        arn = definition
+    else:
+        if definition_platform(described) == "FARGATE":
+            raise ConfigurationError(
+                f"nodes > 1: job definition {definition} is a Fargate one, and multi-node "
+                f"parallel jobs run on EC2 only")
+        container = copy.deepcopy(described.get("containerProperties") or {})
+        if not container:
+            raise ConfigurationError(f"job definition {definition} has no container to run on nodes")
+        properties = {name: copy.deepcopy(described[name]) for name in _REGISTERED_FIELDS
+                      if described.get(name) not in (None, {}, [])
+                      and name not in ("containerProperties", "type")}
+        properties["type"] = "multinode"
+        properties["platformCapabilities"] = ["EC2"]
+        # numNodes is SubmitJob's (nodeOverrides); "0:" covers every node of any count
+        properties["nodeProperties"] = {"numNodes": 2, "mainNode": 0, "nodeRangeProperties": [
+            {"targetNodes": "0:", "container": container}]}
+        tags = {k: v for k, v in (properties.get("tags") or {}).items()
+                if not k.lower().startswith("aws:")}  # AWS's own, not ours to set
+        tags.update(dict([MANAGED_TAG]))
+        if stack:  # the stack's client policy tags definitions it registers so
+            tags["batchfutures:stack"] = stack
+        properties["tags"] = tags
+        arn = _ensure(batch, properties, stack)
+    with _derived_lock:
+        _multinode.setdefault(batch, {})[key] = arn
+    return arn
 
 
 def definition_platform(definition: Optional[Dict[str, Any]]) -> Optional[str]:

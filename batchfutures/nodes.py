@@ -8,9 +8,11 @@
 
 The main node is not told its own address (Batch sets the variable on the other nodes only), so
 there it is found here: on AWS (an ECS container, which has ECS_CONTAINER_METADATA_URI_V4 or
-ECS_CONTAINER_METADATA_URI) the address its host name resolves to, which is the private IPv4
-address the other nodes are given; anywhere else (the local emulator, whose nodes all run on
-this machine and are told 127.0.0.1) ``127.0.0.1``.
+ECS_CONTAINER_METADATA_URI) the task's private IPv4 address from the ECS task metadata endpoint
+(``Networks[0].IPv4Addresses[0]`` of the container's metadata: multi-node tasks use awsvpc
+networking, so it is the address the other nodes are given and the one a server socket must
+bind), else the address its host name resolves to; anywhere else (the local emulator, whose
+nodes all run on this machine and are told 127.0.0.1) ``127.0.0.1``.
 
 Outside a multi-node job (a plain job, an array child, a direct call of fn) node() describes a
 job of one node: index 0 of 1, main node 0 at 127.0.0.1, so fn runs unchanged there too.
@@ -18,10 +20,13 @@ job of one node: index 0 of 1, main node 0 at 127.0.0.1, so fn runs unchanged th
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import os
 import socket
+import urllib.request
 from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import Any, Mapping, Optional
 
 __all__ = ["NodeInfo", "node", "LOCAL_ADDRESS"]
 
@@ -31,6 +36,7 @@ MAIN_INDEX = "AWS_BATCH_JOB_MAIN_NODE_INDEX"
 MAIN_ADDRESS = "AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"
 LOCAL_ADDRESS = "127.0.0.1"
 _ECS_MARKERS = ("ECS_CONTAINER_METADATA_URI_V4", "ECS_CONTAINER_METADATA_URI")
+METADATA_TIMEOUT = 2.0  # seconds: the endpoint is on the task's own link-local network
 
 
 @dataclass(frozen=True)
@@ -63,12 +69,37 @@ def node(environ: Optional[Mapping[str, str]] = None) -> NodeInfo:
 
 def own_address(environ: Mapping[str, str]) -> str:
     """The main node's address as the other nodes know it (see the module doc)."""
-    if not any(environ.get(name) for name in _ECS_MARKERS):
+    uris = [environ[name] for name in _ECS_MARKERS if environ.get(name)]
+    if not uris:
         return LOCAL_ADDRESS
+    address = task_address(uris[0])
+    if address is not None:
+        return address
     try:
         return socket.gethostbyname(socket.gethostname())
     except OSError:  # no resolvable host name: the loopback still serves this node's own use
         return LOCAL_ADDRESS
+
+
+def task_address(metadata_uri: str) -> Optional[str]:
+    """The container's private IPv4 address from ECS task metadata (v4, or v3: the same
+    ``Networks`` entries); None when the endpoint does not answer with one."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
+    try:
+        with opener.open(metadata_uri.rstrip("/"), timeout=METADATA_TIMEOUT) as response:
+            metadata: Any = json.loads(response.read())
+    except (OSError, ValueError):
+        return None
+    networks = metadata.get("Networks") if isinstance(metadata, dict) else None
+    for network in networks if isinstance(networks, list) else []:
+        addresses = network.get("IPv4Addresses") if isinstance(network, dict) else None
+        for address in addresses if isinstance(addresses, list) else []:
+            try:
+                if ipaddress.ip_address(address).version == 4:
+                    return str(address)
+            except (TypeError, ValueError):
+                continue
+    return None
 
 
 def _integer(env: Mapping[str, str], name: str, default: Optional[int] = None) -> int:

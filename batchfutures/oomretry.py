@@ -12,28 +12,53 @@
                           GIVE_UP   ─> final_error: the MemoryLimitExceeded names every try
 
 Only children whose failure is a MemoryLimitExceeded are retried; every other failure, and
-every child of a job with K = 0, settles as before. The largest memory the queue can place
-caps the doubling: locally the machine's memory (what LocalEnvironment.validate_settings
-allows), on AWS an environment's ``max_memory_mib()`` when it offers one, else no cap: a retry
-that Batch then holds RUNNABLE with MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT (no compute
-environment has that much memory) is cancelled at once and fails with ``unplaceable_error``
-(reconcile._stuck, TrackedJob's ``memory_raised``), instead of waiting forever.
+every child of a job with K = 0, settles as before. The next try is sized as the queue's
+platform sizes (``Placement``, from ``placement_of(env)``):
+
+    LOCAL    the memory doubled, capped at the machine's (what LocalEnvironment allows)
+    EC2      the memory doubled, but kept below the instance size it would land on by AWS's
+             headroom (an instance of 4096 MiB installed cannot hold a 4096 MiB container),
+             capped at what the queue's compute environments can place
+             (``AWSBatchEnvironment.max_memory_mib()``: ``max_memory=`` or learned once)
+    FARGATE  the next (vCPU, memory) pair Fargate offers that holds the doubled memory, at no
+             fewer vCPUs, capped at the largest pair (32 vCPU, 249856 MiB)
+
+A cap that is already reached gives up at once, naming the tries. With no known cap, a retry that
+Batch then holds RUNNABLE with MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT (no compute environment
+has that much memory), or that the queue's time limit cancels, fails at once with
+``unplaceable_error`` (reconcile._stuck, TrackedJob's ``memory_raised``), instead of waiting.
 """
 
 from __future__ import annotations
 
 import enum
 import logging
+import math
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Literal, Mapping, Optional, Sequence, Tuple, Union
 
-from .errors import MemoryLimitExceeded
+from .errors import JobUnplaceableError, MemoryLimitExceeded
+from .jobdefinitions import FARGATE_MEMORY
 from .settings import JobSettings
 
-__all__ = ["Verdict", "Decision", "Try", "ChildHistory", "OomRetry", "decide", "final_error",
-           "unplaceable_error", "placeable_memory_mib"]
+__all__ = ["Verdict", "Decision", "Try", "ChildHistory", "OomRetry", "Placement", "decide",
+           "final_error", "unplaceable_error", "placeable_memory_mib", "placement_of",
+           "ec2_usable_mib", "ec2_next_memory", "fargate_pairs", "fargate_next_pair",
+           "instance_type_queries", "queue_max_memory_mib"]
 
 logger = logging.getLogger("batchfutures")
+
+Platform = Literal["LOCAL", "EC2", "FARGATE"]
+
+# AWS Batch's memory-management guidance: the ECS agent registers less than the installed
+# memory (kernel, platform overhead, 32 MiB reserved), and AWS recommends leaving a 5% buffer.
+EC2_HEADROOM = 0.05
+# AWS Batch's Fargate pairs (ResourceRequirement's MEMORY table): jobdefinitions.FARGATE_MEMORY
+FARGATE_MAX_MIB = max(max(sizes) for sizes in FARGATE_MEMORY.values())
+FARGATE_MAX_VCPUS = max(FARGATE_MEMORY)
+# instanceTypes "optimal" (and "default_x86_64") pick from these families (C4/M4/R4, or their
+# 5th generation where a Region lacks them): the union, so the cap is never under the truth
+OPTIMAL_FAMILIES = ("c4", "m4", "r4", "c5", "m5", "r5")
 
 
 class Verdict(enum.Enum):
@@ -46,6 +71,15 @@ class Decision:
     verdict: Verdict
     memory_mib: Optional[int] = None  # with RESUBMIT: the next try's memory
     why: str = ""                     # with GIVE_UP: why no further try
+    vcpus: Optional[float] = None     # with RESUBMIT on Fargate: the next try's vCPUs
+
+
+@dataclass(frozen=True)
+class Placement:
+    """How a queue sizes jobs: its platform and the most memory (MiB) it can place (None: unknown)."""
+
+    platform: Platform = "LOCAL"
+    max_mib: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -64,25 +98,121 @@ class ChildHistory:
     tries: Tuple[Try, ...]
 
 
-def decide(tried: Sequence[int], retry_on_oom: int, placeable_mib: Optional[int]) -> Decision:
+def decide(tried: Sequence[int], retry_on_oom: int,
+           placeable: Union[Placement, int, None], vcpus: float = 1.0) -> Decision:
     """What to do with a child just killed for memory.
 
     ``tried``: the MiB of every try so far, oldest first (the last one was just killed);
-    ``placeable_mib``: the largest memory the queue can place, None when unknown.
+    ``placeable``: the queue's Placement (an int or None: LOCAL with that cap); ``vcpus``: the
+    last try's, which Fargate's pairs depend on.
     """
+    placement = as_placement(placeable)
     if retry_on_oom <= 0:
         return Decision(Verdict.GIVE_UP, why="retry_on_oom=0")
     resubmissions = len(tried) - 1
     if resubmissions >= retry_on_oom:
         return Decision(Verdict.GIVE_UP, why=f"retry_on_oom={retry_on_oom} allows no further try")
     last = tried[-1]
-    wanted = last * 2
-    if placeable_mib is not None and wanted > placeable_mib:
-        if last >= placeable_mib:
-            return Decision(Verdict.GIVE_UP,
-                            why=f"the queue can place at most {placeable_mib} MiB")
-        wanted = placeable_mib
+    if placement.platform == "FARGATE":
+        pair = fargate_next_pair(vcpus, last, placement.max_mib)
+        if pair is None:
+            most = min(placement.max_mib or FARGATE_MAX_MIB, FARGATE_MAX_MIB)
+            where = (f"Fargate offers at most {FARGATE_MAX_MIB} MiB ({FARGATE_MAX_VCPUS:g} vCPU)"
+                     if most == FARGATE_MAX_MIB else f"the queue can place at most {most} MiB")
+            return Decision(Verdict.GIVE_UP, why=f"{where}, and {last} MiB was tried")
+        return Decision(Verdict.RESUBMIT, memory_mib=pair[1], vcpus=pair[0])
+    cap = placement.max_mib
+    wanted = ec2_next_memory(last) if placement.platform == "EC2" else last * 2
+    if cap is not None and wanted > cap:
+        if last >= cap:
+            return Decision(Verdict.GIVE_UP, why=f"the queue can place at most {cap} MiB")
+        wanted = cap
     return Decision(Verdict.RESUBMIT, memory_mib=wanted)
+
+
+def as_placement(placeable: Union[Placement, int, None]) -> Placement:
+    return placeable if isinstance(placeable, Placement) else Placement("LOCAL", placeable)
+
+
+# -- sizing on EC2 -------------------------------------------------------------------------------
+def ec2_usable_mib(installed_mib: int) -> int:
+    """The container memory an instance of ``installed_mib`` can hold, with AWS's headroom."""
+    return int(installed_mib * (1 - EC2_HEADROOM))
+
+
+def ec2_next_memory(last_mib: int) -> int:
+    """Twice ``last_mib``, lowered below the power-of-two instance size it would land on or just
+    under (4096 -> 3891): most instance types have 2^k GiB installed, and a container of all of
+    it makes Batch pick the next larger type, or none."""
+    wanted = last_mib * 2
+    size = max(1024, 1 << max(0, math.ceil(math.log2(wanted))))
+    return min(wanted, ec2_usable_mib(size))
+
+
+def instance_type_queries(instance_types: Iterable[str]) -> Tuple[Tuple[str, ...], Tuple[str, ...]]:
+    """A compute environment's ``instanceTypes`` as (exact types, families): "m5.large" is a
+    type, "m5" a family (every size of it), "optimal"/"default_x86_64" the OPTIMAL_FAMILIES."""
+    exact: List[str] = []
+    families: List[str] = []
+    for name in instance_types:
+        if name in ("optimal", "default_x86_64"):
+            families.extend(f for f in OPTIMAL_FAMILIES if f not in families)
+        elif "." in name:
+            exact.append(name)
+        elif name not in families:
+            families.append(name)
+    return tuple(exact), tuple(families)
+
+
+def queue_max_memory_mib(compute_environments: Sequence[Mapping[str, Any]],
+                         installed: Callable[[Sequence[str]], Optional[int]]
+                         ) -> Tuple[Platform, Optional[int]]:
+    """The platform of a queue's ENABLED compute environments (DescribeComputeEnvironments
+    entries) and the most container memory one of them can place; None when some cannot say
+    (unmanaged, unknown instance types), since it might place more.
+
+    ``installed(instance_types)``: the largest installed memory (MiB) of those instanceTypes
+    entries (EC2 DescribeInstanceTypes), None when unknown.
+    """
+    platform: Platform = "EC2"
+    best: Optional[int] = 0
+    for environment in compute_environments:
+        if environment.get("state", "ENABLED") != "ENABLED":
+            continue
+        resources = environment.get("computeResources") or {}
+        kind = str(resources.get("type") or "")
+        mib: Optional[int] = None  # unmanaged (any instance may join) or unknown types
+        if kind.startswith("FARGATE"):
+            platform, mib = "FARGATE", FARGATE_MAX_MIB
+        elif resources.get("instanceTypes"):
+            most = installed(list(resources["instanceTypes"]))
+            mib = ec2_usable_mib(most) if most else None
+        best = None if best is None or mib is None else max(best, mib)
+    return platform, (best or None)
+
+
+# -- sizing on Fargate ---------------------------------------------------------------------------
+def fargate_pairs() -> List[Tuple[float, int]]:
+    """Every (vCPU, memory MiB) pair AWS Batch accepts on Fargate, by memory then vCPU."""
+    return sorted(((float(v), m) for v, sizes in FARGATE_MEMORY.items() for m in sizes),
+                  key=lambda pair: (pair[1], pair[0]))
+
+
+def fargate_next_pair(vcpus: float, last_mib: int,
+                      cap_mib: Optional[int] = None) -> Optional[Tuple[float, int]]:
+    """The smallest pair with at least ``vcpus`` that holds twice ``last_mib``; past the cap
+    (``cap_mib``, and Fargate's largest), the largest pair under it if that is more than
+    ``last_mib``; None when no pair is."""
+    cap = min(cap_mib or FARGATE_MAX_MIB, FARGATE_MAX_MIB)
+    fitting = [(v, m) for v, m in fargate_pairs() if v >= vcpus and m <= cap]
+    for pair in fitting:
+        if pair[1] >= last_mib * 2:
+            return pair
+    larger = [pair for pair in fitting if pair[1] > last_mib]
+    if not larger:
+        return None
+    most = max(m for _, m in larger)
+    return min((pair for pair in larger if pair[1] == most), key=lambda pair: pair[0])
 
 
 def tried_text(tries: Sequence[Try]) -> str:
@@ -115,6 +245,21 @@ def unplaceable_error(tries: Sequence[Try], memory_mib: Optional[int],
     return error
 
 
+def placement_of(env: Any) -> Placement:
+    """How ``env``'s queue sizes jobs: an environment's ``oom_placement()`` when it offers one
+    (AWSBatchEnvironment), else LOCAL capped at its ``max_memory_mib()`` (a LocalEnvironment:
+    the machine's memory, what validate_settings allows)."""
+    offered = getattr(env, "oom_placement", None)
+    if callable(offered):
+        try:
+            found = offered()
+            if isinstance(found, Placement):
+                return found
+        except Exception as error:  # unknown then: the doubling is not capped
+            logger.debug("batchfutures: oom_placement() failed: %r", error)
+    return Placement("LOCAL", placeable_memory_mib(env))
+
+
 def placeable_memory_mib(env: Any) -> Optional[int]:
     """The largest memory (MiB) a job of ``env``'s queue can be placed with; None: unknown."""
     offered = getattr(env, "max_memory_mib", None)
@@ -124,12 +269,6 @@ def placeable_memory_mib(env: Any) -> Optional[int]:
         except Exception as error:  # unknown then: the doubling is not capped
             logger.debug("batchfutures: max_memory_mib() failed: %r", error)
             return None
-    from .environments import LocalEnvironment
-
-    if isinstance(env, LocalEnvironment):  # what validate_settings lets through
-        from .emulator import host
-
-        return host.memory_mib()
     return None
 
 
@@ -144,16 +283,26 @@ class OomRetry:
     Called on the poller thread only (TrackedJob.apply).
     """
 
-    def __init__(self, settings: JobSettings, *, placeable_mib: Optional[int], resubmit: Resubmit,
-                 history: Optional[Mapping[int, ChildHistory]] = None,
+    def __init__(self, settings: JobSettings, *, placeable_mib: Union[Placement, int, None],
+                 resubmit: Resubmit, history: Optional[Mapping[int, ChildHistory]] = None,
                  name: str = "bf-retry") -> None:
         self.settings = settings
         self.name = name  # the Batch job name, kept by the retries
-        self.placeable_mib = placeable_mib
+        self.placement = as_placement(placeable_mib)
         self._resubmit = resubmit
         self.history = dict(history or {})
 
+    @property
+    def placeable_mib(self) -> Optional[int]:
+        return self.placement.max_mib
+
     def with_memory(self, memory_mib: int) -> JobSettings:
+        """The settings of a retry with ``memory_mib``; on Fargate with the vCPUs of its pair."""
+        if self.placement.platform == "FARGATE":
+            vcpus = min((v for v, m in fargate_pairs()
+                         if m == memory_mib and v >= self.settings.vcpus), default=None)
+            if vcpus is not None:
+                return replace(self.settings, memory=memory_mib, vcpus=vcpus)
         return replace(self.settings, memory=memory_mib)
 
     @property
@@ -174,6 +323,12 @@ class OomRetry:
         by_memory: Dict[int, List[int]] = {}
         histories: Dict[int, ChildHistory] = {}
         for index, error in sorted(errors.items()):
+            if isinstance(error, JobUnplaceableError) and index in self.history \
+                    and self.history[index].tries:
+                # the queue's time limit cancelled a retry it could not place: the memory is why
+                decided[index] = self.unplaceable_error(
+                    index, job.memory_mib, error.reason or error.status_reason or "")
+                continue
             if not isinstance(error, MemoryLimitExceeded):
                 continue
             earlier = self.history.get(index)
@@ -183,7 +338,7 @@ class OomRetry:
             tries = (earlier.tries if earlier else ()) + (Try(int(memory), job.child_id(index)),)
             origin = earlier.origin if earlier else (job.job_url, index)
             decision = decide([t.memory_mib for t in tries], self.settings.retry_on_oom,
-                              self.placeable_mib)
+                              self.placement, self.settings.vcpus)
             if decision.verdict is Verdict.GIVE_UP:
                 decided[index] = final_error(error, tries, decision.why)
                 continue

@@ -1,19 +1,21 @@
 """A child of a job with N vCPUs runs its items on N processes inside its container.
 
-    worker.run_items: items unpacked, processes_for(len(items)) = N > 1 ──> run_items(...)
+    worker.run_items: every seal checked (calls.Prefetched: the initializer's or initargs' and each
+      function's pickle, one GET each, a failed check is the job's IntegrityError, raised here
+      before anything is unpickled, forked or run), items unpacked,
+      processes_for(len(items)) = N > 1 ──> run_items(...)
       this process (the container's worker):
-        fetch the initializer's (or initargs') and each function's pickle once (one GET each)
         flush stdout/stderr; fork N sub-processes: they inherit the items, header and pickles
           sub-process k: initializer(*initargs) once ───> ("ready", None | failure, printed)
             (header "initargs": the functions are loaded first, each with its initializer copy,
-             worker._load_bundles, so the initializer and the calls share one namespace)
+             calls.load_bundles, so the initializer and the calls share one namespace)
         all N ready; one failed?  every item's outcome is that failure (as sequentially)
         hand out ranges of item positions, shrinking (guided self-scheduling) ──> (start, stop)
           sub-process k: each function loaded once, the items run
                                                    ──> [(position, outcome, printed)...]
         outcomes back in item order; None ("stop") to every sub-process; reap them
       printed: with echo_output (``output`` given), what the item printed in its sub-process
-      (worker._Capture there: tee'd to the container's log as before) or None
+      (calls.Capture there: tee'd to the container's log as before) or None
       a sub-process that ends unasked (the OOM killer's SIGKILL, a MemoryError, os._exit in the
       function, a crash) ends the container: the other sub-processes are killed, then
         status 137 or SIGKILL -> MemoryError (the worker exits 137, as for the sequential path)
@@ -23,9 +25,10 @@ N: ``BATCHFUTURES_VCPUS`` (the client sets it in containerOverrides from the job
 fraction rounds down), never more than the CPUs this process may use (its affinity mask and
 the cgroup's CPU quota) nor than the items. N = 1 is worker.run_items's sequential path.
 
-Each outcome is encoded exactly as the sequential path encodes it, with the worker's own
-helpers (``_run_initializer``, ``_load_failure``, ``serialization.encode_ok``/``encode_error``):
-a failing item fails only itself, SystemExit from an item is that item's outcome.
+Each outcome is encoded exactly as the sequential path encodes it, by the same code
+(calls.ItemRunner, calls.initialize): a failing item fails only itself, SystemExit from an item
+is that item's outcome, an argument that is another call's result was read (and its seal
+checked) before the fork.
 
 Why fork (and not spawn or forkserver): the items are already unpickled here and the pickles
 fetched, so a forked sub-process has everything without pickling an item again or starting an
@@ -49,7 +52,11 @@ import time
 import traceback
 import warnings
 from multiprocessing.connection import Connection, Pipe, wait
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from . import calls
+from .calls import Item
+from .dependencies import Resolver
 
 if TYPE_CHECKING:
     from .storage import Storage
@@ -67,7 +74,6 @@ BATCH_SHARES = 4
 _EXIT_GRACE = 5.0  # seconds a sub-process whose pipe closed has to exit before it is killed
 _PR_SET_PDEATHSIG = 1
 
-Item = Tuple[int, tuple, dict]
 
 
 class SubProcessEnded(Exception):
@@ -159,99 +165,19 @@ def processes_for(item_count: int, environ: Optional[Mapping[str, str]] = None) 
 
 
 # -- in a sub-process ---------------------------------------------------------------------------
-class _Prefetched:
-    """The payloads the sub-processes load, fetched before the fork; Storage's get_function."""
-
-    def __init__(self, storage: "Storage", urls: Sequence[str]) -> None:
-        self._payloads: Dict[str, Union[bytes, Exception]] = {}
-        for url in urls:
-            try:
-                self._payloads[url] = storage.get_function(url)
-            except MemoryError:
-                raise
-            except Exception as error:  # each sub-process then fails to load it, as sequentially
-                self._payloads[url] = error
-
-    def get_function(self, url: str) -> bytes:
-        payload = self._payloads[url]
-        if isinstance(payload, Exception):
-            raise payload
-        return payload
-
-
-def _function_urls(header: Dict[str, Any], items: Sequence[Item]) -> List[str]:
-    functions = header.get("functions") or []
-    used = {function_index for function_index, _, _ in items}
-    return [functions[i] for i in sorted(used) if isinstance(i, int) and 0 <= i < len(functions)]
-
-
-class _ItemRunner:
-    """One process's items: each function loaded once, one outcome per item (as run_items)."""
-
-    def __init__(self, prefetched: _Prefetched, header: Dict[str, Any], index: int,
-                 functions: Optional[Dict[int, Any]] = None,
-                 failed: Optional[Dict[int, bytes]] = None) -> None:
-        self._prefetched, self._header, self._index = prefetched, header, index
-        self._functions: Dict[int, Any] = functions or {}  # loaded already (_load_bundles)
-        # a function that did not load fails each of its items
-        self._failed: Dict[int, bytes] = failed or {}
-
-    def run(self, item: Item) -> bytes:
-        from . import serialization, worker
-
-        function_index, args, kwargs = item
-        if function_index in self._failed:
-            return self._failed[function_index]
-        if function_index not in self._functions:
-            try:
-                data = self._prefetched.get_function(self._header["functions"][function_index])
-                self._functions[function_index] = serialization.loads(data)
-            except MemoryError:
-                raise
-            except Exception as error:
-                logger.warning("child %d: could not load function %d: %s", self._index,
-                               function_index, type(error).__name__)
-                self._failed[function_index] = worker._load_failure("the function", self._header, error)
-                return self._failed[function_index]
-        try:
-            value = self._functions[function_index](*args, **kwargs)
-        except MemoryError:
-            raise
-        except BaseException as error:  # the user's exception (even SystemExit) is an outcome
-            return serialization.encode_error(error, traceback.format_exc())
-        finally:
-            worker._flush()
-        return serialization.encode_ok(value)
-
-
 def _serve_items(connection: Connection, items: Sequence[Item], header: Dict[str, Any],
-                 index: int, prefetched: _Prefetched, capture_output: bool = False) -> None:
+                 index: int, prefetched: calls.Prefetched, resolver: Resolver,
+                 capture_output: bool = False) -> None:
     """A sub-process's life: the initializer, then the ranges of items it is handed.
 
-    ``capture_output``: what each item prints is sent back with its outcome (worker._Capture).
+    ``capture_output``: what each item prints is sent back with its outcome (calls.Capture).
     """
-    from . import worker
-
-    capture = worker._Capture(capture_output)
-    functions: Dict[int, Any] = {}
-    failed: Dict[int, bytes] = {}
-    url = header.get("initializer")
-    failure = worker._run_initializer(prefetched, header, url, index) if url else None
-    if header.get("initargs"):  # (initializer, fn) pickles: loaded first, one namespace each
-        urls = header["functions"]
-        try:
-            initargs: Any = prefetched.get_function(header["initargs"])
-        except MemoryError:
-            raise
-        except Exception as error:
-            initargs = error
-        functions, failed, failure = worker._load_bundles(
-            lambda i: prefetched.get_function(urls[i]),
-            sorted({function_index for function_index, _, _ in items}), initargs, header, index)
+    capture = calls.Capture(capture_output)
+    functions, failed, failure = calls.initialize(prefetched, header, items, index)
     connection.send(("ready", failure, capture.take() if failure is not None else None))
     if failure is not None:
         return
-    runner = _ItemRunner(prefetched, header, index, functions, failed)
+    runner = calls.ItemRunner(prefetched, header, index, resolver, functions, failed)
 
     def run(position: int) -> Tuple[int, bytes, Any]:
         outcome = runner.run(items[position])
@@ -318,10 +244,9 @@ def _kill(process: _SubProcess) -> None:
 
 
 def _start(count: int, items: Sequence[Item], header: Dict[str, Any], index: int,
-           prefetched: _Prefetched, capture_output: bool = False) -> List[_SubProcess]:
-    from . import worker
-
-    worker._flush()  # what is buffered now must not be written once by every sub-process
+           prefetched: calls.Prefetched, resolver: Resolver,
+           capture_output: bool = False) -> List[_SubProcess]:
+    calls.flush_output()  # what is buffered now must not be written once by every sub-process
     parent, prctl = os.getpid(), _libc_prctl()
     started: List[_SubProcess] = []
     gc.freeze()  # a collection in a sub-process then leaves the inherited objects' pages shared
@@ -341,17 +266,17 @@ def _start(count: int, items: Sequence[Item], header: Dict[str, Any], index: int
                     for other in started:
                         other.connection.close()
                     _die_with(parent, prctl)
-                    _serve_items(theirs, items, header, index, prefetched, capture_output)
+                    _serve_items(theirs, items, header, index, prefetched, resolver, capture_output)
                     status = 0
                     atexit._run_exitfuncs()  # as the worker's own exit: handlers, not threads
                 except MemoryError:
-                    status = worker.OOM_EXIT_STATUS  # the worker says so, once, and exits 137
+                    status = calls.OOM_EXIT_STATUS  # the worker says so, once, and exits 137
                 except (EOFError, OSError):  # the worker is gone
                     pass
                 except BaseException:
                     traceback.print_exc()
                 finally:
-                    worker._flush()
+                    calls.flush_output()
                     os._exit(status)
             theirs.close()
             started.append(_SubProcess(pid, ours))
@@ -388,15 +313,20 @@ def _receive(process: _SubProcess) -> Any:
 
 
 def run_pool(items: Sequence[Item], header: Dict[str, Any], index: int,
-             prefetched: _Prefetched, processes: int,
-             output: Optional[Dict[int, Any]] = None) -> List[bytes]:
+             prefetched: calls.Prefetched, processes: int,
+             output: Optional[Dict[int, Any]] = None,
+             resolver: Optional[Resolver] = None) -> List[bytes]:
     """The items' outcomes, in order, run on ``processes`` forked sub-processes.
 
     ``output``: filled with what each item printed (worker.run_items's ``output``).
+    ``resolver``: the upstream results the items' arguments name, read already (no storage I/O
+    after the fork); None when they name none.
     Raises SubProcessEnded when one of them ends unasked (the others are killed first).
     """
     count = len(items)
-    started = _start(processes, items, header, index, prefetched, output is not None)
+    if resolver is None:
+        resolver = Resolver(None)
+    started = _start(processes, items, header, index, prefetched, resolver, output is not None)
     by_connection = {process.connection: process for process in started}
     outcomes: List[Optional[bytes]] = [None] * count
     try:
@@ -441,27 +371,27 @@ def run_pool(items: Sequence[Item], header: Dict[str, Any], index: int,
 
 
 def run_items(storage: "Storage", header: Dict[str, Any], items: Sequence[Item], index: int,
-              processes: int, output: Optional[Dict[int, Any]] = None) -> List[bytes]:
+              processes: int, output: Optional[Dict[int, Any]] = None,
+              prefetched: Optional[calls.Prefetched] = None) -> List[bytes]:
     """worker.run_items on ``processes`` processes: one encoded outcome per item, in order.
 
+    ``prefetched``: the payloads worker.run_items checked already; None fetches (and checks)
+    them here, before the fork (IntegrityError: nothing ran).
     A MemoryError (in a sub-process too) propagates, so the worker exits 137; a sub-process that
     died otherwise ends this process with the same status, writing no result, as the function
     would have ended the sequential worker.
     """
-    from . import worker
-
-    urls = _function_urls(header, items)
-    if header.get("initializer"):
-        urls.append(header["initializer"])
-    if header.get("initargs"):
-        urls.append(header["initargs"])
-    prefetched = _Prefetched(storage, urls)
+    if prefetched is None:
+        prefetched = calls.Prefetched(storage, calls.payload_urls(
+            header, [function_index for function_index, _, _ in items]))
+    resolver = Resolver(storage, header.get("redirects"))
+    resolver.preload(items)  # here, before the fork: the sub-processes read no storage
     logger.debug("child %d: running %d items on %d processes", index, len(items), processes)
     try:
-        return run_pool(items, header, index, prefetched, processes, output)
+        return run_pool(items, header, index, prefetched, processes, output, resolver)
     except SubProcessEnded as ended:
-        if ended.exit_status == worker.OOM_EXIT_STATUS:  # its MemoryError, or SIGKILL (128 + 9)
+        if ended.exit_status == calls.OOM_EXIT_STATUS:  # its MemoryError, or SIGKILL (128 + 9)
             raise MemoryError from None
         logger.error("child %d: %s; ending the container with it", index, ended)
-        worker._flush()
+        calls.flush_output()
         os._exit(ended.exit_status)

@@ -22,7 +22,9 @@ The rules (issue 11): counts are hints, never the truth.
   its FAILED nodes now and then: Batch ignores a non-main node's death, so the first one fails
   the call (typed from that node's description) and the job is terminated.
 - A job held RUNNABLE with a MISCONFIGURATION:/CAPACITY: reason shows it on its futures; after
-  ``runnable_timeout`` it is cancelled and its futures fail as unplaceable.
+  ``runnable_timeout`` it is cancelled and its futures fail as unplaceable. Batch gives the reason
+  to the head of the queue only: a retry_on_oom retry too large for every compute environment is
+  cancelled whole (all its children ask the same) as soon as one child shows it.
 
 Request budget per job and poll: no Batch read when its counts did not move; ListJobs(FAILED)
 only when the FAILED count grew (or the job finished with children unsettled), DescribeJobs only
@@ -299,8 +301,12 @@ def _array(view: JobView, reads: Reads) -> Step:
             # none runs and every unfinished child waits RUNNABLE: the reason is the whole job's
             runnable = _count(summary, JobStatus.RUNNABLE)
             unfinished = sum(summary.values()) - sum(_count(summary, s) for s in FINISHED)
-            if not view.started and runnable and runnable >= unfinished:
-                reason = next(iter(stuck.values()))
+            reason = next(iter(stuck.values()))
+            if view.memory_raised and is_too_large_reason(reason):
+                # a retry's children ask alike, and Batch names only the head of the queue:
+                # one child too large means every child not yet started is
+                stuck = {index: stuck.get(index, reason) for index in view.open - view.started}
+            elif not view.started and runnable and runnable >= unfinished:
                 stuck = {index: stuck.get(index, reason) for index in view.open}
             _stuck(view, actions, stuck, description)
         else:

@@ -22,7 +22,7 @@ Result object (``results/<i>``), one per child, one outcome per item:
 The output section (BatchExecutor(echo_output=True), issue 18) is what the items printed, one
 JSON object for the child, holding only the items that printed something:
 ``{"<item position>": [stdout, stderr, stdout chars cut, stderr chars cut]}`` (the end of each
-stream, at most worker.OUTPUT_LIMIT characters). It is read apart from the outcomes
+stream, at most calls.OUTPUT_LIMIT characters). It is read apart from the outcomes
 (result_output), so decoding an outcome costs what it did; an object without meta["output"]
 (written before issue 18) has none.
 
@@ -39,6 +39,12 @@ item):
     "calls"  [(function index, args tuple, kwargs dict), ...]   submit: calls coalesced into a job
     "args"   [args tuple, ...]                                    map over several iterables
     "arg"    [argument, ...]                                      map over one iterable
+
+A "calls" blob starts with the function indices its items use, outside the pickle, so the worker
+fetches those functions and checks their seals before it unpickles anything, the arguments
+included (item_functions; "args" and "arg" items all call function 0):
+
+    b"BFCALLS1" | uint64 LE n | n uint64 LE function indices, ascending | the pickle
 
 Each outcome is its own pickle, so one the client cannot load fails only its own item. An
 outcome is a plain pickle of a tuple of builtins; the user's value or exception is a cloudpickle
@@ -67,7 +73,7 @@ import sys
 import sysconfig
 import threading
 import traceback
-from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple, Union
 
 import cloudpickle
 
@@ -76,7 +82,7 @@ __all__ = [
     "pack_items", "pack_arguments", "unpack_items", "CALLS", "ARGS", "ARG", "encode_ok",
     "encode_error", "encode_unpicklable",
     "encode_mismatch", "pack_result", "unpack_result", "outcome_result", "decode_outcome",
-    "outcome_kind", "dumps_function", "result_output", "echo_output",
+    "outcome_kind", "dumps_function", "result_output", "echo_output", "item_functions",
 ]
 
 PROTOCOL = pickle.HIGHEST_PROTOCOL
@@ -84,6 +90,8 @@ RESULT_MAGIC = b"BFRESLT1"
 OK, ERROR, UNPICKLABLE, MISMATCH = "ok", "error", "unpicklable", "mismatch"
 INITIALIZER, DEPENDENCY = "initializer", "dependency"
 CALLS, ARGS, ARG = "calls", "args", "arg"  # child blob encodings (the header's "encoding")
+CALLS_MAGIC = b"BFCALLS1"
+Buffer = Union[bytes, bytearray, memoryview]  # a pickle as read: storage returns bytearrays
 REPR_LIMIT = 2000
 _U64 = struct.Struct("<Q")
 
@@ -251,7 +259,7 @@ def dumps_function(fn: Any, initializer: Any = None, *, by_value: bool = True) -
 
     One dumps: cloudpickle gives functions pickled together that share a module (``__main__``,
     a module shipped by value) one globals dict when loaded, so what ``initializer`` sets with
-    ``global`` is what ``fn`` reads in the worker (worker._load_bundles). Pickled apart, each
+    ``global`` is what ``fn`` reads in the worker (calls.load_bundles). Pickled apart, each
     would get its own copy of the module's globals.
     """
     if initializer is None:
@@ -259,7 +267,7 @@ def dumps_function(fn: Any, initializer: Any = None, *, by_value: bool = True) -
     return dumps((initializer, fn), what=_describe(fn), by_value=by_value)
 
 
-def loads(data: bytes) -> Any:
+def loads(data: Buffer) -> Any:
     return cloudpickle.loads(data)
 
 
@@ -274,9 +282,32 @@ def pack_items(items: Sequence[Tuple[int, tuple, dict]], *, first_item: Optional
     items = list(items)
     data, error = _try_dumps(items, by_value)
     if data is not None:
-        return data
+        used = sorted({int(function_index) for function_index, _, _ in items})
+        return b"".join([CALLS_MAGIC, struct.pack(f"<{len(used) + 1}Q", len(used), *used), data])
     assert error is not None
     raise _culprit([(args, kwargs) for _, args, kwargs in items], error, first_item)
+
+
+def _calls_header(blob: Buffer) -> Optional[Tuple[List[int], int]]:
+    """(function indices, where the pickle starts) of a "calls" blob; None for one written
+    without them (before the prefix existed)."""
+    view = memoryview(blob)
+    if bytes(view[:len(CALLS_MAGIC)]) != CALLS_MAGIC:
+        return None
+    (count,) = _U64.unpack_from(view, len(CALLS_MAGIC))
+    start = len(CALLS_MAGIC) + 8 + 8 * count
+    if start > len(view):
+        raise ValueError("a corrupt calls blob: its function indices run past its end")
+    return list(struct.unpack_from(f"<{count}Q", view, len(CALLS_MAGIC) + 8)), start
+
+
+def item_functions(blob: Buffer, encoding: str = CALLS) -> Optional[List[int]]:
+    """The function indices a child's items call, read without unpickling anything; None when
+    the blob does not say (a "calls" blob written without them: every function may be used)."""
+    if encoding in (ARGS, ARG):
+        return [0]
+    found = _calls_header(blob)
+    return None if found is None else found[0]
 
 
 def pack_arguments(chunk: List[Any], *, single: bool, first_item: int,
@@ -323,11 +354,12 @@ def _caused(error: Exception, cause: BaseException) -> Exception:
     return error
 
 
-def unpack_items(blob: bytes, encoding: str = CALLS) -> List[Tuple[int, tuple, dict]]:
+def unpack_items(blob: Buffer, encoding: str = CALLS) -> List[Tuple[int, tuple, dict]]:
     """A child's items as (function index, args, kwargs), whatever their encoding."""
-    loaded = cloudpickle.loads(blob)
     if encoding == CALLS:
-        return loaded
+        found = _calls_header(blob)
+        return cloudpickle.loads(blob if found is None else memoryview(blob)[found[1]:])
+    loaded = cloudpickle.loads(blob)
     if encoding == ARGS:
         return [(0, tuple(args), {}) for args in loaded]
     if encoding == ARG:

@@ -29,6 +29,7 @@ import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import batchapi, logs, serialization
+from .cache import CallCache, has_future
 from .coalescer import Coalescer
 from .dependencies import MAX_DEPENDENCIES, FutureRef, substitute_call
 from .errors import (
@@ -118,6 +119,14 @@ def _clean_local_storage_once(env: Any) -> None:
 
     threading.Thread(target=remove_finished_runs, args=(env,), name="batchfutures-cleanup",
                      daemon=True).start()
+
+
+def settle_cached(future: BatchFuture, outcome: Tuple[bool, Any]) -> None:
+    """A call found in the cache: resolved from the stored result, without a job."""
+    future._cached = True
+    if outcome[0]:
+        future._status = "SUCCEEDED"
+    settle(future, *outcome)
 
 
 def _forget_upstream(future: BatchFuture) -> None:
@@ -233,7 +242,7 @@ class Session:
     def __init__(self, env: Any, *, max_workers: Optional[int] = None,
                  initializer: Optional[Callable[..., Any]] = None, initargs: tuple = (),
                  ship_local_modules: bool = True, dry_run: bool = False,
-                 echo_output: bool = True) -> None:
+                 echo_output: bool = True, cache: bool = False) -> None:
         self.env = env
         self.dry_run = dry_run
         self.storage = env.storage
@@ -267,6 +276,15 @@ class Session:
         self.submitter = Submitter(submit_env, self.storage, self.run_id, track=track,
                                    wake=self.poller.wake, max_workers=max_workers,
                                    initargs=pickled_initargs, echo_output=echo_output)
+        self.cache: Optional[CallCache] = None
+        if cache:
+            from .dryrun import planned_definition
+
+            # reads from the real storage, also in a dry run (what would come from the cache)
+            self.cache = CallCache(env.storage, definition=planned_definition(env),
+                                   by_value=ship_local_modules, initargs=pickled_initargs,
+                                   dry_run=dry_run)
+            self.submitter.before_submit = self.cache.write_index
         self._lock = threading.RLock()
         self._cancelled_at_shutdown = False
         self.closed = False
@@ -290,6 +308,8 @@ class Session:
     def submit(self, settings: JobSettings, fn: Callable, args: tuple, kwargs: dict) -> BatchFuture:
         self._check_open()
         upstream = Upstream(self)
+        cacheable = self.cache is not None and settings.nodes == 1 and not any(
+            has_future(value) for value in (*args, *kwargs.values()))
         args, kwargs = substitute_call(args, kwargs, upstream.replace)
         future = BatchFuture(self)
         if upstream.cancelled or upstream.failed is not None:
@@ -303,6 +323,8 @@ class Session:
         pickled = self.coalescer.known_pickle(key, fn) or \
             self.pickle_function(fn)
         serialization.pack_items([(0, args, kwargs)], by_value=self.by_value)
+        if cacheable and self._follow_or_register(settings, pickled, args, kwargs, future):
+            return future
         upstream.remember(future)
         with self._lock:
             self._check_open()
@@ -314,6 +336,40 @@ class Session:
             self.poller.start()
             self.poller.wake()
         return future
+
+    def _follow_or_register(self, settings: JobSettings, pickled: bytes, args: tuple,
+                            kwargs: dict, future: BatchFuture) -> bool:
+        """cache=True: True when ``future`` follows an identical call in flight (nothing to
+        send); else it is the call others follow, found in storage or run at flush."""
+        cache = self.cache
+        assert cache is not None
+        function_digest = cache.function_digest(pickled)
+        digest = cache.call_digest(function_digest, settings, args, kwargs)
+        leader = cache.leader(digest)
+        if leader is not None:
+            cache.follow(leader, functools.partial(cache.settle_follower, future))
+            return True
+        future._cache_key = (function_digest, (digest,))
+        cache.register([(digest, None)], future)
+        return False
+
+    def _from_cache(self, calls: List[Any]) -> List[Any]:
+        """The calls of a flushed buffer not found in the cache; the others are settled."""
+        cache = self.cache
+        if cache is None:
+            return calls
+        by_function: Dict[str, List[int]] = {}
+        for i, (future, _fn, _args, _kwargs) in enumerate(calls):
+            if future._cache_key is not None:
+                by_function.setdefault(future._cache_key[0], []).append(i)
+        found: Dict[int, bytes] = {}
+        for function_digest, indices in by_function.items():
+            cache.refresh(function_digest)
+            hits = cache.lookup(function_digest, [calls[i][0]._cache_key[1][0] for i in indices])
+            found.update((indices[k], encoded) for k, encoded in hits.items())
+        for i, encoded in found.items():
+            settle_cached(calls[i][0], cache.hit_outcome(encoded))
+        return [call for i, call in enumerate(calls) if i not in found]
 
     def _submit_multinode(self, settings: JobSettings, fn: Callable, args: tuple, kwargs: dict,
                           future: BatchFuture, upstream: Upstream) -> None:
@@ -364,6 +420,13 @@ class Session:
         calls = [call for call in batch.calls if not call[0].done()]  # skip cancelled, aborted
         pickles = batch.pickles
         del batch
+        try:
+            calls = self._from_cache(calls)
+        except BaseException as error:  # the futures carry the failure; nobody waits in vain
+            fail_all([[call[0]] for call in calls], error)
+            if not isinstance(error, Exception):
+                raise
+            return
         if not calls:
             return
         function_pickles: List[bytes] = []

@@ -3,8 +3,10 @@
     template_text()   the CloudFormation template (templates/batchfutures.yaml), its
                       PythonVersion default set to this interpreter's minor version
     image_commands()  a POSIX sh script: create the ECR repository if missing, log docker in,
-                      build templates/Dockerfile for the client's Python and cloudpickle with the
-                      installed batchfutures package as the build context, push
+                      build templates/Dockerfile with docker buildx for linux/amd64 and
+                      linux/arm64, for the client's Python and its exact cloudpickle, s3fs,
+                      fsspec, aiobotocore, botocore and boto3 (`client_versions`), with the
+                      installed batchfutures package as the build context, and push
 
 Both files ship as package data. The defaults agree with each other: `image_commands()` pushes
 <account>.dkr.ecr.<region>.amazonaws.com/batchfutures-worker:py<X.Y>, the image the template's
@@ -17,14 +19,18 @@ from __future__ import annotations
 import platform
 import re
 import shlex
+from importlib import metadata
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from ._version import __version__
 from .errors import ConfigurationError
 
 __all__ = [
     "DEFAULT_REPOSITORY",
+    "IMAGE_PLATFORMS",
+    "PINNED",
+    "client_versions",
     "dockerfile_path",
     "image_commands",
     "image_tag",
@@ -35,6 +41,18 @@ __all__ = [
 ]
 
 DEFAULT_REPOSITORY = "batchfutures-worker"  # the template's default image names it too
+# x86 and Graviton instances (and Fargate's default X86_64) run the one image
+IMAGE_PLATFORMS = ("linux/amd64", "linux/arm64")
+BUILDER = "batchfutures"  # the buildx builder the script makes (multi-platform needs one)
+# the worker's libraries pinned to the client's: distribution name -> Dockerfile build argument
+PINNED = {
+    "cloudpickle": "CLOUDPICKLE_VERSION",
+    "s3fs": "S3FS_VERSION",
+    "fsspec": "FSSPEC_VERSION",
+    "aiobotocore": "AIOBOTOCORE_VERSION",
+    "botocore": "BOTOCORE_VERSION",
+    "boto3": "BOTO3_VERSION",
+}
 _ECR_HOST = re.compile(
     r"^(?P<account>\d{12})\.dkr\.ecr(?:-fips)?\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?$")
 _REPOSITORY_NAME = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
@@ -78,6 +96,17 @@ def template_text() -> str:
     text = template_path().read_text(encoding="utf-8")
     replaced, count = _PYTHON_DEFAULT.subn(lambda m: f'{m.group(1)}"{python_minor()}"', text, count=1)
     return replaced if count else text
+
+
+def client_versions() -> Dict[str, str]:
+    """The installed version of each library in `PINNED` (those installed), by name."""
+    found = {}
+    for name in PINNED:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
 
 
 def _split_repository(repository: str) -> Tuple[str, str, Optional[str]]:
@@ -125,7 +154,15 @@ def image_commands(python_version: str | None = None, repository: str | None = N
     """
     minor = python_minor(python_version)
     own_python = minor == python_minor()
-    import cloudpickle  # the client's version, pinned in the image
+    versions = client_versions() if own_python else {}  # another Python has its own
+    if "s3fs" in versions:
+        from .storagelib import S3FS_MINIMUM, parse_version
+
+        if parse_version(versions["s3fs"]) < S3FS_MINIMUM:  # the image's build would fail on it
+            raise ConfigurationError(
+                f"s3fs {versions['s3fs']} is installed here; batchfutures needs s3fs>="
+                f"{'.'.join(map(str, S3FS_MINIMUM))} (conditional writes): upgrade it "
+                f"(pip install -U s3fs), then build the image")
 
     host, path, tag = _split_repository(repository or DEFAULT_REPOSITORY)
     tag = tag or image_tag(minor)
@@ -155,7 +192,7 @@ def image_commands(python_version: str | None = None, repository: str | None = N
         "# for ECR, the AWS CLI with credentials that may push to the repository.",
         "# The libraries your functions import must be in the image too: add",
         "#   --build-arg EXTRA_PIP_PACKAGES='numpy pandas'",
-        "# to the docker build line (or build your own image FROM this one).",
+        "# to the docker buildx build line (or build your own image FROM this one).",
         "set -eu",
     ]
     if kind == "other":
@@ -192,21 +229,25 @@ def image_commands(python_version: str | None = None, repository: str | None = N
             '| docker login --username AWS --password-stdin "$REGISTRY"',
         ]
     build_args = [f"--build-arg PYTHON_VERSION={minor}"]
-    if own_python:
-        build_args.append(f"--build-arg CLOUDPICKLE_VERSION={cloudpickle.__version__}")
+    build_args += [f"--build-arg {PINNED[name]}={q(version)}" for name, version in versions.items()]
     build_args.append(f"--build-arg BATCHFUTURES_VERSION={__version__}")
-    what = f"Python {minor}" + (f", cloudpickle {cloudpickle.__version__}" if own_python else "")
+    what = ", ".join([f"Python {minor}", *(f"{n} {v}" for n, v in versions.items())])
     lines += [f"# build: {what} and this batchfutures (the build context is its package folder)"]
     if not own_python:
-        lines.append("#    cloudpickle: add --build-arg CLOUDPICKLE_VERSION=<your client's version>")
+        lines.append("#    pin the libraries of that Python's client: add --build-arg "
+                     + " --build-arg ".join(f"{arg}=<version>" for arg in PINNED.values()))
+    platforms = ",".join(IMAGE_PLATFORMS)
     lines += [
-        "docker build --platform linux/amd64 \\",
+        f"# for {' and '.join(IMAGE_PLATFORMS)} (x86 and Graviton) in one image, built by docker",
+        "# buildx and pushed as it is built. Building the other architecture needs QEMU: Docker",
+        "# Desktop has it; elsewhere run once: docker run --privileged --rm tonistiigi/binfmt --install all",
+        f"docker buildx inspect {BUILDER} >/dev/null 2>&1 \\",
+        f"  || docker buildx create --name {BUILDER} --driver docker-container >/dev/null",
+        f"docker buildx build --builder {BUILDER} --platform {platforms} \\",
         *[f"  {arg} \\" for arg in build_args],
         f"  --file {q(str(dockerfile_path()))} \\",
-        '  --tag "$IMAGE" \\',
+        '  --tag "$IMAGE" --push \\',
         f"  {q(str(package_dir()))}",
-        "# push",
-        'docker push "$IMAGE"',
     ]
     if kind == "ecr-name" and path == DEFAULT_REPOSITORY and tag == image_tag(minor):
         lines.append(f'echo "pushed $IMAGE: the stack\'s default image (ImageUri empty, '

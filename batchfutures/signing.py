@@ -14,10 +14,13 @@ before it unpickles a byte.
       IntegrityError, nothing
       unpickled, if it fails
 
-What a MAC covers (``mac``): a domain string, the object's kind, its name (its key relative to
-the storage root, e.g. ``runs/<run>/jobs/<job>/results/3``), then its bytes; each field is
-length-prefixed. The name binds an object to its place: a validly signed result copied to
-another child's slot, or a function copied into another run, fails too.
+What a MAC covers (``mac``): a domain string, the object's kind, the storage root it was written
+under (``root``: ``s3://bucket/prefix`` or ``file:///path``, Storage.mac_root), its name (its key
+relative to that root, e.g. ``runs/<run>/jobs/<job>/results/3``), then its bytes; each field is
+length-prefixed. Root and name bind an object to its place: a validly signed result copied to
+another child's slot, a function copied into another run, or a whole job copied to another
+bucket or prefix under the same key, fails too. ``mac_stream`` computes the same MAC while the
+last field (the object's bytes) is still being read, so a reader checks as it reads.
 
 A sealed object (function, result, job pointer) is
 
@@ -70,13 +73,14 @@ import struct
 import threading
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Union
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 from .errors import ConfigurationError, IntegrityError
 from .workdir import check_private_file, default_workdir, make_private_dirs, open_private
 
 __all__ = [
-    "Signer", "mac", "check", "seal", "unseal", "read_key_file", "default_signer", "job_signer",
+    "Signer", "mac", "mac_stream", "check", "check_digest", "seal", "unseal", "read_key_file",
+    "default_signer", "job_signer",
     "local_signer", "aws_signer", "SEAL_MAGIC", "TAG_SIZE", "SOURCE_VARIABLE", "KEY_VARIABLE",
     "KEY_FILE_NAME", "REFUSED", "MIN_KEY_CHARACTERS",
 ]
@@ -90,42 +94,69 @@ MIN_KEY_CHARACTERS = 32
 # The result-meta key under which a worker records that it refused its job's objects (a fixed
 # JSON field, never a pickle: the client turns it into IntegrityError without unpickling).
 REFUSED = "integrity_error"
-_DOMAIN = b"batchfutures-signing-v1"
+_DOMAIN = b"batchfutures-signing-v2"  # v2: the storage root is a field
 _U64 = struct.Struct("<Q")
 
 
 # -- the pure functions --------------------------------------------------------------------------
-def mac(key: bytes, kind: str, name: str, *parts: bytes) -> bytes:
-    """HMAC-SHA256 over the domain, ``kind``, ``name`` and ``parts``, each length-prefixed."""
+Bytes = Union[bytes, bytearray, memoryview]
+
+
+def mac_stream(key: bytes, kind: str, name: str, *parts: Bytes, root: str = "",
+               tail: int) -> "hmac.HMAC":
+    """The MAC of ``mac(key, kind, name, *parts, T, root=root)`` for a last field T of ``tail``
+    bytes not read yet: every field and T's length are in; ``update`` it with T as it arrives."""
+    digest = _fields(key, kind, root, name, parts)
+    digest.update(_U64.pack(tail))
+    return digest
+
+
+def mac(key: bytes, kind: str, name: str, *parts: Bytes, root: str = "") -> bytes:
+    """HMAC-SHA256 over the domain, ``kind``, ``root``, ``name`` and ``parts``, each
+    length-prefixed."""
+    return _fields(key, kind, root, name, parts).digest()
+
+
+def _fields(key: bytes, kind: str, root: str, name: str, parts: Tuple[Bytes, ...]) -> "hmac.HMAC":
     digest = hmac.new(key, digestmod=hashlib.sha256)
-    for field in (_DOMAIN, kind.encode(), name.encode(), *parts):
+    for field in (_DOMAIN, kind.encode(), root.encode(), name.encode(), *parts):
         digest.update(_U64.pack(len(field)))
         digest.update(field)
-    return digest.digest()
+    return digest
 
 
-def seal(key: bytes, kind: str, name: str, payload: bytes) -> bytes:
+def seal(key: bytes, kind: str, name: str, payload: Bytes, *, root: str = "") -> bytes:
     """``payload`` as a sealed object: magic, its tag, the payload."""
-    return b"".join([SEAL_MAGIC, mac(key, kind, name, payload), payload])
+    return b"".join([SEAL_MAGIC, mac(key, kind, name, payload, root=root), payload])
 
 
-def unseal(key: bytes, kind: str, name: str, data: bytes) -> bytes:
+def unseal(key: bytes, kind: str, name: str, data: Bytes, *, root: str = "") -> bytes:
     """The payload of a sealed object; IntegrityError when it is unsigned or does not verify."""
     header = len(SEAL_MAGIC) + TAG_SIZE
-    if len(data) < header or data[:len(SEAL_MAGIC)] != SEAL_MAGIC:
-        raise IntegrityError(f"the {kind} object {name} is not signed; refusing to load it "
-                             f"(nothing was unpickled)")
     view = memoryview(data)
+    if len(view) < header or bytes(view[:len(SEAL_MAGIC)]) != SEAL_MAGIC:
+        raise IntegrityError(_unsigned(kind, name))
     payload = view[header:]
-    if not hmac.compare_digest(bytes(view[len(SEAL_MAGIC):header]), mac(key, kind, name, payload)):
+    if not hmac.compare_digest(bytes(view[len(SEAL_MAGIC):header]),
+                               mac(key, kind, name, payload, root=root)):
         raise IntegrityError(_altered(kind, name))
     return bytes(payload)
 
 
-def check(key: bytes, tag: bytes, kind: str, name: str, *parts: bytes) -> None:
+def check(key: bytes, tag: Bytes, kind: str, name: str, *parts: Bytes, root: str = "") -> None:
     """IntegrityError unless ``tag`` is the MAC of these fields (compared in constant time)."""
-    if not hmac.compare_digest(bytes(tag), mac(key, kind, name, *parts)):
+    if not hmac.compare_digest(bytes(tag), mac(key, kind, name, *parts, root=root)):
         raise IntegrityError(_altered(kind, name))
+
+
+def check_digest(tag: Bytes, digest: "hmac.HMAC", kind: str, name: str) -> None:
+    """IntegrityError unless ``tag`` is what a ``mac_stream`` digest, now fed, ends with."""
+    if not hmac.compare_digest(bytes(tag), digest.digest()):
+        raise IntegrityError(_altered(kind, name))
+
+
+def _unsigned(kind: str, name: str) -> str:
+    return f"the {kind} object {name} is not signed; refusing to load it (nothing was unpickled)"
 
 
 def _altered(kind: str, name: str) -> str:
@@ -212,17 +243,21 @@ class Signer:
         return {SOURCE_VARIABLE: self.source}
 
     # the pure functions under this key
-    def mac(self, kind: str, name: str, *parts: bytes) -> bytes:
-        return mac(self.key, kind, name, *parts)
+    def mac(self, kind: str, name: str, *parts: Bytes, root: str = "") -> bytes:
+        return mac(self.key, kind, name, *parts, root=root)
 
-    def check(self, tag: bytes, kind: str, name: str, *parts: bytes) -> None:
-        check(self.key, tag, kind, name, *parts)
+    def mac_stream(self, kind: str, name: str, *parts: Bytes, root: str = "",
+                   tail: int) -> "hmac.HMAC":
+        return mac_stream(self.key, kind, name, *parts, root=root, tail=tail)
 
-    def seal(self, kind: str, name: str, payload: bytes) -> bytes:
-        return seal(self.key, kind, name, payload)
+    def check(self, tag: Bytes, kind: str, name: str, *parts: Bytes, root: str = "") -> None:
+        check(self.key, tag, kind, name, *parts, root=root)
 
-    def unseal(self, kind: str, name: str, data: bytes) -> bytes:
-        return unseal(self.key, kind, name, data)
+    def seal(self, kind: str, name: str, payload: Bytes, *, root: str = "") -> bytes:
+        return seal(self.key, kind, name, payload, root=root)
+
+    def unseal(self, kind: str, name: str, data: Bytes, *, root: str = "") -> bytes:
+        return unseal(self.key, kind, name, data, root=root)
 
     def __repr__(self) -> str:  # never the key
         return f"Signer(source={self.source!r})"

@@ -16,11 +16,18 @@ worker reads its slice and writes its result; the poller lists and reads results
            <── read_result(job, i) ──────────────┘  checks its seal: IntegrityError, else the bytes
 
 Every object anyone unpickles is authenticated (signing.py): functions, results and job
-pointers are sealed objects (magic, HMAC-SHA256 tag, payload) whose tag binds them to their name
-under R; the inputs object carries the MAC of its header in the header and a tag in front of
-each child's blob. Readers check before they return a byte: a missing, altered or foreign
-signature raises IntegrityError. The key is the Storage's ``signer`` (by default the one
+pointers are sealed objects (magic, HMAC-SHA256 tag, payload) whose tag binds them to R itself
+(``mac_root``: ``s3://bucket/prefix``, ``file:///path``) and to their name under R; the inputs
+object carries the MAC of its header in the header and a tag in front of each child's blob.
+Readers check before they return a byte: a missing, altered or foreign signature raises
+IntegrityError. The key is the Storage's ``signer`` (by default the one
 signing.default_signer() finds); the bucket never holds it.
+
+Reading a signed object (a sealed object, or a child's range of an inputs object) is one GET
+(one open() locally) streamed into one buffer of the size S3 (or fstat) announces, the MAC
+computed chunk by chunk as it arrives (``_Verifying``): no second copy of the object is made,
+and an object over ``max_object_size`` (MAX_OBJECT_SIZE, or BATCHFUTURES_MAX_OBJECT_SIZE) is
+refused with ObjectTooLargeError, an IntegrityError, before a byte of its body is read.
 
 Inputs object (``<job>/inputs``), so a child reads its own byte range and nothing else:
 
@@ -59,34 +66,42 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import hmac
 import inspect
 import json
 import logging
 import os
 import re
+import stat
 import struct
 import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, TypeVar
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, TypeVar
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from .awsclients import CLIENT_CONFIG
-from .errors import IntegrityError
-from .signing import TAG_SIZE, Signer, default_signer
+from .errors import ConfigurationError, IntegrityError
+from .signing import SEAL_MAGIC, TAG_SIZE, Signer, check_digest, default_signer
 from .workdir import make_private_dirs, open_private
 
-__all__ = ["Storage", "INPUTS_MAGIC", "PREFIX_READ"]
+__all__ = ["Storage", "INPUTS_MAGIC", "PREFIX_READ", "MAX_OBJECT_SIZE", "SIZE_VARIABLE",
+           "ObjectTooLargeError", "size_limit"]
 
 INPUTS_MAGIC = b"BFINPUT3"
 HEADER_MAC_FIELD = "hmac"
 # the header's last field: ,"hmac":"<64 hex>"} (the "," is absent when it is the only field)
 _HEADER_MAC_SUFFIX = re.compile(rb'"hmac":"([0-9a-f]{64})"\}\Z')
 PREFIX_READ = 64 * 1024
+# The largest signed object (or inputs range) a reader accepts, checked before its body is read:
+# whoever can write the bucket could otherwise make a worker or the client allocate any size.
+MAX_OBJECT_SIZE = 2 * 1024 ** 3
+SIZE_VARIABLE = "BATCHFUTURES_MAX_OBJECT_SIZE"  # bytes; overrides MAX_OBJECT_SIZE
+READ_CHUNK = 1024 * 1024  # bytes fed to the MAC (and copied into the buffer) at a time
 # digits of a result object's name (results/00042): arrays have at most 10,000 children
 RESULT_DIGITS = 5
 _U64 = struct.Struct("<Q")
@@ -214,11 +229,96 @@ def _s3_options(options: Dict[str, Any]) -> Dict[str, Any]:
     return options
 
 
+class ObjectTooLargeError(IntegrityError):
+    """A stored object over the size limit: refused before its body was read (nothing unpickled)."""
+
+    def __init__(self, url: str, size: int, limit: int) -> None:
+        super().__init__(
+            f"the stored object {url} is {size} bytes, over the limit of {limit} bytes; refusing "
+            f"to read it (nothing of it was read or unpickled). If it is yours, raise the limit: "
+            f"{SIZE_VARIABLE}=<bytes> in the client's environment and the job's environment=")
+        self.url, self.size, self.limit = url, size, limit
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.url, self.size, self.limit))
+
+
+def size_limit(environ: Optional[Mapping[str, str]] = None) -> int:
+    """The size limit ``environ`` (default os.environ) sets with SIZE_VARIABLE, else MAX_OBJECT_SIZE."""
+    raw = (os.environ if environ is None else environ).get(SIZE_VARIABLE, "").strip()
+    if not raw:
+        return MAX_OBJECT_SIZE
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise ConfigurationError(f"{SIZE_VARIABLE}={raw!r} is not a positive number of bytes")
+    return value
+
+
+class _Verifying:
+    """One signed object (or inputs range) read into one buffer while its MAC is computed.
+
+    ``head`` bytes come first (the seal's magic and tag, or a range's tag) and are kept apart;
+    the rest, the payload, goes into a buffer of exactly its size and through ``digest_for(n)``
+    (signing.mac_stream for a payload of n bytes) as it arrives. ``begin(size)`` is called with
+    the size the store announces, before any of the body is read: over ``limit`` it raises
+    ObjectTooLargeError; a size other than ``expected`` (a range's) is a truncated object.
+    """
+
+    def __init__(self, url: str, limit: int, head: int, digest_for: Callable[[int], "hmac.HMAC"],
+                 short: str, expected: Optional[int] = None,
+                 check_head: Optional[Callable[[bytearray], None]] = None) -> None:
+        self.url, self.limit, self.expected = url, limit, expected
+        self._head_size, self._digest_for, self._short = head, digest_for, short
+        self._check_head = check_head
+        self.head = bytearray()
+        self.payload = bytearray()
+        self._filled = 0
+        self.remaining = 0
+        self.digest: Optional["hmac.HMAC"] = None
+
+    def begin(self, size: int) -> None:
+        if size > self.limit:
+            raise ObjectTooLargeError(self.url, size, self.limit)
+        if self.expected is not None and size != self.expected:
+            raise IntegrityError(f"{self.url} is truncated: {size} of its {self.expected} bytes "
+                                 f"are there; refusing it, nothing was unpickled")
+        if size < self._head_size:
+            raise IntegrityError(self._short)
+        self.payload = bytearray(size - self._head_size)
+        self.digest = self._digest_for(len(self.payload))
+        self.remaining = size
+
+    def feed(self, chunk: bytes) -> None:
+        view = memoryview(chunk)[:self.remaining]
+        self.remaining -= len(view)
+        if len(self.head) < self._head_size:
+            take = self._head_size - len(self.head)
+            self.head += view[:take]
+            view = view[take:]
+            if len(self.head) == self._head_size and self._check_head is not None:
+                self._check_head(self.head)  # e.g. no seal magic: stop before the payload
+        if view:
+            assert self.digest is not None
+            self.payload[self._filled:self._filled + len(view)] = view
+            self.digest.update(view)
+            self._filled += len(view)
+
+    def finish(self) -> None:
+        if self.remaining:
+            raise IntegrityError(f"{self.url} is truncated: it ended {self.remaining} bytes early; "
+                                 f"refusing it, nothing was unpickled")
+
+
 class Storage:
     """Reads and writes the payloads of every job under one root URL."""
 
     def __init__(self, root_url: str, *, storage_options: Optional[Dict[str, Any]] = None,
-                 signer: Optional[Signer] = None) -> None:
+                 signer: Optional[Signer] = None, max_object_size: Optional[int] = None) -> None:
+        """``max_object_size``: the largest signed object read (default: SIZE_VARIABLE, else
+        MAX_OBJECT_SIZE)."""
         options = dict(storage_options or {})
         s3, loops = root_url.startswith(("s3://", "s3a://")), 1
         if s3:
@@ -229,6 +329,11 @@ class Storage:
             self.fs.retries = loops  # s3fs's own loop: one pass; STORAGE_RETRY does the retrying
         self.root = path.rstrip("/")
         self.root_url = root_url.rstrip("/")
+        protocol = self.fs.protocol if isinstance(self.fs.protocol, str) else self.fs.protocol[0]
+        # what every MAC binds besides the name: the bucket and prefix (or folder) themselves,
+        # so a job copied whole to another root under the same key does not verify there
+        self.mac_root = f"{protocol}://{self.root}"
+        self.max_object_size = size_limit() if max_object_size is None else max_object_size
         self.local = isinstance(self.fs, LocalFileSystem)
         # s3fs >= 2024.12 can PUT with If-None-Match: * (pipe_file(mode="create"))
         pipe = getattr(self.fs, "_pipe_file", None)
@@ -239,12 +344,14 @@ class Storage:
 
     @classmethod
     def from_url(cls, url: str, *, storage_options: Optional[Dict[str, Any]] = None,
-                 signer: Optional[Signer] = None) -> "Storage":
+                 signer: Optional[Signer] = None,
+                 max_object_size: Optional[int] = None) -> "Storage":
         """The Storage rooted at R of a job URL ``R/runs/<run_id>/jobs/<job_key>`` (the worker's)."""
         root, sep, _ = url.rpartition("/runs/")
         if not sep or not root:
             raise ValueError(f"{url!r} is not a batchfutures job URL (R/runs/<run>/jobs/<key>)")
-        return cls(root, storage_options=storage_options, signer=signer)
+        return cls(root, storage_options=storage_options, signer=signer,
+                   max_object_size=max_object_size)
 
     @property
     def signer(self) -> Signer:
@@ -344,6 +451,98 @@ class Storage:
                 return self.fs.cat_file(path)
         return self._retried(read)
 
+    def _read_verified(self, url: str, make: Callable[[], _Verifying], start: Optional[int] = None,
+                       end: Optional[int] = None) -> Optional[_Verifying]:
+        """Stream the object at ``url`` (bytes [start, end)) through a fresh ``make()`` per
+        attempt: one GET whose announced size ``begin`` judges before the body is read. None
+        when there is no object."""
+        _ = self.signer.key  # a missing key fails here, not inside the S3 event loop
+        path = self._path(url)
+        ranged = start is not None or end is not None
+
+        def local() -> Optional[_Verifying]:
+            try:  # never through a symlink, never blocking on a planted FIFO
+                descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
+                                     | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+            except FileNotFoundError:
+                return None
+            except OSError as error:
+                if error.errno != errno.ELOOP:
+                    raise
+                raise IntegrityError(f"{url} is a symbolic link; refusing it, nothing was "
+                                     f"unpickled") from None
+            with open(descriptor, "rb", buffering=0) as handle:
+                info = os.fstat(descriptor)
+                if not stat.S_ISREG(info.st_mode):
+                    raise IntegrityError(f"{url} is not a regular file; refusing it")
+                first = min(start or 0, info.st_size)
+                last = info.st_size if end is None else min(end, info.st_size)
+                sink = make()
+                sink.begin(max(0, last - first))  # before a byte of it is read
+                handle.seek(first)
+                while sink.remaining:
+                    chunk = handle.read(min(READ_CHUNK, sink.remaining))
+                    if not chunk:
+                        break
+                    sink.feed(chunk)
+                sink.finish()
+                return sink
+
+        if self.local:
+            return local()
+        from fsspec.asyn import sync
+
+        bucket, key, _ = self.fs.split_path(path)
+        extra = {"Range": f"bytes={start or 0}-{'' if end is None else end - 1}"} if ranged else {}
+
+        async def stream() -> Optional[_Verifying]:
+            sink = make()
+            try:
+                response = await self.fs._call_s3("get_object", Bucket=bucket, Key=key, **extra)
+            except FileNotFoundError:
+                return None
+            except OSError as error:  # 416: a range past the end of the object
+                if not ranged or error.errno != errno.EINVAL:
+                    raise
+                sink.begin(0)
+                sink.finish()
+                return sink
+            body = response["Body"]
+            try:
+                sink.begin(int(response.get("ContentLength") or 0))  # before the body is read
+                while sink.remaining:
+                    chunk = await body.read(min(READ_CHUNK, sink.remaining))
+                    if not chunk:
+                        break
+                    sink.feed(chunk)
+            finally:
+                body.close()  # unread (an object refused by its size): the connection is dropped
+            sink.finish()
+            return sink
+        return self._retried(lambda: sync(self.fs.loop, stream))
+
+    def _read_sealed(self, url: str, kind: str) -> Optional[bytearray]:
+        """A sealed object's payload, its MAC checked as it was read; None when there is none."""
+        name = self.name_of(url)
+        unsigned = (f"the {kind} object {name} is not signed; refusing to load it (nothing was "
+                    f"unpickled)")
+
+        def magic(head: bytearray) -> None:
+            if head[:len(SEAL_MAGIC)] != SEAL_MAGIC:
+                raise IntegrityError(unsigned)
+
+        def make() -> _Verifying:
+            return _Verifying(
+                url, self.max_object_size, len(SEAL_MAGIC) + TAG_SIZE,
+                lambda size: self.signer.mac_stream(kind, name, root=self.mac_root, tail=size),
+                unsigned, check_head=magic)
+        sink = self._read_verified(url, make)
+        if sink is None:
+            return None
+        assert sink.digest is not None
+        check_digest(sink.head[len(SEAL_MAGIC):], sink.digest, kind, name)
+        return sink.payload
+
     def exists(self, url: str) -> bool:
         """Whether an object or a folder is there."""
         path = self._path(url)
@@ -415,17 +614,18 @@ class Storage:
         with self._lock:
             if url in self._uploaded:
                 return url
-        self.put_bytes(url, self.signer.seal("function", self.name_of(url), payload))
+        self.put_bytes(url, self.signer.seal("function", self.name_of(url), payload,
+                                             root=self.mac_root))
         with self._lock:
             self._uploaded.add(url)
         return url
 
-    def get_function(self, url: str) -> bytes:
+    def get_function(self, url: str) -> bytearray:
         """The callable's pickle, once its seal is checked (IntegrityError otherwise)."""
-        data = self.get_bytes(url)
+        data = self._read_sealed(url, "function")
         if data is None:
             raise FileNotFoundError(f"the function payload {url} is missing")
-        return self.signer.unseal("function", self.name_of(url), data)
+        return data
 
     # -- inputs ------------------------------------------------------------------------------
     def write_inputs(self, job_url: str, header: Dict[str, Any], child_blobs: List[bytes]) -> str:
@@ -440,7 +640,7 @@ class Storage:
         name = self.name_of(url)
         header = dict(header, children=len(child_blobs))
         body = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
-        header_mac = self.signer.mac("inputs-header", name, body)
+        header_mac = self.signer.mac("inputs-header", name, body, root=self.mac_root)
         header_bytes = b"".join([body[:-1], b"," if body != b"{}" else b"",
                                  b'"%s":"%s"}' % (HEADER_MAC_FIELD.encode(), header_mac.hex().encode())])
         table_end = 16 + len(header_bytes) + 8 * (len(child_blobs) + 1)
@@ -448,7 +648,8 @@ class Storage:
         offsets = [data_start]
         ranges: List[bytes] = []
         for index, blob in enumerate(child_blobs):
-            ranges.append(self.signer.mac("inputs-child", name, _U64.pack(index), header_mac, blob))
+            ranges.append(self.signer.mac("inputs-child", name, _U64.pack(index), header_mac, blob,
+                                          root=self.mac_root))
             ranges.append(blob)
             offsets.append(offsets[-1] + TAG_SIZE + len(blob))
         data = b"".join([INPUTS_MAGIC, _U64.pack(len(header_bytes)), header_bytes,
@@ -472,6 +673,8 @@ class Storage:
                                  f"version writes them ({INPUTS_MAGIC!r}); refusing it, nothing "
                                  f"was unpickled")
         (length,) = _U64.unpack_from(prefix, 8)
+        if 16 + length > self.max_object_size:
+            raise ObjectTooLargeError(url, 16 + length, self.max_object_size)
         if 16 + length > len(prefix):  # a header longer than the prefix: one more read
             prefix += self._range(url, len(prefix), 16 + length)
         header, header_mac = self._checked_header(url, prefix[16:16 + length])
@@ -487,7 +690,7 @@ class Storage:
                                  f"nothing was unpickled")
         body = before[:-1] + b"}" if before != b"{" else b"{}"
         header_mac = bytes.fromhex(match.group(1).decode())
-        self.signer.check(header_mac, "inputs-header", name, body)
+        self.signer.check(header_mac, "inputs-header", name, body, root=self.mac_root)
         return json.loads(body), header_mac
 
     def _range(self, url: str, start: int, end: int) -> bytes:
@@ -496,7 +699,7 @@ class Storage:
             raise IntegrityError(f"{url} is truncated: bytes [{start}, {end}) are not all there")
         return data
 
-    def read_child_inputs(self, job_url: str, index: int) -> Tuple[Dict[str, Any], bytes]:
+    def read_child_inputs(self, job_url: str, index: int) -> Tuple[Dict[str, Any], bytearray]:
         """The header and child ``index``'s blob, reading only the prefix and its own range.
 
         Both are checked against their MACs before they are returned (IntegrityError otherwise).
@@ -514,14 +717,27 @@ class Storage:
         if not (table < start and start + TAG_SIZE <= stop):
             raise IntegrityError(f"the inputs object {self.name_of(url)} has a corrupt index entry "
                                  f"for child {index}; refusing it")
+        name = self.name_of(url)
         if stop <= len(prefix):  # a plain job: the prefix already holds its range
-            signed = prefix[start:stop]
-        else:
-            signed = self._range(url, start, stop)
-        blob = signed[TAG_SIZE:]
-        self.signer.check(signed[:TAG_SIZE], "inputs-child", self.name_of(url), _U64.pack(index),
-                          header_mac, blob)
-        return header, blob
+            blob = bytearray(memoryview(prefix)[start + TAG_SIZE:stop])
+            self.signer.check(prefix[start:start + TAG_SIZE], "inputs-child", name,
+                              _U64.pack(index), header_mac, blob, root=self.mac_root)
+            return header, blob
+        if stop - start > self.max_object_size:
+            raise ObjectTooLargeError(f"{url} (child {index})", stop - start, self.max_object_size)
+
+        def make() -> _Verifying:
+            return _Verifying(
+                url, self.max_object_size, TAG_SIZE,
+                lambda size: self.signer.mac_stream("inputs-child", name, _U64.pack(index),
+                                                    header_mac, root=self.mac_root, tail=size),
+                f"{url} is truncated", expected=stop - start)
+        sink = self._read_verified(url, make, start, stop)
+        if sink is None:
+            raise FileNotFoundError(f"the inputs of {job_url} are missing")
+        assert sink.digest is not None
+        check_digest(sink.head, sink.digest, "inputs-child", name)
+        return header, sink.payload
 
     # -- results -----------------------------------------------------------------------------
     def write_result(self, job_url: str, index: int, data: bytes, *, overwrite: bool = False) -> bool:
@@ -531,15 +747,13 @@ class Storage:
         earlier attempt finished): a retry never replaces a finished result.
         """
         url = self.result_url(job_url, index)
-        sealed = self.signer.seal("result", self.name_of(url), data)
+        sealed = self.signer.seal("result", self.name_of(url), data, root=self.mac_root)
         return self.put_bytes(url, sealed, exclusive=not overwrite)
 
-    def read_result(self, job_url: str, index: int) -> Optional[bytes]:
+    def read_result(self, job_url: str, index: int) -> Optional[bytearray]:
         """Child ``index``'s result bytes, None when there is none; IntegrityError when its seal
         does not check (nothing of it must then be unpickled)."""
-        url = self.result_url(job_url, index)
-        data = self.get_bytes(url)
-        return None if data is None else self.signer.unseal("result", self.name_of(url), data)
+        return self._read_sealed(self.result_url(job_url, index), "result")
 
     def has_result(self, job_url: str, index: int) -> bool:
         return self.object_exists(self.result_url(job_url, index))
@@ -582,15 +796,21 @@ class Storage:
                 if index is not None and index >= start}
 
     # -- job pointers, runs, cleanup ---------------------------------------------------------
+    def _pointer_url(self, job_id: str) -> str:
+        # one plain name under jobs/: `batchfutures result ../../x` must not read outside R
+        if not job_id or "/" in job_id or "\x00" in job_id or job_id in (".", ".."):
+            raise ConfigurationError(f"{job_id[:200]!r} is not a job id")
+        return self.url("jobs", job_id)
+
     def write_job_pointer(self, job_id: str, job_url: str) -> None:
-        url = self.url("jobs", job_id)
-        self.put_bytes(url, self.signer.seal("pointer", self.name_of(url), job_url.encode()))
+        url = self._pointer_url(job_id)
+        self.put_bytes(url, self.signer.seal("pointer", self.name_of(url), job_url.encode(),
+                                             root=self.mac_root))
 
     def read_job_pointer(self, job_id: str) -> Optional[str]:
         """The job URL recorded for a Batch job (sealed: a pointer cannot be redirected)."""
-        url = self.url("jobs", job_id)
-        data = self.get_bytes(url)
-        return self.signer.unseal("pointer", self.name_of(url), data).decode() if data is not None else None
+        data = self._read_sealed(self._pointer_url(job_id), "pointer")
+        return data.decode() if data is not None else None
 
     def delete_job(self, job_url: str) -> None:
         self.delete(job_url)
@@ -604,9 +824,7 @@ class Storage:
             self.delete_job_pointer(job_id)
 
     def delete_job_pointer(self, job_id: str) -> None:
-        if not job_id or "/" in job_id or job_id in (".", ".."):
-            raise ValueError(f"{job_id!r} is not a job id")
-        self.delete(self.url("jobs", job_id))
+        self.delete(self._pointer_url(job_id))
 
     def list_job_pointers(self) -> List[Tuple[str, Optional[float]]]:
         """(Batch job id, time its pointer was written, or None) of every job pointer: one LIST."""

@@ -11,7 +11,9 @@
            are uploaded once per session: header "initargs")
         3. one inputs object per Batch job (every child's items, indexed by byte range)
         4. SubmitJob from build_request (a pure function): only the worker command and a
-           pointer to the inputs travel; on failure the inputs are deleted
+           pointer to the inputs travel; sent exactly once (submit_exactly_once: after an
+           ambiguous failure, looked up for the environment's describe_grace); on failure the
+           inputs are deleted
         5. a pointer R/jobs/<job id> for attach, and a TrackedJob handed to the poller
 
 Pacing is in the client, the same on the emulator and on AWS (see docs/architecture.md for why
@@ -35,7 +37,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 from . import batchapi, reruns, serialization
 from ._version import __version__
 from .errors import ABORT_REASON_PREFIX, BatchError, ConfigurationError
-from .jobdefinitions import check_tags, definition_with_secrets
+from .jobdefinitions import check_tags, definition_with_secrets, multinode_definition_from
 from .jobs import TrackedJob, settle
 from .settings import JobSettings
 
@@ -227,6 +229,8 @@ class Submitter:
         self._in_flight: List[List[List[Any]]] = []  # per paced job: its children's futures
         self.submitted_jobs: List[str] = []
         self._placeable_mib: Any = _UNREAD  # retry_on_oom's cap, read at its first use
+        # cache=True: writes the job's cache index before SubmitJob (cache.CallCache.write_index)
+        self.before_submit: Optional[Callable[[Any, PendingJob, str], None]] = None
 
     # -- pacing ----------------------------------------------------------------------------
     def submit(self, job: PendingJob) -> None:
@@ -305,7 +309,7 @@ class Submitter:
         job_url = storage.job_url(self._run_id, job_key)
         items = sum(job.item_counts)
         memory = job.settings.memory_mib(self._env.definition_memory())
-        request = build_request(job.settings, name=job.name, job_queue=self._env.job_queue,
+        request = build_request(job.settings, name=job.name, job_queue=self._queue_for(job.settings),
                                 job_definition=self._definition_for(job.settings),
                                 command=self._env.worker_command(job_url), size=len(job.blobs),
                                 memory_mib=memory, run_id=self._run_id, user=user_tag(),
@@ -344,8 +348,11 @@ class Submitter:
             storage.write_inputs(job_url, header, job.blobs)
         except (FileNotFoundError, PermissionError) as error:
             raise storage_error(storage, error) from error
+        if self.before_submit is not None:
+            self.before_submit(storage, job, job_url)
         try:
-            response = batchapi.submit_job(self._env.batch, request)
+            response = batchapi.submit_exactly_once(self._env.batch, request,
+                                           grace=float(self._env.describe_grace))
         except Exception as error:
             storage.delete_job(job_url)
             raise wrap_submit_error(error) from error
@@ -375,10 +382,10 @@ class Submitter:
 
     # -- retry_on_oom --------------------------------------------------------------------------
     def _oom_retry(self, job: PendingJob) -> Any:
-        from .oomretry import OomRetry, placeable_memory_mib
+        from .oomretry import OomRetry, placement_of
 
-        if self._placeable_mib is _UNREAD:
-            self._placeable_mib = placeable_memory_mib(self._env)
+        if self._placeable_mib is _UNREAD:  # a Placement: the platform and its cap
+            self._placeable_mib = placement_of(self._env)
         history = dict(enumerate(job.retried)) if job.retried else {}
         return OomRetry(job.settings, placeable_mib=self._placeable_mib, resubmit=self.resubmit,
                         history=history, name=job.name)
@@ -431,10 +438,23 @@ class Submitter:
                 raise ConfigurationError(f"nodes={settings.nodes}: {self._env!r} cannot run "
                                          f"multi-node parallel jobs")
             definition = multinode_definition(settings.nodes)
+            if definition == getattr(self._env, "_given_definition", None):
+                # the user's (the stack's -worker, say): a container one takes no nodeOverrides
+                definition = multinode_definition_from(self._env.batch, definition,
+                                                       stack=getattr(self._env, "stack", None))
         if settings.secrets:
             definition = definition_with_secrets(self._env.batch, definition, settings.secrets,
                                                  stack=getattr(self._env, "stack", None))
         return definition
+
+    def _queue_for(self, settings: JobSettings) -> str:
+        """The job queue; a multi-node job goes to the multi-node queue when there is one."""
+        if settings.nodes > 1:
+            given = getattr(self._env, "multinode_job_queue", None)
+            if given:
+                return str(given)
+            return multinode_queue(self._env.job_queue, getattr(self._env, "stack", None))
+        return self._env.job_queue
 
     def _job_environment(self) -> Dict[str, str]:
         """What the worker must know and the settings cannot change: where the signing key is
@@ -462,6 +482,16 @@ class Submitter:
         return self._initargs_url
 
 
+
+def multinode_queue(job_queue: str, stack: Optional[str]) -> str:
+    """The template's ``<stack>-multinode`` queue in place of its ``<stack>-ec2`` one (Batch runs
+    no multi-node job on the EC2 queue's Spot compute environment); any other queue as it is."""
+    if not stack:
+        return job_queue
+    head, slash, name = job_queue.rpartition("/")
+    if name != f"{stack}-ec2":
+        return job_queue
+    return f"{head}{slash}{stack}-multinode"
 
 
 def _number(value: float) -> str:

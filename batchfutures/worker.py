@@ -6,14 +6,17 @@
       -> <job_url>/results/<i> already there?  an earlier attempt finished: keep it, exit 0
       -> read the header and child i's byte range of <job_url>/inputs, checking their MACs
          (a retry_on_oom retry's header names, per child, the first job's inputs to read instead)
+      -> read the functions its items call (the blob names them outside its pickle), the
+         initializer and the initargs, checking each one's seal (calls.Prefetched): all seals
+         before anything is unpickled or run, on both paths; a failed one refuses the job
       -> the client's Python/cloudpickle differ (header stamp)?  every item: a mismatch outcome
-      -> read the functions it needs and check each one's seal, all before running anything
+      -> unpickle the arguments; read (and check) the upstream results they refer to
       -> the executor's initializer(*initargs), if any, once; if it raises, every item fails
          (header "initargs": each function's pickle is (initializer, fn) from one dumps, so
-         they share one module namespace: see _load_bundles)
+         they share one module namespace: see calls.load_bundles)
       -> unpickle them (once each), run each item in order; print goes to the log, and with
          header "output" (echo_output=True) each item's stdout and stderr are also kept, the
-         last OUTPUT_LIMIT characters of each (_Capture), for the client to print
+         last calls.OUTPUT_LIMIT characters of each (calls.Capture), for the client to print
          (an argument that is another call's result is read from that call's result object)
       -> one outcome per item: value | exception + traceback | unpicklable | mismatch
       -> write <job_url>/results/<i> once, atomically and only if absent, with the kept
@@ -30,8 +33,10 @@ Once the result is written the process ends (``os._exit`` after the atexit handl
 non-daemon thread left running by the function cannot keep the job alive.
 
 Signing (signing.py): the key is found where the job's BATCHFUTURES_SIGNING_KEY_SOURCE says. An
-inputs object or function that is unsigned, altered or signed with another key is refused before
-any of it is unpickled and before anything runs: the job's log says why, and the result records
+inputs object, function, initializer or initargs object (or an upstream result an argument names)
+that is unsigned, altered, signed with another key or for another storage root, or over the size
+limit (storage.MAX_OBJECT_SIZE), is refused before anything runs, on the sequential path and on
+the inner pool alike, and before any payload is unpickled: the job's log says why, and the result records
 the refusal in its JSON metadata only (never a pickle), so the client raises IntegrityError
 without unpickling. No key at all is a failed container (exit 1) whose log says where the key
 was looked for.
@@ -55,12 +60,13 @@ import os
 import platform
 import socket
 import sys
-import threading
 import time
-import traceback
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
+from . import calls, pool, serialization
+from .dependencies import Resolver
 from .errors import ConfigurationError, IntegrityError
+from .storagelib import check_storage_library
 
 if TYPE_CHECKING:
     from .nodes import NodeInfo
@@ -68,13 +74,12 @@ if TYPE_CHECKING:
     from .storage import Storage
 
 logger = logging.getLogger("batchfutures")
-OOM_EXIT_STATUS = 137
+OOM_EXIT_STATUS = calls.OOM_EXIT_STATUS
 NODE_POLL_INTERVAL = 0.25  # the main node's look for the other nodes' results (a HEAD each on S3)
 # After every node's result is there, the main node waits this long before it ends the job (which
 # stops the nodes still running), so a node that wrote its result usually exits SUCCEEDED.
 NODE_EXIT_GRACE = 1.0
 _OOM_LINE = b"batchfutures.worker: MemoryError: out of memory; exiting with status 137 like the OOM killer\n"
-OUTPUT_LIMIT = 64 * 1024  # characters of each item's stdout, and of its stderr, kept for the client
 
 
 def _never() -> bool:
@@ -121,132 +126,21 @@ def _out_of_memory() -> None:
         os._exit(OOM_EXIT_STATUS)
 
 
-def _flush() -> None:
-    # what the function printed reaches the log now, even if a later item gets the process killed
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:
-            pass
-
-
-class _Tee:
-    """``sys.stdout`` or ``sys.stderr`` while a child's items run in this process: a write still
-    reaches the stream (the container's log, as before) and is also kept for the client's echo,
-    the last OUTPUT_LIMIT characters since the previous ``take`` (with a count of those cut).
-
-    Python-level writes only (print, sys.stdout.write, warnings, a logging handler made on
-    sys.stderr while the tee is in place): output written to the file descriptors directly (a
-    subprocess, C code, sys.stdout.buffer) reaches the log only.
-    """
-
-    def __init__(self, stream: Any) -> None:
-        self._stream = stream
-        self._lock = threading.Lock()  # the function's own threads may print too
-        self._parts: List[str] = []
-        self._size = 0
-        self._cut = 0
-
-    def write(self, text: Any) -> Any:
-        written = self._stream.write(text)
-        if isinstance(text, str) and text:
-            with self._lock:
-                self._parts.append(text)
-                self._size += len(text)
-                if self._size > 2 * OUTPUT_LIMIT:  # bounded: keep the end
-                    kept = "".join(self._parts)
-                    self._cut += len(kept) - OUTPUT_LIMIT
-                    self._parts, self._size = [kept[-OUTPUT_LIMIT:]], OUTPUT_LIMIT
-        return written
-
-    def writelines(self, lines: Any) -> None:
-        for line in lines:
-            self.write(line)
-
-    def take(self) -> Tuple[str, int]:
-        """What was written since the last take (its end), and how many characters were cut."""
-        with self._lock:
-            text, cut = "".join(self._parts), self._cut
-            self._parts, self._size, self._cut = [], 0, 0
-        if len(text) > OUTPUT_LIMIT:
-            cut += len(text) - OUTPUT_LIMIT
-            text = text[-OUTPUT_LIMIT:]
-        return text, cut
-
-    def __getattr__(self, name: str) -> Any:  # flush, fileno, encoding, isatty, buffer...
-        return getattr(self._stream, name)
-
-
-class _Capture:
-    """Each item's stdout and stderr in this process (``_Tee`` on both) while it is open.
-
-    Output written before an item (the initializer's, the function's unpickling) is the next
-    item's. Not enabled in a thread of the emulator's process (``launcher="threads"``): its
-    sys.stdout is every thread's.
-    """
-
-    def __init__(self, enabled: bool) -> None:
-        self._tees: Optional[Tuple[_Tee, _Tee]] = None
-        if enabled and sys.stdout is not None and sys.stderr is not None:
-            self._tees = (_Tee(sys.stdout), _Tee(sys.stderr))
-            sys.stdout, sys.stderr = self._tees  # type: ignore[assignment]
-
-    def take(self) -> Optional[List[Any]]:
-        """[stdout, stderr, stdout chars cut, stderr chars cut] since the last take; None if
-        nothing was written."""
-        if self._tees is None:
-            return None
-        _flush()
-        (out, out_cut), (err, err_cut) = self._tees[0].take(), self._tees[1].take()
-        return [out, err, out_cut, err_cut] if out or err or out_cut or err_cut else None
-
-    def keep(self, output: Optional[Dict[int, Any]], position: int) -> None:
-        """What was written since the last take is item ``position``'s."""
-        printed = self.take()
-        if printed is not None and output is not None and position >= 0:
-            output[position] = printed
-
-    def close(self) -> None:
-        if self._tees is None:
-            return
-        _flush()
-        out, err = self._tees
-        if sys.stdout is out:  # type: ignore[comparison-overlap]  # (the function may replace it)
-            sys.stdout = out._stream
-        if sys.stderr is err:  # type: ignore[comparison-overlap]
-            sys.stderr = err._stream
-        self._tees = None
-
-
 def _item_count(header: Dict[str, Any], index: int) -> int:
     """How many items child ``index`` holds, from the header alone (its blob may not load)."""
     chunksize, items = int(header.get("chunksize", 1)), int(header.get("items", 1))
     return max(1, min(chunksize, items - index * chunksize))
 
 
-def _load_failure(what: str, header: Dict[str, Any], error: BaseException) -> bytes:
-    """The outcome for a function or arguments that did not load: mismatch or unpicklable."""
-    from . import serialization
-
-    message = (serialization.missing_module_message(what, error)
-               or serialization.load_failure_message(what, header, error))
-    if message is not None:
-        return serialization.encode_mismatch(message)
-    return serialization.encode_unpicklable(
-        f"the worker could not load {what}: {type(error).__name__}: {error}",
-        traceback.format_exc(), type_name=type(error).__name__)
-
-
-def run_items(storage: "Storage", header: Dict[str, Any], blob: bytes, index: int,
-              context: Optional[Context] = None,
+def run_items(storage: "Storage", header: Dict[str, Any], blob: Union[bytes, bytearray],
+              index: int, context: Optional[Context] = None,
               output: Optional[Dict[int, Any]] = None) -> List[bytes]:
-    """Run child ``index``'s items; one encoded outcome per item. MemoryError propagates.
+    """Run child ``index``'s items; one encoded outcome per item. MemoryError propagates, and
+    so does IntegrityError: a seal that fails refuses the whole child, before anything ran.
 
     ``output``: a dict to fill with what each item printed (item position -> [stdout, stderr,
     chars cut of each]), for the items that printed; None: nothing is kept (only the log has it).
     """
-    from . import serialization
-
     context = context or _process_context()
 
     if header.get("sources"):  # a retry_on_oom retry: the items stay in the first job's inputs
@@ -255,200 +149,55 @@ def run_items(storage: "Storage", header: Dict[str, Any], blob: bytes, index: in
         header, blob = storage.read_child_inputs(source_url, int(source_index))
         if redirects:
             header = {**header, "redirects": redirects}
+    encoding = header.get("encoding", serialization.CALLS)
+    try:  # which functions, read outside the pickle: their seals are checked before it loads
+        used = serialization.item_functions(blob, encoding)
+    except ValueError:
+        used = None  # every function of the header, then
+    prefetched = calls.Prefetched(storage, calls.payload_urls(header, used))
     mismatch = serialization.check_stamp(header)
     if mismatch is not None:  # do not even try to unpickle: it may crash or mislead
         logger.warning("child %d: %s", index, mismatch)
         return [serialization.encode_mismatch(mismatch)] * _item_count(header, index)
     try:
-        items = serialization.unpack_items(blob, header.get("encoding", serialization.CALLS))
+        items = serialization.unpack_items(blob, encoding)
     except MemoryError:
         raise
     except Exception as error:
         logger.warning("child %d: could not load the call's arguments: %s", index,
                        type(error).__name__)
-        return [_load_failure("the call's arguments", header, error)] * _item_count(header, index)
-    from . import pool
-
+        return [calls.load_failure("the call's arguments", header, error)] * _item_count(header, index)
     processes = pool.processes_for(len(items), context.environ) if context.fork else 1
     if processes > 1:  # a job of N vCPUs: the items on N processes, the initializer in each
-        return pool.run_items(storage, header, items, index, processes, output=output)
-    capture = _Capture(output is not None and context.fork)
+        return pool.run_items(storage, header, items, index, processes, output=output,
+                              prefetched=prefetched)
+    capture = calls.Capture(output is not None and context.fork)
     try:
-        return _run_here(storage, header, items, index, context, capture, output)
+        return _run_here(storage, prefetched, header, items, index, context, capture, output)
     finally:
         capture.close()
 
 
-def _run_here(storage: "Storage", header: Dict[str, Any], items: Sequence[Any], index: int,
-              context: Context, capture: _Capture,
+def _run_here(storage: "Storage", prefetched: calls.Prefetched, header: Dict[str, Any],
+              items: Sequence[calls.Item], index: int, context: Context, capture: calls.Capture,
               output: Optional[Dict[int, Any]]) -> List[bytes]:
-    """run_items in this process: the initializer, then the items one by one."""
-    from . import serialization
-
-    initializer_url = header.get("initializer")
-    if initializer_url:  # the executor's initializer(*initargs), once per child process
-        failure = _run_initializer(storage, header, initializer_url, index)
-        if failure is not None:
-            capture.keep(output, 0)
-            return [failure] * len(items)
-
-    from .dependencies import Resolver, UpstreamFailed, has_refs
-
+    """run_items in this process: the upstream results read (their seals checked), the
+    initializer, then the items one by one; every payload in ``prefetched`` had its seal checked."""
     resolver = Resolver(storage, header.get("redirects"))
-    functions: Dict[int, Any] = {}
-    failed_functions: Dict[int, bytes] = {}  # a function that did not load fails each of its items
-    pickles: Dict[int, bytes] = {}
-    for function_index in sorted({item[0] for item in items}):
-        # every seal is checked before anything runs: IntegrityError refuses the whole child
-        try:
-            pickles[function_index] = storage.get_function(header["functions"][function_index])
-        except (MemoryError, IntegrityError):
-            raise
-        except Exception as error:  # missing: fails only its own items
-            logger.warning("child %d: could not load function %d: %s", index, function_index,
-                           type(error).__name__)
-            failed_functions[function_index] = _load_failure("the function", header, error)
-    if header.get("initargs"):  # (initializer, fn) pickles: one namespace each (_load_bundles)
-        try:
-            initargs: Any = storage.get_function(header["initargs"])
-        except (MemoryError, IntegrityError):
-            raise
-        except Exception as error:  # missing: loading them fails every item below
-            initargs = error
-        loaded, failures, failure = _load_bundles(pickles.pop, list(pickles), initargs, header,
-                                                  index)
-        if failure is not None:
-            capture.keep(output, 0)
-            return [failure] * len(items)
-        functions.update(loaded)
-        failed_functions.update(failures)
+    resolver.preload(items)
+    functions, failed, failure = calls.initialize(prefetched, header, items, index)
+    if failure is not None:
+        capture.keep(output, 0)
+        return [failure] * len(items)
+    runner = calls.ItemRunner(prefetched, header, index, resolver, functions, failed)
     outcomes: List[bytes] = []
-    for function_index, args, kwargs in items:
+    for item in items:
         context.check()
-        try:  # every path appends this item's outcome (or raises)
-            if function_index in failed_functions:
-                outcomes.append(failed_functions[function_index])
-                continue
-            if function_index not in functions:
-                try:
-                    functions[function_index] = serialization.loads(pickles.pop(function_index))
-                except MemoryError:
-                    raise
-                except Exception as error:
-                    logger.warning("child %d: could not load function %d: %s", index,
-                                   function_index, type(error).__name__)
-                    outcome = _load_failure("the function", header, error)
-                    failed_functions[function_index] = outcome
-                    outcomes.append(outcome)
-                    continue
-            if has_refs(args, kwargs):  # other calls' results: read from storage, never the client
-                try:
-                    args, kwargs = resolver.resolve(args, kwargs)
-                except UpstreamFailed as failed:
-                    outcomes.append(serialization.encode_dependency_failure(failed.ref.job_id,
-                                                                            failed.outcome))
-                    continue
-                except MemoryError:
-                    raise
-                except Exception as error:
-                    outcomes.append(serialization.encode_error(error, traceback.format_exc()))
-                    continue
-            try:
-                value = functions[function_index](*args, **kwargs)
-            except MemoryError:
-                raise
-            except BaseException as error:  # the user's exception (even SystemExit) is an outcome
-                outcomes.append(serialization.encode_error(error, traceback.format_exc()))
-                del error  # drop the frames (and what they hold) now
-            else:
-                outcomes.append(serialization.encode_ok(value))
-                del value
-            _flush()
+        try:
+            outcomes.append(runner.run(item))
         finally:  # what was printed since the last item (its own output) is this item's
             capture.keep(output, len(outcomes) - 1)
     return outcomes
-
-
-def _load_bundles(fetch: Callable[[int], bytes], function_indices: Sequence[int],
-                  initargs: Any, header: Dict[str, Any], index: int
-                  ) -> Tuple[Dict[int, Any], Dict[int, bytes], Optional[bytes]]:
-    """Load a child's ``(initializer, fn)`` pickles and run ``initializer(*initargs)`` once.
-
-    With an executor initializer (header "initargs"), each function was pickled together with
-    it in one dumps (serialization.dumps_function): loaded, they share one module namespace,
-    so what the initializer sets with ``global`` is what the function reads. The initializer
-    runs once in this process, the first loaded function's copy (a child runs one function's
-    items: one call per child for submit, one function per map). ``fetch(i)``: function i's
-    pickle; ``initargs``: their pickle, or the exception fetching it raised.
-
-    Returns (functions, failed functions' outcomes, failure): ``failure`` is every item's
-    outcome when the initargs did not load or the initializer raised.
-    """
-    from . import serialization
-
-    functions: Dict[int, Any] = {}
-    failed: Dict[int, bytes] = {}
-    initializer = None
-    for function_index in function_indices:
-        try:
-            bundled_initializer, functions[function_index] = serialization.loads(
-                fetch(function_index))
-        except MemoryError:
-            raise
-        except Exception as error:
-            logger.warning("child %d: could not load function %d: %s", index, function_index,
-                           type(error).__name__)
-            failed[function_index] = _load_failure("the function", header, error)
-            continue
-        if initializer is None:
-            initializer = bundled_initializer
-    if initializer is None:  # no function loaded: its items fail as they are
-        return functions, failed, None
-    try:
-        if isinstance(initargs, Exception):
-            raise initargs
-        loaded_initargs = serialization.loads(initargs)
-    except MemoryError:
-        raise
-    except Exception as error:
-        logger.warning("child %d: could not load the initializer's arguments: %s", index,
-                       type(error).__name__)
-        return functions, failed, _load_failure("the executor's initializer", header, error)
-    return functions, failed, _call_initializer(initializer, loaded_initargs, index)
-
-
-def _run_initializer(storage: "Storage", header: Dict[str, Any], url: str,
-                     index: int) -> Optional[bytes]:
-    """Run ``initializer(*initargs)`` from one pickle of both (header "initializer", written
-    before issue 18: the functions do not share its namespace); None when it returned, else
-    the outcome for every item."""
-    from . import serialization
-
-    try:
-        initializer, initargs = serialization.loads(storage.get_function(url))
-    except MemoryError:
-        raise
-    except Exception as error:
-        logger.warning("child %d: could not load the initializer: %s", index, type(error).__name__)
-        return _load_failure("the executor's initializer", header, error)
-    return _call_initializer(initializer, initargs, index)
-
-
-def _call_initializer(initializer: Any, initargs: Any, index: int) -> Optional[bytes]:
-    """``initializer(*initargs)``; None when it returned, else the outcome for every item."""
-    from . import serialization
-
-    try:
-        initializer(*initargs)
-    except MemoryError:
-        raise
-    except BaseException as error:  # as ProcessPoolExecutor: the initializer's failure breaks the child
-        logger.warning("child %d: the initializer raised %s; its items are not run", index,
-                       type(error).__name__)
-        return serialization.encode_initializer_failure(initializer, error, traceback.format_exc())
-    finally:
-        _flush()
-    return None
 
 
 def run_child(job_url: str, index: int, attempt: Optional[str] = None,
@@ -461,11 +210,12 @@ def run_child(job_url: str, index: int, attempt: Optional[str] = None,
     seconds; unset, the job's timeout does).
     """
     from .awsclients import worker_storage_options  # the S3 guards the client set for the job
-    from .storage import Storage
+    from .storage import Storage, size_limit
 
     context = context or _process_context()
     storage = Storage.from_url(job_url, signer=_job_signer(context.environ),
-                               storage_options=worker_storage_options(dict(context.environ)) or None)
+                               storage_options=worker_storage_options(dict(context.environ)) or None,
+                               max_object_size=size_limit(context.environ))
     if storage.has_result(job_url, index):
         logger.info("child %d: a result is already written (an earlier attempt finished); "
                     "keeping it, not running again", index)
@@ -538,7 +288,7 @@ def _run_and_record(storage: "Storage", job_url: str, index: int, attempt: Optio
                      "%s", index, refused)
         meta[signing.REFUSED] = str(refused)
         outcomes, output = [], None
-    _flush()
+    calls.flush_output()
     meta["finished"] = time.time()
     context.check()  # a killed attempt's thread must not record a result after its end
     if not storage.write_result(job_url, index, serialization.pack_result(outcomes, meta, output)):
@@ -600,6 +350,7 @@ def run(job_url: str, environ: Mapping[str, str], *, fork: bool = True,
             logger.error("AWS_BATCH_JOB_ARRAY_INDEX=%r is not an integer", raw_index)
             return 2
     try:
+        check_storage_library(job_url)  # s3fs too old for the exclusive result write: refuse
         return run_child(job_url, index, environ.get("AWS_BATCH_JOB_ATTEMPT"), node, context)
     except MemoryError:
         raise
@@ -623,7 +374,7 @@ def _exit(code: int) -> None:
 
         atexit._run_exitfuncs()
     finally:
-        _flush()
+        calls.flush_output()
         os._exit(code)
 
 

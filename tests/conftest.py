@@ -1,4 +1,13 @@
-"""Shared fixtures: every test runs against real parts (emulator processes, moto's S3 server)."""
+"""Shared fixtures: every test runs against real parts (emulator processes, moto's S3 server).
+
+The tiers (issue 21): a test that starts a process (a job, the fork server, a CLI) or uses moto's
+server is marked ``slow``; ``python -m pytest -m "not slow"`` runs the rest in under a minute.
+Tests using the moto server are marked here; a test not marked slow that starts a process fails
+at its teardown, saying so, so the fast tier stays fast as tests are added.
+"""
+
+import os
+import subprocess
 
 import pytest
 import s3server
@@ -49,3 +58,41 @@ def storage(request: pytest.FixtureRequest, tmp_path) -> Storage:
 @pytest.fixture
 def local(tmp_path) -> Storage:
     return Storage((tmp_path / "storage").as_uri())
+
+
+# -- the fast tier's guard -----------------------------------------------------------------------
+SERVER_FIXTURES = {"moto_server"}  # what every test using moto's server requests
+_started = []  # what the running unmarked test started
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if SERVER_FIXTURES & set(item.fixturenames) or params.get("storage") == "s3":
+            item.add_marker(pytest.mark.slow)
+
+
+def _counting(kind, original):
+    def start(*args, **kwargs):
+        _started.append(kind)
+        return original(*args, **kwargs)
+    return start
+
+
+@pytest.fixture(autouse=True)
+def _fast_tier_starts_no_process(request, monkeypatch):
+    if request.node.get_closest_marker("slow") is not None:
+        yield
+        return
+    monkeypatch.setattr(subprocess.Popen, "_execute_child",
+                        _counting("a subprocess", subprocess.Popen._execute_child))
+    monkeypatch.setattr(os, "fork", _counting("a fork", os.fork))
+    del _started[:]
+    yield
+    started, _started[:] = list(_started), []
+    if started and os.environ.get("BATCHFUTURES_RECORD_SLOW"):  # to mark them in bulk
+        with open(os.environ["BATCHFUTURES_RECORD_SLOW"], "a") as report:
+            report.write(request.node.nodeid + "\n")
+    elif started:
+        pytest.fail(f"this test started {len(started)} process(es) ({', '.join(sorted(set(started)))}) "
+                    "but is not marked slow: add @pytest.mark.slow", pytrace=False)

@@ -7,6 +7,7 @@ import os
 import time
 
 import pytest
+from loopback_proxy import Answer, Forward, LoopbackProxy
 from s3server import emulator_endpoint, emulator_environment
 
 from batchfutures import BatchExecutor, JobAbortedError, LocalEnvironment
@@ -59,6 +60,7 @@ def test_buffersize_must_be_an_integer(executor):
         executor.map(square, range(3), buffersize="2")
 
 
+@pytest.mark.slow
 def test_buffersize_reads_only_that_many_items_before_iteration(executor):
     # as CPython's test_map_buffersize_when_buffer_is_full: the map runs what it read
     items = iter(range(10))
@@ -67,6 +69,7 @@ def test_buffersize_reads_only_that_many_items_before_iteration(executor):
     assert next(items) == 3
 
 
+@pytest.mark.slow
 def test_endless_iterable_with_a_consumer_that_stops(executor):
     drawn = []
     results = executor.map(square, counted(drawn, itertools.count()), buffersize=4)
@@ -82,6 +85,7 @@ def test_endless_iterable_with_a_consumer_that_stops(executor):
     assert len(drawn) <= 14
 
 
+@pytest.mark.slow
 def test_buffersize_counts_items_with_chunksize(executor):
     drawn = []
     results = executor.map(square, counted(drawn, range(40)), chunksize=3, buffersize=7)
@@ -93,6 +97,7 @@ def test_buffersize_counts_items_with_chunksize(executor):
     assert out == [x * x for x in range(40)]
 
 
+@pytest.mark.slow
 def test_buffersize_smaller_than_chunksize_makes_smaller_children(executor):
     drawn = []
     results = executor.map(square, counted(drawn, range(9)), chunksize=5, buffersize=2)
@@ -100,6 +105,7 @@ def test_buffersize_smaller_than_chunksize_makes_smaller_children(executor):
     assert list(results) == [x * x for x in range(9)]
 
 
+@pytest.mark.slow
 def test_buffersize_with_several_iterables_and_a_failure(executor):
     assert list(executor.map(pow, itertools.count(), [2] * 6, buffersize=2)) == \
         [x ** 2 for x in range(6)]
@@ -122,6 +128,7 @@ def pid_alive(pid):
         return False
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["terminate_workers", "kill_workers"])
 def test_stopping_the_workers_stops_every_unfinished_job(local_env, tmp_path, method):
     folder = str(tmp_path / "pids")
@@ -157,6 +164,7 @@ def test_stopping_an_idle_executor_shuts_it_down(executor):
 
 
 # -- _max_workers ------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_max_workers_given_wins(local_env):
     ex = BatchExecutor(local_env, max_workers=3, vcpus=2)
     try:
@@ -221,16 +229,39 @@ def test_queue_max_vcpus_without_a_managed_compute_environment():
         queue_max_vcpus(Unmanaged(), "q")
 
 
-def test_max_workers_on_the_aws_path_falls_back_when_unreadable(tmp_path, s3_endpoint, caplog):
-    # stock boto3 against the emulator's endpoint, which answers DescribeJobQueues but not
-    # DescribeComputeEnvironments: the fallback, said once in the log
+def test_max_workers_on_the_aws_path_reads_the_queues_compute_environments(tmp_path, s3_endpoint):
+    # stock boto3 against the emulator's endpoint: DescribeJobQueues, then
+    # DescribeComputeEnvironments (maxvCpus: the emulator's max_vcpus)
     with emulator_endpoint(tmp_path / "emulator", max_vcpus=2):
-        ex = BatchExecutor(emulator_environment("bf-max-workers"), vcpus=4)
+        ex = BatchExecutor(emulator_environment("bf-max-workers"), vcpus=1)
         try:
-            with caplog.at_level(logging.WARNING, logger="batchfutures"):
-                assert ex._max_workers == int(FALLBACK_MAX_VCPUS) // 4
-                assert ex.with_settings(vcpus=1)._max_workers == int(FALLBACK_MAX_VCPUS)
-            warnings = [r for r in caplog.records if "maxvCpus" in r.getMessage()]
-            assert len(warnings) == 1 and "batchfutures" in warnings[0].getMessage()
+            assert ex._max_workers == 2
+            assert ex.with_settings(vcpus=4)._max_workers == 1  # never less than one call
         finally:
             ex.shutdown()
+
+
+def test_max_workers_on_the_aws_path_falls_back_when_unreadable(tmp_path, s3_endpoint, caplog,
+                                                                monkeypatch):
+    # DescribeComputeEnvironments refused (a client policy without it): the fallback, said
+    # once in the log
+    refused = Answer(400, b'{"__type": "AccessDeniedException", "message": "not allowed"}',
+                     {"x-amzn-ErrorType": "AccessDeniedException"})
+
+    def rule(request):
+        return refused if request.path.startswith("/v1/describecomputeenvironments") else Forward()
+
+    with emulator_endpoint(tmp_path / "emulator", max_vcpus=2):
+        with LoopbackProxy(os.environ["AWS_ENDPOINT_URL_BATCH"], rule) as proxy:
+            monkeypatch.setenv("AWS_ENDPOINT_URL_BATCH", proxy.url)
+            ex = BatchExecutor(emulator_environment("bf-max-workers"), vcpus=4)
+            try:
+                with caplog.at_level(logging.WARNING, logger="batchfutures"):
+                    assert ex._max_workers == int(FALLBACK_MAX_VCPUS) // 4
+                    assert ex.with_settings(vcpus=1)._max_workers == int(FALLBACK_MAX_VCPUS)
+                warnings = [r for r in caplog.records if "maxvCpus" in r.getMessage()]
+                assert len(warnings) == 1 and "batchfutures" in warnings[0].getMessage()
+                assert any(r.path.startswith("/v1/describecomputeenvironments")
+                           for r in proxy.requests)
+            finally:
+                ex.shutdown()

@@ -28,10 +28,10 @@ from batchfutures.batchapi import (
     RetryBudget,
     SubmitVerdict,
     call,
-    find_submission,
     is_retryable,
     is_safe_to_resubmit,
-    submit_job,
+    submission_jobs,
+    submit_exactly_once,
     submit_verdict,
     with_submission_token,
 )
@@ -111,16 +111,21 @@ def test_one_budget_per_call_not_one_per_layer():
     assert len(throttled.calls) == 5
 
 
+def submit_job(client, request):
+    """SubmitJob exactly once, with no waits and a look-up that looks once."""
+    return submit_exactly_once(client, request, budget=NO_WAIT, grace=0)
+
+
 def test_a_refused_submission_is_not_sent_again():
     client = Scripted(submit_job=[client_error(400, "ClientException")])
     with pytest.raises(ClientError):
-        submit_job(client, {"jobName": "bf-f", "jobQueue": "q"}, budget=NO_WAIT)
+        submit_job(client, {"jobName": "bf-f", "jobQueue": "q"})
     assert [name for name, _ in client.calls] == ["submit_job"]
 
 
 def test_a_throttled_submission_is_sent_again_without_a_look_up():
     client = Scripted(submit_job=[client_error(429, "TooManyRequestsException"), {"jobId": "j1"}])
-    assert submit_job(client, {"jobName": "bf-f", "jobQueue": "q"}, budget=NO_WAIT)["jobId"] == "j1"
+    assert submit_job(client, {"jobName": "bf-f", "jobQueue": "q"})["jobId"] == "j1"
     assert [name for name, _ in client.calls] == ["submit_job", "submit_job"]
     first, second = (params for _, params in client.calls)
     assert first == second  # the same name and tag: one submission, sent twice
@@ -142,24 +147,25 @@ def test_an_ambiguous_failure_is_looked_up_before_anything_is_sent_again():
         raise client_error(500)
 
     client = Scripted(submit_job=[created_then_500], list_jobs=[listing], describe_jobs=[describe])
-    response = submit_job(client, {"jobName": "bf-f", "jobQueue": "q"}, budget=NO_WAIT)
+    response = submit_job(client, {"jobName": "bf-f", "jobQueue": "q"})
     assert response["jobId"] == "j1"
     assert [name for name, _ in client.calls] == ["submit_job", "list_jobs", "describe_jobs"]
 
 
-def test_an_ambiguous_failure_that_created_nothing_is_sent_again(monkeypatch):
-    monkeypatch.setattr("batchfutures.batchapi.LOOKUP_WAITS", (0.0, 0.0))
+def test_an_ambiguous_failure_that_created_nothing_is_sent_again():
     client = Scripted(submit_job=[ReadTimeoutError(endpoint_url=URL), {"jobId": "j2"}],
-                      list_jobs=[{"jobSummaryList": []}] * 2, describe_jobs=[])
-    assert submit_job(client, {"jobName": "bf-f", "jobQueue": "q"}, budget=NO_WAIT)["jobId"] == "j2"
-    assert [name for name, _ in client.calls] == ["submit_job", "list_jobs", "list_jobs", "submit_job"]
+                      list_jobs=[{"jobSummaryList": []}] * 3, describe_jobs=[])
+    assert submit_job(client, {"jobName": "bf-f", "jobQueue": "q"})["jobId"] == "j2"
+    # looked for once (the grace is 0), sent again, then looked for extras (and once more later)
+    assert [name for name, _ in client.calls][:4] == ["submit_job", "list_jobs", "submit_job",
+                                                      "list_jobs"]
 
 
 def test_a_failed_look_up_never_resubmits():
     client = Scripted(submit_job=[client_error(503, "ServiceUnavailable")],
                       list_jobs=[client_error(403, "AccessDeniedException")])
     with pytest.raises(Exception, match=SUBMISSION_TAG):
-        submit_job(client, {"jobName": "bf-f", "jobQueue": "q"}, budget=NO_WAIT)
+        submit_job(client, {"jobName": "bf-f", "jobQueue": "q"})
     assert [name for name, _ in client.calls].count("submit_job") == 1
 
 
@@ -236,6 +242,6 @@ def test_found_submission_matches_the_tag_not_just_the_name(endpoint):
     ours = with_submission_token(base, uuid.uuid4().hex)
     theirs = dict(ours, tags={SUBMISSION_TAG: uuid.uuid4().hex})  # same name, another submission
     other = batch.submit_job(**theirs)["jobId"]
-    assert find_submission(batch, ours) is None
+    assert submission_jobs(batch, ours) == []
     mine = batch.submit_job(**ours)["jobId"]
-    assert find_submission(batch, ours)["jobId"] == mine != other
+    assert [job["jobId"] for job in submission_jobs(batch, ours)] == [mine] != [other]

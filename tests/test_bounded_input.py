@@ -92,7 +92,7 @@ def test_pagination_stops_at_its_page_limit(monkeypatch):
 def test_the_exactly_once_look_up_does_not_follow_a_loop():
     client = LoopingBatch(lambda n: "again")
     with pytest.raises(batchapi.PaginationError):
-        batchapi.find_submission(client, {"jobQueue": "q", "jobName": "x",
+        batchapi.submission_jobs(client, {"jobQueue": "q", "jobName": "x",
                                           "tags": {batchapi.SUBMISSION_TAG: "t"}})
     assert len(client.calls) == 2
 
@@ -151,6 +151,7 @@ class CountingSink(io.TextIOBase):
         return len(text)
 
 
+@pytest.mark.slow
 def test_cli_logs_streams_a_big_log_with_bounded_memory(tmp_path, monkeypatch):
     workdir = tmp_path / "work"
     count = 200_000  # about 12 MB of log
@@ -202,6 +203,7 @@ def huge_lines_then_exit():
     os._exit(3)
 
 
+@pytest.mark.slow
 def test_a_failed_jobs_error_carries_at_most_64_kib_of_its_log(tmp_path):
     with BatchExecutor(LocalEnvironment(tmp_path / "work"), echo_output=False) as executor:
         future = executor.submit(huge_lines_then_exit)

@@ -34,6 +34,7 @@ def wide_env(tmp_path):
     env.emulator.close()
 
 
+@pytest.mark.slow
 def test_dask_keeps_max_workers_calls_in_flight(wide_env, tmp_path):
     folder = str(tmp_path / "calls")
     os.mkdir(folder)
@@ -47,6 +48,7 @@ def test_dask_keeps_max_workers_calls_in_flight(wide_env, tmp_path):
     assert len(ex._session.submitted_jobs) < CALLS  # coalesced into array jobs
 
 
+@pytest.mark.slow
 def test_dask_graph_with_dependencies(executor):
     total = dask.delayed(sum)([dask.delayed(pow)(i, 2) for i in range(6)])
     assert dask.compute(total, scheduler=executor) == (55,)

@@ -2,7 +2,7 @@
 
 As a ProcessPoolExecutor's workers print to their parent's terminal: each call's stdout and
 stderr are written to the client's sys.stdout and sys.stderr when its future resolves, and they
-still go to the job's log. The worker keeps the last worker.OUTPUT_LIMIT characters of each
+still go to the job's log. The worker keeps the last calls.OUTPUT_LIMIT characters of each
 stream per call in the result object's output section. Each end-to-end test runs a real script
 in a fresh interpreter on the emulator and reads its stdout and stderr.
 """
@@ -15,7 +15,7 @@ import textwrap
 
 import pytest
 
-from batchfutures import pool, serialization, worker
+from batchfutures import calls, pool, serialization
 
 slow = pytest.mark.slow
 
@@ -128,7 +128,7 @@ def test_long_output_keeps_its_end_and_says_how_much_was_cut(tmp_path):
                 log = future.log()
             print("log has the first line:", "line 00000" in log)
     """)
-    limit = worker.OUTPUT_LIMIT
+    limit = calls.OUTPUT_LIMIT
     cut = 20_000 * 11 - limit
     marker = (f"[batchfutures: the first {cut} characters this call wrote to stdout were cut; "
               f"future.log() has them]")

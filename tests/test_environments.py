@@ -11,6 +11,7 @@ from batchfutures import AWSBatchEnvironment, BatchExecutor, ConfigurationError,
 from batchfutures.environments import resolve_environment
 
 
+@pytest.mark.slow
 def test_no_environment_means_the_embedded_default():
     executor = BatchExecutor()
     try:
@@ -58,6 +59,7 @@ def test_bad_local_settings(tmp_path):
         LocalEnvironment(tmp_path, metadata_ttl=0)
 
 
+@pytest.mark.slow
 def test_a_script_with_main_module_functions_and_lambdas(tmp_path):
     script = tmp_path / "script.py"
     script.write_text(textwrap.dedent("""

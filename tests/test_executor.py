@@ -77,19 +77,23 @@ class CountedLocalEnvironment(LocalEnvironment):
 
 
 # -- map ----------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_map_returns_results_in_order_with_chunks(executor):
     assert list(executor.map(square, range(23), chunksize=5)) == [x * x for x in range(23)]
 
 
+@pytest.mark.slow
 def test_map_of_lambdas_and_closures(executor):
     offset = 7
     assert list(executor.map(lambda x: x + offset, [1, 2, 3])) == [8, 9, 10]
 
 
+@pytest.mark.slow
 def test_map_with_several_iterables_stops_at_the_shortest(executor):
     assert list(executor.map(pow, [2, 3, 4, 5], [2, 2, 2])) == [4, 9, 16]
 
 
+@pytest.mark.slow
 def test_map_over_one_iterable_passes_each_item_whole(executor):
     # one iterable: each item is the only argument, tuples and None included
     items = [(1, 2), (3,), (), None, "ab"]
@@ -97,6 +101,7 @@ def test_map_over_one_iterable_passes_each_item_whole(executor):
     assert list(executor.map(divmod, [7, 9], [2, 4])) == [(3, 1), (2, 1)]
 
 
+@pytest.mark.slow
 def test_map_yields_items_before_the_failing_one_then_raises_its_exception(executor):
     results = executor.map(fail_on(6), range(10), chunksize=4)
     seen = []
@@ -108,6 +113,7 @@ def test_map_yields_items_before_the_failing_one_then_raises_its_exception(execu
     assert "Traceback" in str(info.value.__cause__)
 
 
+@pytest.mark.slow
 def test_map_futures_fail_only_the_failing_items(executor):
     futures = executor.map_futures(fail_on(2), range(6), chunksize=2)
     assert all(isinstance(f, BatchFuture) for f in futures)
@@ -119,6 +125,7 @@ def test_map_futures_fail_only_the_failing_items(executor):
     assert futures[2].job_id == futures[3].job_id  # one child runs a chunk of two items
 
 
+@pytest.mark.slow
 def test_map_timeout_counts_from_the_call(executor):
     results = executor.map(time.sleep, [10, 10], timeout=0.5)
     with pytest.raises(concurrent.futures.TimeoutError):
@@ -135,6 +142,7 @@ def test_map_of_nothing(executor):
 
 
 # -- submit ------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_submit_returns_a_real_future(executor):
     future = executor.submit(square, 12)
     assert isinstance(future, concurrent.futures.Future)
@@ -142,10 +150,12 @@ def test_submit_returns_a_real_future(executor):
     assert future.status == "SUCCEEDED" and future.job_id
 
 
+@pytest.mark.slow
 def test_submit_passes_keyword_arguments(executor):
     assert executor.submit(int, "ff", base=16).result(timeout=60) == 255
 
 
+@pytest.mark.slow
 def test_close_submits_go_out_as_one_array_job(tmp_path):
     env = CountedLocalEnvironment(tmp_path, max_vcpus=2)
     with BatchExecutor(env) as executor:
@@ -157,6 +167,7 @@ def test_close_submits_go_out_as_one_array_job(tmp_path):
     assert sorted(int(f.job_id.rpartition(":")[2]) for f in futures) == list(range(12))
 
 
+@pytest.mark.slow
 def test_settings_views_submit_separately_and_share_the_poller(tmp_path):
     env = CountedLocalEnvironment(tmp_path, max_vcpus=2)
     with BatchExecutor(env) as executor:
@@ -167,6 +178,7 @@ def test_settings_views_submit_separately_and_share_the_poller(tmp_path):
     assert env.batch.calls["submit_job"] == 2
 
 
+@pytest.mark.slow
 def test_as_completed_wait_and_callbacks(executor):
     seen = []
     futures = [executor.submit(square, i) for i in range(5)]
@@ -180,6 +192,7 @@ def test_as_completed_wait_and_callbacks(executor):
     assert sorted(seen) == [0, 1, 4, 9, 16]
 
 
+@pytest.mark.slow
 def test_asyncio_wrap_future_and_run_in_executor(executor):
     async def main():
         loop = asyncio.get_running_loop()
@@ -189,6 +202,7 @@ def test_asyncio_wrap_future_and_run_in_executor(executor):
     assert asyncio.run(main()) == (25, 36)
 
 
+@pytest.mark.slow
 def test_user_exception_comes_back_as_itself(executor):
     class Custom(Exception):
         pass
@@ -202,6 +216,7 @@ def test_user_exception_comes_back_as_itself(executor):
     assert future.exception(timeout=60) is not None and future.status == "SUCCEEDED"
 
 
+@pytest.mark.slow
 def test_unpicklable_exception_becomes_remote_error(executor):
     def raise_unpicklable():
         import threading as t
@@ -240,6 +255,7 @@ def test_submit_and_map_after_shutdown_raise(local_env):
         executor.map(square, [1])
 
 
+@pytest.mark.slow
 def test_shutdown_waits_for_every_future(local_env):
     executor = BatchExecutor(local_env)
     futures = [executor.submit(square, i) for i in range(4)]
@@ -248,6 +264,7 @@ def test_shutdown_waits_for_every_future(local_env):
     assert [f.result() for f in futures] == [0, 1, 4, 9]
 
 
+@pytest.mark.slow
 def test_shutdown_cancel_futures_cancels_queued_calls_and_their_jobs(tmp_path):
     env = LocalEnvironment(tmp_path, max_vcpus=1)
     executor = BatchExecutor(env)
@@ -265,6 +282,7 @@ def test_shutdown_cancel_futures_cancels_queued_calls_and_their_jobs(tmp_path):
     assert jobs and all(j["status"] in ("FAILED", "RUNNABLE") for j in jobs)
 
 
+@pytest.mark.slow
 def test_cancel_succeeds_only_before_the_call_starts(tmp_path):
     env = LocalEnvironment(tmp_path, max_vcpus=1)
     with BatchExecutor(env) as executor:
@@ -280,6 +298,7 @@ def test_cancel_succeeds_only_before_the_call_starts(tmp_path):
 
 
 # -- failures ----------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_abort_terminates_a_running_job(executor):
     future = executor.submit(time.sleep, 60)
     wait_until(lambda: future.status == "RUNNING")
@@ -290,6 +309,7 @@ def test_abort_terminates_a_running_job(executor):
     wait_until(lambda: env.batch.describe_jobs(jobs=[future.job_id])["jobs"][0]["status"] == "FAILED")
 
 
+@pytest.mark.slow
 def test_out_of_memory_is_typed(executor):
     small = executor.with_settings(memory=256)
     future = small.submit(lambda: len(bytearray(600 * 1024 * 1024)))
@@ -300,6 +320,7 @@ def test_out_of_memory_is_typed(executor):
     assert future.status == "FAILED" and future.exit_code == 137
 
 
+@pytest.mark.slow
 def test_timeout_is_typed(executor):
     future = executor.with_settings(timeout=1).submit(time.sleep, 30)
     error = future.exception(timeout=60)
@@ -307,6 +328,7 @@ def test_timeout_is_typed(executor):
     assert "timeout" in error.status_reason
 
 
+@pytest.mark.slow
 def test_container_exit_is_a_job_failure_with_its_code(executor):
     future = executor.submit(os._exit, 3)
     error = future.exception(timeout=60)
@@ -322,6 +344,7 @@ def exit_quietly_on(bad):
     return f
 
 
+@pytest.mark.slow
 def test_a_child_that_succeeded_without_a_result_fails_only_its_items(executor):
     futures = executor.map_futures(exit_quietly_on(2), range(6))
     assert [f.result(timeout=60) for i, f in enumerate(futures) if i != 2] == [0, 1, 3, 4, 5]
@@ -330,6 +353,7 @@ def test_a_child_that_succeeded_without_a_result_fails_only_its_items(executor):
     assert futures[2].status == "SUCCEEDED"
 
 
+@pytest.mark.slow
 def test_one_failed_child_fails_only_its_items(executor):
     futures = executor.map_futures(lambda x: os._exit(4) if x == 1 else x, range(4))
     concurrent.futures.wait(futures, timeout=60)
@@ -337,6 +361,7 @@ def test_one_failed_child_fails_only_its_items(executor):
     assert [futures[i].result() for i in (0, 2, 3)] == [0, 2, 3]
 
 
+@pytest.mark.slow
 def test_version_mismatch_names_both_versions(executor, monkeypatch):
     real = batchfutures.serialization.payload_stamp
 
@@ -350,6 +375,7 @@ def test_version_mismatch_names_both_versions(executor, monkeypatch):
     assert "2.7" in str(error) and "3." in str(error)
 
 
+@pytest.mark.slow
 def test_log_holds_what_the_function_printed(executor):
     future = executor.submit(print, "hello from the job")
     future.result(timeout=60)
@@ -357,6 +383,7 @@ def test_log_holds_what_the_function_printed(executor):
 
 
 # -- attach and metadata expiry ----------------------------------------------------------------
+@pytest.mark.slow
 def test_attach_from_a_second_executor(local_env):
     with BatchExecutor(local_env) as first:
         futures = first.map_futures(square, range(6), chunksize=2)
@@ -369,6 +396,7 @@ def test_attach_from_a_second_executor(local_env):
         assert [f.result(timeout=60) for f in child] == [4, 9]
 
 
+@pytest.mark.slow
 def test_expired_metadata_with_a_stored_result_still_yields_it(tmp_path):
     env = LocalEnvironment(tmp_path, metadata_ttl=1)
     with BatchExecutor(env) as executor:
@@ -380,6 +408,7 @@ def test_expired_metadata_with_a_stored_result_still_yields_it(tmp_path):
         assert again.attach(job_id).result(timeout=30) == 81
 
 
+@pytest.mark.slow
 def test_expired_metadata_without_a_result_raises(tmp_path):
     env = LocalEnvironment(tmp_path, metadata_ttl=1)
     with BatchExecutor(env) as executor:
@@ -395,6 +424,7 @@ def test_expired_metadata_without_a_result_raises(tmp_path):
 
 
 # -- the poller's budget -----------------------------------------------------------------------
+@pytest.mark.slow
 def test_poller_calls_grow_with_jobs_not_items(tmp_path):
     env = CountedLocalEnvironment(tmp_path, max_vcpus=2)
     with BatchExecutor(env) as executor:
@@ -410,6 +440,7 @@ def test_poller_calls_grow_with_jobs_not_items(tmp_path):
     assert sum(calls.values()) < 5000 / 10
 
 
+@pytest.mark.slow
 def test_throttled_batch_api_is_retried_and_every_future_resolves(local_env):
     local_env.emulator.inject_faults(0.3, seed=7)
     try:
@@ -436,6 +467,7 @@ def test_disabled_queue_is_a_configuration_error_before_any_upload(local_env):
         local_env.emulator.update_job_queue(jobQueue="batchfutures", state="ENABLED")
 
 
+@pytest.mark.slow
 def test_failure_carries_the_tail_of_the_log(executor):
     def crash():
         print("about to crash")
@@ -444,6 +476,7 @@ def test_failure_carries_the_tail_of_the_log(executor):
     assert isinstance(error, JobFailedError) and "about to crash" in error.log_tail
 
 
+@pytest.mark.slow
 def test_log_of_a_job_that_has_not_started_says_so(tmp_path):
     env = LocalEnvironment(tmp_path, max_vcpus=1)
     with BatchExecutor(env) as executor:

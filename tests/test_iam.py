@@ -366,6 +366,7 @@ def storage_for(stack: Dict[str, Any], variables: Dict[str, str]) -> Storage:
                                           "client_kwargs": {"region_name": REGION}})
 
 
+@pytest.mark.slow
 def test_the_worker_runs_a_job_under_the_job_role_policy(stack, enforced, as_user):
     # the client writes the job under its policy, as Session does
     client_env = as_user("bf-iam-client")
@@ -587,6 +588,7 @@ def test_without_kms_key_arn_no_policy_mentions_kms(stack, admin):
     assert f"{STACK}-client" in names and f"{STACK}-payload-key" not in names
 
 
+@pytest.mark.slow
 def test_a_job_runs_under_the_payload_key_with_the_policies_docs_aws_md_names(
         kms_stack, kms_key, enforced, as_user):
     """The client's writes and the worker's result carry SSE-KMS under the key (the headers

@@ -30,6 +30,7 @@ def fail_on_three(x):
     return x
 
 
+@pytest.mark.slow
 def test_parallel_runs_as_the_executors_jobs(executor):
     with joblib.parallel_config(backend="batchfutures", executor=executor):
         results = Parallel(n_jobs=2)(delayed(where)(i) for i in range(6))
@@ -38,6 +39,7 @@ def test_parallel_runs_as_the_executors_jobs(executor):
     assert executor._session.submitted_jobs  # through this executor
 
 
+@pytest.mark.slow
 def test_a_calls_exception_is_raised_as_itself(executor):
     with joblib.parallel_config(backend="batchfutures", executor=executor):
         with pytest.raises(ArithmeticError) as caught:
@@ -59,6 +61,7 @@ def test_n_jobs_minus_one_is_max_workers(executor):
         assert joblib.effective_n_jobs(-1) == 2
 
 
+@pytest.mark.slow
 def test_keywords_make_an_executor_for_the_block(local_env):
     with joblib.parallel_config(backend="batchfutures", env=local_env, memory="512MiB"):
         results = Parallel(n_jobs=-1)(delayed(where)(i) for i in range(4))
@@ -78,6 +81,7 @@ def test_executor_and_keywords_together_are_refused(executor):
         BatchBackend(executor=executor, vcpus=2)
 
 
+@pytest.mark.slow
 def test_grid_search_matches_a_local_fit(executor):
     X, y = load_iris(return_X_y=True)
     grid = {"C": [0.1, 1.0, 10.0]}

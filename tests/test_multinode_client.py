@@ -49,7 +49,8 @@ def test_on_an_ecs_container_the_main_node_gives_its_host_address(monkeypatch):
     monkeypatch.setattr(socket, "gethostbyname", lambda name: "10.0.3.7" if name == "ip-10-0-3-7" else "")
     info = node({"AWS_BATCH_JOB_NODE_INDEX": "0", "AWS_BATCH_JOB_NUM_NODES": "2",
                  "AWS_BATCH_JOB_MAIN_NODE_INDEX": "0",
-                 "ECS_CONTAINER_METADATA_URI_V4": "http://169.254.170.2/v4/x"})
+                 # no metadata answers there: the host name's address
+                 "ECS_CONTAINER_METADATA_URI_V4": "http://127.0.0.1:9/v4/x"})
     assert info.main_address == "10.0.3.7" and info.is_main
 
 

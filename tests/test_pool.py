@@ -15,7 +15,15 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import pytest
 from test_worker import make_job, results, run_worker
 
-from batchfutures import BatchExecutor, InitializerFailedError, RemoteError, pool, serialization, worker
+from batchfutures import (
+    BatchExecutor,
+    InitializerFailedError,
+    RemoteError,
+    calls,
+    pool,
+    serialization,
+    worker,
+)
 from batchfutures.storage import Storage
 
 needs_fork = pytest.mark.skipif(not pool.FORK_AVAILABLE, reason="the pool forks on Linux only")
@@ -106,6 +114,7 @@ def leave(code):
     raise SystemExit(code)
 
 
+@pytest.mark.slow
 @needs_fork
 def test_pool_outcomes_in_order_one_failure_fails_only_its_item(local):
     calls: List[Call] = [(pid_after, (0.02, x), {}) for x in range(6)]
@@ -127,6 +136,7 @@ def test_pool_outcomes_in_order_one_failure_fails_only_its_item(local):
     assert len(pids) == 2 and os.getpid() not in pids  # two sub-processes ran them, not this one
 
 
+@pytest.mark.slow
 @needs_fork
 def test_pool_encodes_each_outcome_as_the_sequential_worker(local, monkeypatch):
     def unpicklable():
@@ -146,6 +156,7 @@ def test_pool_encodes_each_outcome_as_the_sequential_worker(local, monkeypatch):
     assert not ok and "could not be pickled" in str(getattr(error, "__notes__", [""])[0])
 
 
+@pytest.mark.slow
 @needs_fork
 def test_initializer_runs_once_in_each_process_before_its_items(local, tmp_path):
     marks = tmp_path / "initialized"
@@ -169,6 +180,7 @@ def test_initializer_runs_once_in_each_process_before_its_items(local, tmp_path)
     assert {v[1] for _, v in values} <= set(initialized)
 
 
+@pytest.mark.slow
 @needs_fork
 @pytest.mark.parametrize("legacy", [False, True])
 def test_a_failing_initializer_fails_every_item(local, legacy):
@@ -200,6 +212,7 @@ def _scaled(x: int) -> Any:
     return "uninitialized" if _scale is None else _scale * x
 
 
+@pytest.mark.slow
 @needs_fork
 @pytest.mark.parametrize("processes", [1, 2])
 def test_the_initializer_and_the_calls_share_one_namespace(local, monkeypatch, processes):
@@ -220,6 +233,7 @@ def test_the_initializer_and_the_calls_share_one_namespace(local, monkeypatch, p
         (True, "uninitialized")] * 2
 
 
+@pytest.mark.slow
 @needs_fork
 def test_each_items_output_comes_back_from_its_sub_process(local):
     def init():
@@ -245,6 +259,7 @@ def test_each_items_output_comes_back_from_its_sub_process(local):
     assert sorted(inits) == sorted(f"init {pid}" for pid in set(pids))
 
 
+@pytest.mark.slow
 @needs_fork
 def test_a_function_that_does_not_load_fails_its_items_only(local):
     header, items = prepare(local, [(abs, (-1,), {}), (fail, (2,), {}), (abs, (-3,), {})])
@@ -255,6 +270,7 @@ def test_a_function_that_does_not_load_fails_its_items_only(local):
     assert "could not load the function" in str(values[1][1])
 
 
+@pytest.mark.slow
 @needs_fork
 def test_a_memory_error_in_a_sub_process_ends_the_child_with_137(local):
     def out_of_memory():
@@ -263,7 +279,7 @@ def test_a_memory_error_in_a_sub_process_ends_the_child_with_137(local):
     header, items = prepare(local, [(pid_after, (0.0, 1), {}), (out_of_memory, (), {}),
                                     (pid_after, (5.0, 3), {})])
     with pytest.raises(pool.SubProcessEnded) as ended:
-        pool.run_pool(items, header, 0, pool._Prefetched(local, header["functions"]), 2)
+        pool.run_pool(items, header, 0, calls.Prefetched(local, header["functions"]), 2)
     assert ended.value.exit_status == worker.OOM_EXIT_STATUS
     with pytest.raises(MemoryError):  # what the worker turns into exit status 137
         pool.run_items(local, header, items, 0, processes=2)
@@ -277,13 +293,14 @@ def record_pid_then_sleep(path: str, seconds: float) -> None:
         handle.write("done")
 
 
+@pytest.mark.slow
 @needs_fork
 def test_a_sub_process_that_exits_ends_the_child_with_its_status(local, tmp_path):
     pid_file = tmp_path / "sleeper.pid"
     header, items = prepare(local, [(record_pid_then_sleep, (str(pid_file), 20.0), {}),
                                     (os._exit, (3,), {})])
     with pytest.raises(pool.SubProcessEnded) as ended:
-        pool.run_pool(items, header, 0, pool._Prefetched(local, header["functions"]), 2)
+        pool.run_pool(items, header, 0, calls.Prefetched(local, header["functions"]), 2)
     assert ended.value.exit_status == 3
     # the other sub-process was killed, not waited for (its item would sleep 20 s)
     assert not (tmp_path / "sleeper.pid.done").exists()
@@ -353,3 +370,24 @@ def test_a_two_vcpu_child_runs_its_chunk_on_two_processes(local_env):
     for child in (values[:4], values[4:]):
         assert len({pid for _, pid in child}) == 2  # each child's items ran on two processes
     assert len({pid for _, pid in values}) >= 2
+
+
+def squared(x):
+    return x * x
+
+
+def plus_one_and_pid(x):
+    return x + 1, os.getpid()
+
+
+@pytest.mark.slow
+@needs_fork
+def test_the_inner_pool_reads_arguments_that_are_other_calls_results(local_env):
+    """Futures mapped over: each sub-process gets the upstream values, read (and their seals
+    checked) by the worker before the fork, never the placeholders."""
+    with BatchExecutor(local_env, vcpus=2, environment={pool.VCPUS_VARIABLE: "2"}) as ex:
+        firsts = ex.map_futures(squared, range(8), chunksize=4)
+        seconds = ex.map_futures(plus_one_and_pid, firsts, chunksize=8)  # one child, 2 processes
+        values = [future.result(timeout=120) for future in seconds]
+    assert [value for value, _ in values] == [x * x + 1 for x in range(8)]
+    assert len({pid for _, pid in values}) == 2

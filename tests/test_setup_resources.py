@@ -142,7 +142,8 @@ def test_outputs_are_the_values_the_client_needs(template):
     # the three BATCHFUTURES_* variables, and the signing secret's ARN (signing_secret=); with
     # KmsKeyArn, the policy the clients attach for the key
     always = {name for name, o in template["Outputs"].items() if "Condition" not in o}
-    assert always == {"JobQueue", "JobDefinition", "IoBucket", "Stack", "SigningSecret"}
+    assert always == {"JobQueue", "JobDefinition", "IoBucket", "Stack", "SigningSecret",
+                      "MultiNodeJobQueue"}
     assert set(template["Outputs"]) - always == {"PayloadKeyPolicy"}
     assert template["Outputs"]["PayloadKeyPolicy"] == {
         "Condition": "HasKmsKey", "Value": {"Ref": "PayloadKeyPolicy"},
@@ -214,7 +215,8 @@ def test_bucket_expires_runs_blocks_public_access_and_denies_plain_http(template
 
 def test_compute_environments_queues_and_gpu_instances(template):
     environments = resources_of(template, "AWS::Batch::ComputeEnvironment")
-    kinds = {r["Properties"]["ComputeResources"]["Type"]: name for name, r in environments.items()}
+    kinds = {r["Properties"]["ComputeResources"]["Type"]: name for name, r in environments.items()
+             if name != "MultiNodeComputeEnvironment"}  # tests/test_multinode_template.py
     assert set(kinds) == {"EC2", "SPOT", "FARGATE"}
     for kind in ("EC2", "SPOT"):
         resources = environments[kinds[kind]]["Properties"]["ComputeResources"]
@@ -378,7 +380,8 @@ def stack(aws, network, template):
 
 def test_stack_creates_in_moto_with_the_three_outputs(aws, stack, template):
     outputs, physical = stack["outputs"], stack["physical"]
-    assert set(outputs) == {"JobQueue", "JobDefinition", "IoBucket", "Stack", "SigningSecret"}
+    assert set(outputs) == {"JobQueue", "JobDefinition", "IoBucket", "Stack", "SigningSecret",
+                            "MultiNodeJobQueue"}
     assert outputs["Stack"] == "bf-test"
     # every resource but the types moto's CloudFormation does not implement, and the key's
     # policy (KmsKeyArn is empty)
@@ -558,6 +561,7 @@ def test_dockerfile_installs_every_requirement():
     assert '"cloudpickle${CLOUDPICKLE_VERSION:+==${CLOUDPICKLE_VERSION}}"' in pip_line
 
 
+@pytest.mark.slow  # runs sh / python processes
 def test_dockerfile_layout_runs_the_worker(tmp_path):
     """COPY, PYTHONPATH, the build-time checks and CMD, run here against a copy of the package."""
     instructions = dockerfile_instructions()
@@ -652,6 +656,7 @@ def test_image_commands_refuse_bad_values(kwargs):
         image_commands(**kwargs)
 
 
+@pytest.mark.slow  # runs sh / python processes
 @pytest.mark.parametrize("kwargs", [
     {}, {"region": "us-east-1"}, {"python_version": "3.12", "repository": "team/w"},
     {"repository": "123456789012.dkr.ecr.eu-west-1.amazonaws.com/w:latest"},
@@ -674,7 +679,7 @@ esac
 _DOCKER_STANDIN = """#!/bin/sh
 echo "docker $*" >> "$LOG"
 if [ "$1" = login ]; then read password; echo "stdin $password" >> "$LOG"; fi
-if [ "$1" = build ]; then
+if [ "$1" = buildx ] && [ "$2" = build ]; then
   for last; do :; done
   test -f "$last/worker.py" && echo "context has worker.py" >> "$LOG"
 fi
@@ -695,6 +700,7 @@ def run_image_script(tmp_path, text, **environment):
     return done, log.read_text().splitlines() if log.exists() else []
 
 
+@pytest.mark.slow  # runs sh / python processes
 def test_image_script_creates_logs_in_builds_and_pushes(tmp_path, stack, aws):
     done, calls = run_image_script(tmp_path, image_commands(region=REGION))
     assert done.returncode == 0, done.stderr
@@ -706,15 +712,15 @@ def test_image_script_creates_logs_in_builds_and_pushes(tmp_path, stack, aws):
     # in this order (the password pipe's two ends may log in either order)
     assert step("aws sts get-caller-identity") < step("aws ecr describe-repositories") \
         < step("aws ecr create-repository") < step("aws ecr get-login-password") \
-        < step("docker build") < step("context has worker.py") < step("docker push")
-    assert step("docker login") < step("docker build") and len(calls) == 9
+        < step("docker buildx build") < step("context has worker.py")
+    assert step("docker login") < step("docker buildx build") and len(calls) == 9
     assert f"--repository-name {DEFAULT_REPOSITORY}" in calls[step("aws ecr create-repository")]
     assert calls[step("docker login")].endswith(
         f"--password-stdin 123456789012.dkr.ecr.{REGION}.amazonaws.com")
     assert "stdin not-a-password" in calls
-    build = calls[step("docker build")]
-    assert f"--build-arg PYTHON_VERSION={MINOR}" in build and f"--tag {image}" in build
-    assert calls[step("docker push")] == f"docker push {image}"
+    build = calls[step("docker buildx build")]
+    assert f"--build-arg PYTHON_VERSION={MINOR}" in build and f"--tag {image} --push" in build
+    assert "--platform linux/amd64,linux/arm64" in build  # x86 and Graviton
     assert f"pushed {image}" in done.stdout
     # the image it pushes is the one the stack's job definition runs (moto's account is the same)
     (definition,) = aws("batch").describe_job_definitions(
@@ -722,13 +728,14 @@ def test_image_script_creates_logs_in_builds_and_pushes(tmp_path, stack, aws):
     assert definition["containerProperties"]["image"] == image
 
 
+@pytest.mark.slow  # runs sh / python processes
 def test_image_script_finds_the_region_when_it_runs(tmp_path):
     done, calls = run_image_script(tmp_path, image_commands())
     assert done.returncode == 0, done.stderr
     assert calls[0] == "aws configure get region"
-    assert "docker push 123456789012.dkr.ecr.eu-central-1.amazonaws.com/" in "\n".join(calls)
+    assert "--tag 123456789012.dkr.ecr.eu-central-1.amazonaws.com/" in "\n".join(calls)
     again = tmp_path / "again"
     again.mkdir()
     done, calls = run_image_script(again, image_commands(), AWS_REGION="ap-south-1")
     assert done.returncode == 0, done.stderr
-    assert calls[0].startswith("aws sts") and "ap-south-1" in calls[-1]
+    assert calls[0].startswith("aws sts") and "ap-south-1" in calls[-2]  # the build's --tag

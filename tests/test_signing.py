@@ -18,12 +18,12 @@ import sys
 import threading
 import time
 import uuid
-from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 import boto3
 import pytest
 import s3server
+from evil_payloads import evil_pickle
 
 from batchfutures import (
     AWSBatchEnvironment,
@@ -43,24 +43,6 @@ moto_server, aws_env, s3_bucket, s3_root = (
 KEY = b"k" * 32
 OTHER_KEY = b"o" * 32
 WAIT = 120  # seconds any wait on a real process may take before the test fails
-
-
-class Evil:
-    """Pickles to ``open(marker, "w")``: loading it anywhere creates the marker file."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = str(marker)
-
-    def __reduce__(self) -> Any:
-        return (open, (self.marker, "w"))
-
-
-def evil_pickle(marker: Path) -> bytes:
-    data = pickle.dumps(Evil(marker))
-    pickle.loads(data).close()  # the payload is live: loading it does create the marker...
-    assert marker.exists()
-    marker.unlink()  # ...so a marker seen later means someone loaded it
-    return data
 
 
 # -- the pure functions -------------------------------------------------------------------------

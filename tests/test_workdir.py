@@ -53,6 +53,7 @@ def no_env_key(monkeypatch):
     monkeypatch.delenv(signing.SOURCE_VARIABLE, raising=False)
 
 
+@pytest.mark.slow
 def test_workdir_folders_0700_and_files_0600_under_umask_022(tmp_path, umask_022, no_env_key):
     env = LocalEnvironment(tmp_path / "work", max_vcpus=2)
     try:
@@ -206,6 +207,7 @@ def test_cleanup_removes_only_names_of_the_run_id_shape(tmp_path):
     assert workdir.is_run_id(RUN) and not workdir.is_run_id("../" + RUN)
 
 
+@pytest.mark.slow
 def test_a_record_naming_a_log_stream_outside_the_folder_deletes_nothing_there(tmp_path, caplog):
     folder = tmp_path / "a" / "b" / "emulator"
     target = tmp_path / "a" / "x"  # folder/logs/../../../x

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import pytest
 import s3server
 
-from batchfutures import EnvironmentMismatchError, RemoteError, serialization, worker
+from batchfutures import EnvironmentMismatchError, RemoteError, calls, serialization, worker
 from batchfutures.serialization import RemoteTraceback
 from batchfutures.storage import Storage
 
@@ -36,9 +36,9 @@ def make_job(storage: Storage, children: Sequence[Sequence[Call]], *,
     job_key = uuid.uuid4().hex
     functions: List[Callable[..., Any]] = []
     blobs = []
-    for calls in children:
+    for child_calls in children:
         items = []
-        for fn, args, kwargs in calls:
+        for fn, args, kwargs in child_calls:
             if not any(fn is known for known in functions):
                 functions.append(fn)
             index = next(i for i, known in enumerate(functions) if known is fn)
@@ -77,6 +77,7 @@ def results(storage: Storage, job_url: str, index: int = 0) -> Tuple[Dict[str, A
 
 
 # -- the ordinary run ---------------------------------------------------------------------------
+@pytest.mark.slow
 def test_array_child_runs_its_items_values_errors_and_prints(storage):
     factor = 3
 
@@ -114,6 +115,7 @@ def test_array_child_runs_its_items_values_errors_and_prints(storage):
     assert storage.list_results(job) == {0, 1}
 
 
+@pytest.mark.slow
 def test_with_output_each_items_prints_are_kept_and_still_reach_the_log(local):
     def talk(x):
         print(f"out {x}")
@@ -150,16 +152,17 @@ def test_with_output_each_items_prints_are_kept_and_still_reach_the_log(local):
 
 
 def test_kept_output_is_bounded_to_its_end():
-    tee = worker._Tee(io.StringIO())
-    tee.write("x" * (3 * worker.OUTPUT_LIMIT))
+    tee = calls._Tee(io.StringIO())
+    tee.write("x" * (3 * calls.OUTPUT_LIMIT))
     tee.write("the end")
     text, cut = tee.take()
-    assert len(text) == worker.OUTPUT_LIMIT and text.endswith("the end")
-    assert cut == 3 * worker.OUTPUT_LIMIT + len("the end") - worker.OUTPUT_LIMIT
+    assert len(text) == calls.OUTPUT_LIMIT and text.endswith("the end")
+    assert cut == 3 * calls.OUTPUT_LIMIT + len("the end") - calls.OUTPUT_LIMIT
     assert tee.take() == ("", 0)  # each take starts afresh
     assert tee._stream.getvalue().endswith("x" * 10 + "the end")  # the stream had all of it
 
 
+@pytest.mark.slow
 def test_unpicklable_exception_and_value_come_back_typed(storage):
     def raise_with_lock():
         raise ValueError("holds a lock", threading.Lock())
@@ -186,6 +189,7 @@ def test_unpicklable_exception_and_value_come_back_typed(storage):
 
 
 # -- the container ends --------------------------------------------------------------------------
+@pytest.mark.slow
 def test_memory_error_exits_137_without_a_result(local):
     def out_of_memory():
         raise MemoryError
@@ -197,6 +201,7 @@ def test_memory_error_exits_137_without_a_result(local):
     assert local.read_result(job, 0) is None
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_DATA as the emulator uses it")
 def test_a_real_allocation_over_rlimit_data_exits_137(local):
     import resource
@@ -212,6 +217,7 @@ def test_a_real_allocation_over_rlimit_data_exits_137(local):
     assert local.read_result(job, 0) is None
 
 
+@pytest.mark.slow
 def test_os_exit_in_the_function_leaves_no_result_and_its_exit_code(local):
     job = make_job(local, [[(os._exit, (3,), {})]])
     done = run_worker(job)
@@ -219,6 +225,7 @@ def test_os_exit_in_the_function_leaves_no_result_and_its_exit_code(local):
     assert local.read_result(job, 0) is None and local.list_results(job) == set()
 
 
+@pytest.mark.slow
 def test_a_thread_left_running_does_not_keep_the_job_alive(local):
     def start_a_thread_that_never_ends():
         import atexit
@@ -235,6 +242,7 @@ def test_a_thread_left_running_does_not_keep_the_job_alive(local):
     assert results(local, job)[1] == [(True, "returned")]
 
 
+@pytest.mark.slow
 def test_missing_inputs_fail_the_container(local):
     job = local.job_url("run1", "never-written")
     done = run_worker(job)
@@ -243,6 +251,7 @@ def test_missing_inputs_fail_the_container(local):
     assert local.read_result(job, 0) is None
 
 
+@pytest.mark.slow
 def test_usage_and_bad_index(local):
     done = run_worker("", argv=[sys.executable, "-m", "batchfutures.worker"])
     assert done.returncode == 2 and "usage" in done.stderr
@@ -254,6 +263,7 @@ def test_usage_and_bad_index(local):
 
 
 # -- versions and loading ------------------------------------------------------------------------
+@pytest.mark.slow
 def test_stamp_mismatch_fails_every_item_naming_both_versions(storage):
     stamp = dict(serialization.payload_stamp(), python="2.7")  # only "python" differs
     job = make_job(storage, [[(abs, (-1,), {}), (abs, (-2,), {})]], stamp=stamp)
@@ -268,6 +278,7 @@ def test_stamp_mismatch_fails_every_item_naming_both_versions(storage):
     assert "Python 2.7," in done.stderr  # the worker says why in the job's log
 
 
+@pytest.mark.slow
 def test_function_that_cannot_be_loaded(local, tmp_path, monkeypatch):
     # pickled by reference (shipping by value turned off) to a module the worker cannot import
     (tmp_path / "client_only.py").write_text("def triple(x):\n    return 3 * x\n")
@@ -291,6 +302,7 @@ def test_function_that_cannot_be_loaded(local, tmp_path, monkeypatch):
     assert results(local, job)[1] == [(True, 6)]
 
 
+@pytest.mark.slow
 def test_missing_function_object(local):
     job = make_job(local, [[(abs, (-1,), {})]], function_urls=[local.url("runs", "r", "functions", "x.pkl")])
     assert run_worker(job).returncode == 0
@@ -299,6 +311,7 @@ def test_missing_function_object(local):
 
 
 # -- retries -------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_retry_keeps_the_finished_result_and_does_not_run(local, tmp_path):
     marker = tmp_path / "ran"
     job = make_job(local, [[(marker.write_text, ("ran",), {})]])
@@ -311,6 +324,7 @@ def test_a_retry_keeps_the_finished_result_and_does_not_run(local, tmp_path):
     assert local.read_result(job, 0) == earlier
 
 
+@pytest.mark.slow
 def test_a_second_run_does_not_overwrite_the_first_result(storage, tmp_path):
     log = tmp_path / "runs.log"
 
@@ -334,6 +348,7 @@ def test_a_second_run_does_not_overwrite_the_first_result(storage, tmp_path):
 
 
 # -- imports ------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_worker_does_not_import_boto3_for_local_storage(local):
     job = make_job(local, [[(abs, (-1,), {})]])
     probe = ("import sys; from batchfutures import worker; code = worker.main([sys.argv[1]]); "
@@ -347,7 +362,7 @@ def test_worker_does_not_import_boto3_for_local_storage(local):
 
 # -- in a thread (the emulator's launcher="threads"): run(job_url, environ, ...) -----------------
 def test_run_takes_the_attempts_environment_and_runs_the_items_in_this_thread(local):
-    from batchfutures import signing, worker
+    from batchfutures import signing
 
     def pid_of(x):
         return x, os.getpid()
@@ -364,7 +379,7 @@ def test_run_takes_the_attempts_environment_and_runs_the_items_in_this_thread(lo
 
 
 def test_a_cancelled_run_stops_before_the_next_item_and_writes_nothing(local, tmp_path):
-    from batchfutures import signing, worker
+    from batchfutures import signing
 
     ran = tmp_path / "ran"
 

@@ -37,7 +37,10 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any, List, Optional, Tuple
+from typing import TYPE_CHECKING, List, Optional, Tuple
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .faults import FaultProfile
 
 
 def default_folder() -> Path:
@@ -145,7 +148,7 @@ def write_endpoint_file(folder: Path, endpoint_url: str, key_id: str, secret: st
     return path
 
 
-def fault_profile(args: argparse.Namespace) -> Any:
+def fault_profile(args: argparse.Namespace) -> FaultProfile:
     from .faults import FaultProfile
 
     operations = None

@@ -26,9 +26,12 @@ import shutil
 import signal
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Protocol, Tuple
 
 from .procfs import session_members
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .cgroups import AttemptCgroup
 
 OOM_EXIT_STATUS = 137  # what the worker exits with on MemoryError (the RLIMIT world)
 # TerminateJob stops a container as `docker stop` does: SIGTERM to its main process, SIGKILL to
@@ -57,7 +60,7 @@ class LaunchRequest:
     log_path: str
     memory_mib: Optional[int] = None
     vcpus: float = 1.0
-    cgroup: Any = None  # a cgroups.AttemptCgroup, or None: RLIMIT_DATA and sampling instead
+    cgroup: Optional[AttemptCgroup] = None  # None: RLIMIT_DATA and sampling instead
     scratch: Optional[str] = None  # a working directory removed when the attempt ends
     # keeps the emptied scratch folder for a later attempt, once the cgroup says none is left
     recycle: Optional[Callable[[str], None]] = None
@@ -69,7 +72,8 @@ def docker_exit_code(returncode: Optional[int]) -> int:
     return 128 - code if code < 0 else code
 
 
-_cleanup_queue: "queue.Queue[Tuple[Any, Optional[str], Any]]" = queue.Queue()
+_cleanup_queue: "queue.Queue[Tuple[AttemptCgroup, Optional[str], Optional[Callable[[str], None]]]]" = (
+    queue.Queue())
 _cleanup_lock = threading.Lock()
 _cleanup_thread: Optional[threading.Thread] = None
 
@@ -89,7 +93,8 @@ def _clean() -> None:
             _cleanup_queue.task_done()
 
 
-def _clean_later(group: Any, scratch: Optional[str], recycle: Any) -> None:
+def _clean_later(group: AttemptCgroup, scratch: Optional[str],
+                 recycle: Optional[Callable[[str], None]]) -> None:
     global _cleanup_thread
     with _cleanup_lock:
         if _cleanup_thread is None:
@@ -193,3 +198,28 @@ class AttemptHandle:
 
     def exit_code(self) -> int:
         return docker_exit_code(self.returncode)
+
+
+class AttemptLauncher(Protocol):
+    """What the scheduler launches attempts with: ProcessLauncher (launcher.py) or, chosen
+    explicitly, ThreadLauncher (threads.py)."""
+
+    # whether an attempt is a process of its own (False: a thread here, which needs no import
+    # path built for it, and must start no process to build one)
+    in_processes: bool
+
+    def start(self, request: LaunchRequest,
+              on_exit: Optional[Callable[[AttemptHandle], None]] = None) -> AttemptHandle: ...
+
+    def close(self) -> None: ...
+
+
+class AttemptMonitor(Protocol):
+    """What watches the memory of attempts without a cgroup: MemoryMonitor (monitor.py), or
+    NullMonitor (threads.py) when attempts are threads."""
+
+    def watch(self, handle: AttemptHandle, memory_mib: int) -> None: ...
+
+    def unwatch(self, handle: AttemptHandle) -> None: ...
+
+    def close(self) -> None: ...

@@ -10,14 +10,27 @@ environment each.
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import threading
 import time
+import uuid
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-from .model import arn_resource, compute_environment_arn, definition_arn, queue_arn
-from .records import DefinitionStore, QueueStore
+from ..statuses import JobStatus
+from ..workdir import make_private_dirs, open_private
+from .model import (
+    arn_resource,
+    cluster_arn,
+    compute_environment_arn,
+    definition_arn,
+    queue_arn,
+    scheduling_policy_arn,
+)
+from .records import DefinitionStore, QueueStore, read_checked
+from .schema import Fields, Json, Nullable, Str
 
 DEFAULT_DEFINITION = "batchfutures-worker"
 DEFAULT_BODY: Dict[str, Any] = {
@@ -30,6 +43,7 @@ DEFAULT_BODY: Dict[str, Any] = {
     "platformCapabilities": ["EC2"],
 }
 NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+SHARE = re.compile(r"^[A-Za-z0-9]{1,255}\*?$")  # a share identifier, or a prefix ending in *
 
 
 class Rejected(Exception):
@@ -96,18 +110,22 @@ class Queues:
     queue's state, priority and jobStateTimeLimitActions are whatever was last written.
     """
 
-    def __init__(self, store: QueueStore, names: Any, compute_environment: str) -> None:
+    def __init__(self, store: QueueStore, names: Iterable[str], compute_environment: str) -> None:
         self.store = store
         self.compute_environment = compute_environment
         for name in names:
             self.create(name)
 
     def create(self, name: str, state: str = "ENABLED", priority: int = 1,
-               actions: Optional[List[Dict[str, Any]]] = None) -> bool:
+               actions: Optional[List[Dict[str, Any]]] = None,
+               policy: Optional[str] = None) -> bool:
         """A new queue; False when one of that name exists."""
-        return self.store.create(name, {"state": state, "priority": priority,
-                                        "jobStateTimeLimitActions": list(actions or []),
-                                        "order": time.time_ns()})
+        record: Dict[str, Any] = {"state": state, "priority": priority,
+                                  "jobStateTimeLimitActions": list(actions or []),
+                                  "order": time.time_ns()}
+        if policy:
+            record["schedulingPolicyArn"] = policy
+        return self.store.create(name, record)
 
     def resolve(self, reference: str) -> Optional[str]:
         name = arn_resource(reference, "job-queue") or reference
@@ -125,8 +143,13 @@ class Queues:
     def actions(self, name: str) -> List[Dict[str, Any]]:
         return list(self._record(name).get("jobStateTimeLimitActions") or [])
 
+    def policy(self, name: str) -> Optional[str]:
+        """The queue's fair-share scheduling policy ARN, or None (a FIFO queue)."""
+        policy = self._record(name).get("schedulingPolicyArn")
+        return policy if isinstance(policy, str) and policy else None  # (the schema lets it pass)
+
     def update(self, name: str, state: Optional[str], priority: Optional[int],
-               actions: Optional[List[Dict[str, Any]]] = None) -> None:
+               actions: Optional[List[Dict[str, Any]]] = None, policy: Optional[str] = None) -> None:
         record = dict(self._record(name))
         if state is not None:
             record["state"] = state
@@ -134,6 +157,8 @@ class Queues:
             record["priority"] = priority
         if actions is not None:
             record["jobStateTimeLimitActions"] = list(actions)
+        if policy is not None:
+            record["schedulingPolicyArn"] = policy
         self.store.write(name, record)
 
     def detail(self, name: str) -> Dict[str, Any]:
@@ -147,13 +172,80 @@ class Queues:
         }
         if queue.get("jobStateTimeLimitActions"):
             detail["jobStateTimeLimitActions"] = [dict(a) for a in queue["jobStateTimeLimitActions"]]
+        policy = self.policy(name)
+        if policy:
+            detail["schedulingPolicyArn"] = policy
         return detail
+
+
+def compute_environment_detail(name: str, max_vcpus: float) -> Dict[str, Any]:
+    """The ComputeEnvironmentDetail of the emulator's one compute environment: MANAGED and
+    VALID, EC2, as many vCPUs as the emulator runs at once (whole: the model's maxvCpus is an
+    integer; rounded down, so a client sizing by it never asks for more than runs)."""
+    vcpus = max(1, int(max_vcpus))
+    return {
+        "computeEnvironmentName": name, "computeEnvironmentArn": compute_environment_arn(name),
+        "ecsClusterArn": cluster_arn(name), "tags": {}, "type": "MANAGED", "state": "ENABLED",
+        "status": "VALID", "statusReason": "ComputeEnvironment Healthy",
+        "computeResources": {"type": "EC2", "allocationStrategy": "BEST_FIT_PROGRESSIVE",
+                             "minvCpus": 0, "maxvCpus": vcpus, "desiredvCpus": 0,
+                             "instanceTypes": ["optimal"], "subnets": [], "securityGroupIds": [],
+                             "tags": {}},
+        "containerOrchestrationType": "ECS",
+        "uuid": str(uuid.uuid5(uuid.NAMESPACE_URL, compute_environment_arn(name))),
+    }
+
+
+POLICY_RECORD = Fields({"name": Str(128, pattern=NAME), "arn": Str(2048),
+                        "fairsharePolicy": Nullable(Json()), "quotaSharePolicy": Nullable(Json()),
+                        "tags": Nullable(Json())}, required=frozenset({"name", "arn"}))
+
+
+class SchedulingPolicies:
+    """Scheduling policies, one file each (<folder>/policies/<name>.json), shared by every
+    instance on the folder: recorded and shown; they do not change the order jobs run in."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder) / "policies"  # made with the first policy
+        self._warned: Dict[Path, Any] = {}
+
+    def create(self, name: str, body: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+        """The new policy's record; None when one of that name exists."""
+        record = dict(body, name=name, arn=scheduling_policy_arn(name))
+        make_private_dirs(self.folder)
+        try:
+            fd = open_private(self.folder / f"{name}.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        except FileExistsError:
+            return None
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(json.dumps(record, separators=(",", ":")))
+        return record
+
+    def resolve(self, reference: str) -> Optional[Dict[str, Any]]:
+        """A policy from its ARN (what every API takes), else None."""
+        name = arn_resource(reference, "scheduling-policy")
+        if name is None or not NAME.fullmatch(name):
+            return None
+        path = self.folder / f"{name}.json"
+        try:
+            version: Any = path.stat().st_mtime_ns
+        except OSError:
+            return None
+        found = read_checked(path, POLICY_RECORD, self._warned, version)
+        return found if isinstance(found, dict) and found.get("arn") == reference else None
+
+    def names(self) -> List[str]:
+        try:
+            files = sorted(self.folder.iterdir())
+        except OSError:
+            return []
+        return [f.stem for f in files if f.suffix == ".json" and NAME.fullmatch(f.stem)]
 
 
 def check_time_limit_actions(actions: Optional[List[Dict[str, Any]]]) -> Optional[str]:
     """The ClientException message for invalid jobStateTimeLimitActions, or None."""
     for action in actions or []:
-        if action.get("state") != "RUNNABLE":
+        if action.get("state") != JobStatus.RUNNABLE:
             return f"jobStateTimeLimitActions state must be RUNNABLE, got {action.get('state')!r}"
         if action.get("action") != "CANCEL":
             return f"jobStateTimeLimitActions action must be CANCEL, got {action.get('action')!r}"
@@ -201,3 +293,38 @@ def resolve_resources(properties: Dict[str, Any], overrides: Dict[str, Any]
     order = {"VCPU": 0, "MEMORY": 1, "GPU": 2}
     requirements = sorted(merged.values(), key=lambda item: order[item["type"]])
     return requirements, vcpus, memory
+
+
+def check_scheduling_policy(fairshare: Optional[Dict[str, Any]],
+                            tags: Optional[Dict[str, str]]) -> Optional[str]:
+    """The ClientException message for a fair-share policy Batch refuses, or None."""
+    if tags is not None and len(tags) > 50:
+        return f"tags takes at most 50 tags, got {len(tags)}"
+    if not fairshare:
+        return None
+    decay = fairshare.get("shareDecaySeconds")
+    if decay is not None and not 0 <= decay <= 604800:
+        return f"shareDecaySeconds must be 0 to 604800, got {decay}"
+    reservation = fairshare.get("computeReservation")
+    if reservation is not None and not 0 <= reservation <= 99:
+        return f"computeReservation must be 0 to 99, got {reservation}"
+    shares = fairshare.get("shareDistribution") or []
+    if len(shares) > 500:
+        return f"shareDistribution takes at most 500 share identifiers, got {len(shares)}"
+    seen: List[str] = []
+    for share in shares:
+        identifier = share["shareIdentifier"]
+        if not SHARE.fullmatch(identifier):
+            return (f"shareIdentifier {identifier!r} must be 1-255 letters and digits, "
+                    "optionally followed by *")
+        weight = share.get("weightFactor")
+        if weight is not None and not 0.0001 <= weight <= 999.9999:
+            return f"weightFactor must be 0.0001 to 999.9999, got {weight}"
+        stem = identifier.rstrip("*")
+        for other in seen:  # as Batch: no identifier may fall under another's prefix
+            other_stem = other.rstrip("*")
+            if (other == identifier or (other.endswith("*") and stem.startswith(other_stem))
+                    or (identifier.endswith("*") and other_stem.startswith(stem))):
+                return f"shareDistribution entries {other!r} and {identifier!r} overlap"
+        seen.append(identifier)
+    return None

@@ -68,7 +68,7 @@ def _start_ticks(pid: int) -> Optional[str]:
 
 def _mounts() -> List[Tuple[str, str, str, List[str]]]:
     """(fstype, mount point, root, super options) of each cgroup mount of this process."""
-    found = []
+    found: List[Tuple[str, str, str, List[str]]] = []
     try:
         with open("/proc/self/mountinfo") as handle:
             lines = handle.read().splitlines()

@@ -39,7 +39,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional
 
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -173,7 +173,7 @@ class Scratch:
         if path:
             shutil.rmtree(path, ignore_errors=True)
 
-    def sweep(self, alive: Any) -> None:
+    def sweep(self, alive: Callable[[List[Any]], bool]) -> None:
         """Remove the folders of owners that are gone (`alive([pid, ticks])` says)."""
         try:
             names = os.listdir(self.root)

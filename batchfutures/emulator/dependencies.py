@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from typing import Any, Callable, Deque, List, Optional, Tuple
+from typing import Callable, ContextManager, Deque, List, Optional, Tuple, Union
 
-from .jobs import FINAL, DependencyKind, Job, JobStatus, Unit
+from .jobs import FINAL, DependencyKind, Dependent, Job, JobStatus, Unit
 
 
 class Outcome(enum.Enum):
@@ -31,18 +31,19 @@ class Outcome(enum.Enum):
 
 
 class Dependencies:
-    def __init__(self, *, foreign_status: Callable[[str], Optional[str]],
+    def __init__(self, *, foreign_status: Callable[[str], Optional[JobStatus]],
                  ready: Callable[[Unit], None], fail: Callable[[Unit], None]) -> None:
         self._foreign_status = foreign_status
         self._ready = ready
         self._fail = fail
-        self._foreign: List[Tuple[Any, str]] = []
-        self._events: Deque[Tuple[Any, bool]] = deque()
+        self._foreign: List[Tuple[Dependent, str]] = []
+        self._events: Deque[Tuple[Dependent, bool]] = deque()
 
     # -- admission ---------------------------------------------------------------------------
     def wire(self, job: Job, live: List[Unit]) -> List[Unit]:
         """Count the dependencies of `live` (the job's units entering PENDING); the free ones."""
-        whole = [target for kind, target in job.targets if kind is DependencyKind.WHOLE]
+        whole = [target for kind, target in job.targets
+                 if kind is DependencyKind.WHOLE and target is not None]
         if job.is_array:
             outcomes = [self._watch(target, job) for target in whole]
             if Outcome.FAILED in outcomes:
@@ -56,18 +57,24 @@ class Dependencies:
             for kind, target in job.targets:
                 if kind is not DependencyKind.N_TO_N:
                     continue
+                assert isinstance(target, (Job, str))  # another array, own or foreign
                 for unit in live:
+                    index = unit.index
+                    assert index is not None  # an array's units are its children
+                    member: Union[Unit, Job, str]
                     if isinstance(target, str):
-                        member: Any = f"{target}:{unit.index}"
-                    elif unit.index < len(target.units):
-                        member = target.units[unit.index]
+                        member = f"{target}:{index}"
+                    elif index < len(target.units):
+                        member = target.units[index]
                     else:  # an array that failed before spawning children
                         member = target
                     self._count(unit, self._watch(member, unit))
             if any(kind is DependencyKind.SEQUENTIAL for kind, _ in job.targets):
                 for unit in live:
-                    if unit.index > 0:
-                        self._count(unit, self._watch(job.units[unit.index - 1], unit))
+                    index = unit.index
+                    assert index is not None
+                    if index > 0:
+                        self._count(unit, self._watch(job.units[index - 1], unit))
         else:
             for unit in live:
                 for target in whole:
@@ -82,7 +89,7 @@ class Dependencies:
         elif outcome is Outcome.FAILED:
             self._fail(unit)
 
-    def _watch(self, target: Any, dependent: Any) -> Outcome:
+    def _watch(self, target: Union[Unit, Job, str], dependent: Dependent) -> Outcome:
         """How `target` stands now (WAITING: `dependent` hears when it ends)."""
         if isinstance(target, str):  # a job of another process: polled from its record
             status = self._foreign_status(target)
@@ -96,7 +103,7 @@ class Dependencies:
         return Outcome.WAITING
 
     # -- endings -----------------------------------------------------------------------------
-    def ended(self, node: Any, succeeded: bool) -> None:
+    def ended(self, node: Dependent, succeeded: bool) -> None:
         self._events.append((node, succeeded))
 
     def drain(self) -> None:
@@ -106,7 +113,7 @@ class Dependencies:
             for dependent in dependents:
                 self._resolve(dependent, succeeded)
 
-    def _resolve(self, dependent: Any, succeeded: bool) -> None:
+    def _resolve(self, dependent: Dependent, succeeded: bool) -> None:
         if isinstance(dependent, Unit):
             if dependent.status != JobStatus.PENDING:
                 return
@@ -134,7 +141,7 @@ class Dependencies:
                     if unit.unmet <= 0:
                         self._ready(unit)
 
-    def poll_foreign(self, lock: Any) -> None:
+    def poll_foreign(self, lock: ContextManager[object]) -> None:
         """Resolve waits on other processes' jobs (their records are read outside the lock)."""
         with lock:
             waits = list(self._foreign)

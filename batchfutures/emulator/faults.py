@@ -14,6 +14,9 @@
                                        goes: killed, reason `Host EC2 (instance i-...) terminated.`
       .summary_lag_ms                  an array parent's statusSummary is refreshed at most this
                                        often (statusSummaryLastUpdatedAt says when it was)
+      .hide_new(operation, response)   DescribeJobs / ListJobs leave out jobs created less than
+                                       describe_lag / list_lag seconds ago (AWS's eventual
+                                       consistency after SubmitJob)
 
 `BatchEmulator(folder, faults=FaultProfile(...))` sets a profile per instance;
 `emulator.set_faults(profile)` changes it; `emulator.inject_faults(rate, code=..., operations=...,
@@ -28,14 +31,14 @@ import math
 import random
 import threading
 import time
-from typing import Callable, FrozenSet, Iterable, List, Optional, Sequence
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence
 
 from .model import client_error
 
 THROTTLED = "TooManyRequestsException"
 SERVER_ERROR = "ServerException"
 # CloudWatch Logs is another service, with its own quotas: not Batch's account budget
-_NOT_BATCH = frozenset({"GetLogEvents"})
+_NOT_BATCH = frozenset({"GetLogEvents", "FilterLogEvents"})
 
 
 class TokenBucket:
@@ -81,13 +84,17 @@ class FaultProfile:
     # second's worth (at least 1 call).
     account_tps: float = 0.0
     account_burst: Optional[float] = None
+    # seconds a new job stays out of DescribeJobs / ListJobs answers (AWS is eventually
+    # consistent after SubmitJob)
+    describe_lag: float = 0.0
+    list_lag: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("throttle_rate", "server_error_rate", "lost_reply_rate", "host_loss_rate"):
             value = getattr(self, name)
             if not 0 <= value <= 1:
                 raise ValueError(f"{name}={value!r} must be between 0 and 1")
-        for name in ("summary_lag", "host_loss_after", "account_tps"):
+        for name in ("summary_lag", "host_loss_after", "account_tps", "describe_lag", "list_lag"):
             if not getattr(self, name) >= 0 or math.isinf(getattr(self, name)):
                 raise ValueError(f"{name}={getattr(self, name)!r} must be a finite number >= 0")
         if self.account_burst is not None and not 1 <= self.account_burst < math.inf:
@@ -179,6 +186,16 @@ class FaultInjector:
     def lost_reply_error(self, operation: str) -> Exception:
         return client_error(f"Internal Server Error (fault injected into {operation}: the call "
                             "took effect, its reply was lost)", SERVER_ERROR, 500, operation)
+
+    def hide_new(self, operation: str, response: Dict[str, Any]) -> Dict[str, Any]:
+        """``response`` without the jobs too new to be seen yet (describe_lag, list_lag)."""
+        lag, key = {"DescribeJobs": (self.profile.describe_lag, "jobs"),
+                    "ListJobs": (self.profile.list_lag, "jobSummaryList")}.get(operation, (0.0, ""))
+        if not lag:
+            return response
+        newest = time.time() * 1000 - lag * 1000  # createdAt is in epoch milliseconds
+        shown = [job for job in response.get(key) or [] if (job.get("createdAt") or 0) <= newest]
+        return {**response, key: shown}
 
     def host_loss_delay(self) -> Optional[float]:
         with self._lock:

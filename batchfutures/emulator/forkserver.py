@@ -54,7 +54,7 @@ import subprocess
 import sys
 import sysconfig
 import threading
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import IO, Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from .attempts import AttemptHandle, LaunchRequest
 
@@ -64,7 +64,7 @@ WORKER_MODULE = "batchfutures.worker"
 WORKER_IMPORTS = (
     "batchfutures.serialization", "batchfutures.storage", "batchfutures.signing",
     "batchfutures.awsclients", "batchfutures.nodes", "batchfutures.dependencies",
-    "batchfutures.pool", WORKER_MODULE,
+    "batchfutures.calls", "batchfutures.pool", "batchfutures.storagelib", WORKER_MODULE,
 )
 
 # Standard-library modules never preloaded: side effects at import (printing, a browser, the
@@ -466,7 +466,8 @@ class ForkServer:
 
     def __init__(self, python_path: str = "") -> None:
         self._python_path = python_path  # the server's own: where batchfutures itself is found
-        self._process: Optional[subprocess.Popen] = None
+        self._process: Optional[subprocess.Popen[bytes]] = None
+        self._stdin: IO[bytes]  # the running server's requests pipe (set by _ensure)
         self._lock = threading.Lock()
         self._next_id = 0
         self._pids: Dict[int, threading.Event] = {}
@@ -475,7 +476,8 @@ class ForkServer:
         self._early_exits: Dict[int, int] = {}
         self.broken = False
 
-    def _ensure(self) -> subprocess.Popen:
+    def _ensure(self) -> IO[bytes]:
+        """The running server's stdin: the server is (re)started when it is not running."""
         if self._process is None or self._process.poll() is not None:
             env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
             if self._python_path:
@@ -484,11 +486,14 @@ class ForkServer:
                 [sys.executable, "-m", "batchfutures.emulator.forkserver"], env=env,
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 start_new_session=True)
+            assert self._process.stdin is not None  # stdin=PIPE
+            self._stdin = self._process.stdin
             threading.Thread(target=self._read, args=(self._process,), daemon=True,
                              name="bf-forkserver-reader").start()
-        return self._process
+        return self._stdin
 
-    def _read(self, process: subprocess.Popen) -> None:
+    def _read(self, process: subprocess.Popen[bytes]) -> None:
+        assert process.stdout is not None  # stdout=PIPE
         for line in process.stdout:
             message = json.loads(line)
             if "id" in message:
@@ -512,7 +517,7 @@ class ForkServer:
 
     def spawn(self, launch: LaunchRequest, on_exit: Callable[[AttemptHandle], None]) -> ForkedAttempt:
         with self._lock:
-            process = self._ensure()
+            requests = self._ensure()
             self._next_id += 1
             request_id = self._next_id
             event = self._pids[request_id] = threading.Event()
@@ -521,8 +526,8 @@ class ForkServer:
                        "cwd": launch.cwd, "log": launch.log_path,
                        "memory_mib": launch.memory_mib if cgroup is None else None,
                        "cgroup": cgroup.procs if cgroup is not None else []}
-            process.stdin.write((json.dumps(request) + "\n").encode())
-            process.stdin.flush()
+            requests.write((json.dumps(request) + "\n").encode())
+            requests.flush()
         if not event.wait(10):
             self.broken = True
             raise OSError("the emulator's fork server did not answer")
@@ -540,7 +545,8 @@ class ForkServer:
         process, self._process = self._process, None
         if process is not None:
             try:
-                process.stdin.close()
+                if process.stdin is not None:
+                    process.stdin.close()
             except OSError:
                 pass
             try:

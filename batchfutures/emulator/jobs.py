@@ -14,11 +14,17 @@ call) and the set of dirty record chunks (so the persister rewrites only what ch
 
 from __future__ import annotations
 
+import dataclasses
 import enum
-from typing import Any, Dict, Iterable, List, Optional, Set, Tuple
+from dataclasses import dataclass
+from types import EllipsisType
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Set, Tuple, Union
 
 from ..statuses import JobStatus
 from .model import job_arn, queue_arn
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .attempts import AttemptHandle, KillReason
 
 
 class DependencyKind(enum.Enum):
@@ -48,27 +54,51 @@ MISCONFIGURED = ("MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT - The job resource r
                  "(vCPU/memory/GPU) is higher than that can be met by the CE(s) attached to the "
                  "job queue.")
 
-SPEC_FIELDS = (
-    "job_id", "name", "queue", "definition_arn", "definition_name", "image", "command",
-    "environment", "resource_requirements", "vcpus", "memory", "retry_strategy", "timeout",
-    "tags", "propagate_tags", "share_identifier", "scheduling_priority", "parameters",
-    "depends_on", "array_size", "created", "seq", "platform_capabilities", "tag_total",
-    "log_configuration", "gpus", "num_nodes", "main_node", "nodes", "node_ranges",
-)
 # What each node of a multi-node job may have of its own (JobSpec.nodes[i]).
 NODE_FIELDS = ("image", "command", "environment", "resource_requirements", "vcpus", "memory",
                "gpus", "log_configuration")
 MAIN_NODE_EXITED = "The main node exited"
 
 
+@dataclass(slots=True, eq=False, repr=False, kw_only=True)
 class JobSpec:
-    """What SubmitJob fixed: shared by an array parent and all of its children."""
+    """What SubmitJob fixed: shared by an array parent and all of its children.
 
-    __slots__ = SPEC_FIELDS
+    The fields are the record's (schema.SPEC): `job_id`, `name`, `queue` and `created` are
+    always there; any other may be missing (None) in a record another process wrote. Equality
+    is identity, as for any job object; no generated repr (the environment may hold secrets).
+    """
 
-    def __init__(self, **fields: Any) -> None:
-        for name in SPEC_FIELDS:
-            setattr(self, name, fields.get(name))
+    job_id: str
+    name: str
+    queue: str
+    definition_arn: Optional[str] = None
+    definition_name: Optional[str] = None
+    image: Optional[str] = None
+    command: Optional[List[str]] = None
+    environment: Optional[List[Dict[str, str]]] = None
+    resource_requirements: Optional[List[Dict[str, str]]] = None
+    vcpus: Optional[float] = None
+    memory: Optional[int] = None
+    retry_strategy: Optional[Dict[str, Any]] = None
+    timeout: Optional[float] = None  # attemptDurationSeconds
+    tags: Optional[Dict[str, str]] = None
+    propagate_tags: Optional[bool] = None
+    share_identifier: Optional[str] = None
+    scheduling_priority: Optional[int] = None
+    parameters: Optional[Dict[str, str]] = None
+    depends_on: Optional[List[Dict[str, str]]] = None
+    array_size: Optional[int] = None
+    created: int
+    seq: Optional[int] = None  # submission order within this process (own jobs always have one)
+    platform_capabilities: Optional[List[str]] = None
+    tag_total: Optional[int] = None
+    log_configuration: Optional[Dict[str, Any]] = None
+    gpus: Optional[int] = None
+    num_nodes: Optional[int] = None
+    main_node: Optional[int] = None
+    nodes: Optional[List[Dict[str, Any]]] = None
+    node_ranges: Optional[List[Dict[str, Any]]] = None
 
     def to_record(self) -> Dict[str, Any]:
         return {name: getattr(self, name) for name in SPEC_FIELDS if getattr(self, name) is not None}
@@ -99,6 +129,10 @@ class JobSpec:
         return float(self.vcpus or 1)
 
 
+# The record's field names, in the order a record lists them.
+SPEC_FIELDS = tuple(field.name for field in dataclasses.fields(JobSpec))
+
+
 class Unit:
     """A plain job or one array child: the thing that has attempts and processes."""
 
@@ -113,7 +147,7 @@ class Unit:
     def __init__(self, job: "Job", index: Optional[int]) -> None:
         self.job = job
         self.index = index
-        self.status = JobStatus.SUBMITTED
+        self.status: JobStatus = JobStatus.SUBMITTED
         self.reason: Optional[str] = None
         self.created: Optional[int] = None
         self.started: Optional[int] = None
@@ -123,12 +157,12 @@ class Unit:
         self.cancelled = False
         self.terminated = False
         self.unmet = 0
-        self.dependents: List[Any] = []
-        self.handle: Any = None
+        self.dependents: List[Dependent] = []
+        self.handle: Optional[AttemptHandle] = None
         self.deadline: Optional[float] = None
         self.tick = 0
         self.stop_reason: Optional[str] = None
-        self.kill_pending: Any = None  # a KillReason to apply once the process exists
+        self.kill_pending: Optional[KillReason] = None  # to apply once the process exists
         self.reserved = 0.0
         self.runnable_since: Optional[float] = None  # held RUNNABLE for a reason, since (monotonic)
         self.host_loss_in: Optional[float] = None  # a fault: seconds after RUNNING the host goes
@@ -184,7 +218,7 @@ class Job:
         self.is_array = spec.array_size is not None
         self.is_multinode = spec.num_nodes is not None
         self.has_children = self.is_array or self.is_multinode  # children "id:i" / nodes "id#i"
-        self.status = JobStatus.SUBMITTED
+        self.status: JobStatus = JobStatus.SUBMITTED
         self.reason: Optional[str] = None
         self.started: Optional[int] = None
         self.stopped: Optional[int] = None
@@ -195,22 +229,22 @@ class Job:
         self.shown_summary: Optional[Dict[str, int]] = None  # what a lagging statusSummary shows
         self.shown_summary_at: Optional[int] = None
         if self.has_children:
-            self.units = [Unit(self, i) for i in range(spec.array_size or spec.num_nodes)]
+            self.units = [Unit(self, i) for i in range(spec.array_size or spec.num_nodes or 0)]
         else:
             self.units = [Unit(self, None)]
-        self.counts = {status: 0 for status in STATUSES}
+        self.counts: Dict[JobStatus, int] = {status: 0 for status in STATUSES}
         self.counts[JobStatus.SUBMITTED] = len(self.units)
         # per-status child indexes, for ListJobs(arrayJobId, jobStatus)
-        self.by_status: Dict[str, Set[int]] = {status: set() for status in STATUSES}
+        self.by_status: Dict[JobStatus, Set[int]] = {status: set() for status in STATUSES}
         if self.has_children:
             self.by_status[JobStatus.SUBMITTED] = set(range(len(self.units)))
         # the scheduler's working state
-        self.owner: Any = None
+        self.owner: Optional[List[Any]] = None  # records.owner_token of the process running it
         self.unmet = 0  # an array's unresolved whole-job dependencies (its "gate")
         self.gate_failed = False
         self.stop_reason: Optional[str] = None  # CancelJob/TerminateJob reason given to the parent
-        self.dependents: List[Any] = []
-        self.targets: List[Any] = []
+        self.dependents: List[Dependent] = []
+        self.targets: List[Target] = []
         self.dirty: Set[int] = set()  # record chunks to rewrite; -1 is the parent file alone
         self.sink: Optional[Set["Job"]] = None  # where a dirty job announces itself
 
@@ -220,7 +254,8 @@ class Job:
         if self.sink is not None:
             self.sink.add(self)
 
-    def move(self, unit: Unit, status: str, now: int, reason: Any = ...) -> None:
+    def move(self, unit: Unit, status: JobStatus, now: int,
+             reason: Union[Optional[str], EllipsisType] = ...) -> None:
         """Set a unit's status (and reason, when given), keeping every index in step."""
         old = unit.status
         if reason is not ...:
@@ -229,11 +264,12 @@ class Job:
             unit.status = status
             if status in FINAL:
                 unit.stopped = now
-            if self.has_children:
+            index = unit.index
+            if index is not None:  # a child: the job has_children
                 self.counts[old] -= 1
                 self.counts[status] += 1
-                self.by_status[old].discard(unit.index)
-                self.by_status[status].add(unit.index)
+                self.by_status[old].discard(index)
+                self.by_status[status].add(index)
                 self.summary_updated = now
                 if status == JobStatus.RUNNING and self.started is None:
                     self.started = now
@@ -245,7 +281,7 @@ class Job:
             self.reason, self.started = unit.reason, unit.started
         self.touch(unit)
 
-    def finish_parent(self, status: str, reason: Optional[str], now: int) -> None:
+    def finish_parent(self, status: JobStatus, reason: Optional[str], now: int) -> None:
         self.status, self.reason, self.stopped = status, reason, now
         self.touch()
 
@@ -272,7 +308,7 @@ class Job:
     def chunk_count(self) -> int:
         return (len(self.units) + CHUNK - 1) // CHUNK if self.has_children else 0
 
-    def parent_record(self, owner: Any) -> Dict[str, Any]:
+    def parent_record(self, owner: Optional[List[Any]]) -> Dict[str, Any]:
         record: Dict[str, Any] = {"format": 2, "owner": owner, "spec": self.spec.to_record(),
                                   "chunks": self.chunk_count, "chunkSize": CHUNK}
         if self.has_children:
@@ -330,8 +366,15 @@ class Job:
         self.by_status = {status: set() for status in STATUSES}
         for unit in self.units:
             self.counts[unit.status] += 1
-            if self.has_children:
+            if unit.index is not None:  # a child: the job has_children
                 self.by_status[unit.status].add(unit.index)
+
+
+# Who waits for a job or unit to end: a unit, or a whole array (its gate; dependencies.py).
+Dependent = Union[Unit, Job]
+# What a job waits for (Job.targets): a unit or job of this process, another process's job id
+# (polled from its record), or None (SEQUENTIAL: the array's own previous child).
+Target = Tuple[DependencyKind, Union[Unit, Job, str, None]]
 
 
 def too_many_tags(spec: JobSpec) -> bool:
@@ -393,25 +436,54 @@ def status_summary(job: Job, lag_ms: int, now: int) -> Tuple[Dict[str, int], int
     return dict(job.shown_summary), job.shown_summary_at or now
 
 
+def main_node(job: Job) -> Optional[Unit]:
+    """A multi-node job's main node (None for other jobs, or nodes never made)."""
+    if not job.is_multinode or not job.units:
+        return None
+    return job.unit(job.spec.main_node or 0)
+
+
+class _ParentView:
+    """What a multi-node parent shows: as AWS, its startedAt, stoppedAt, statusReason and exit
+    information are its main node's; its status and flags stay its own."""
+
+    def __init__(self, job: Job, main: Unit) -> None:
+        self.status = job.status
+        self.cancelled, self.terminated = job.cancelled, job.terminated
+        self.started, self.stopped = main.started, main.stopped if job.status in FINAL else None
+        # the job's final reason came from the main node (or CancelJob, or the shutdown)
+        self.reason = job.reason if job.status in FINAL and job.reason else main.reason
+        self.attempts = main.attempts
+
+
+def _source(job: Job, shown: Optional[Unit]) -> Union[Unit, _ParentView, Job]:
+    """Where a JobDetail's status fields come from: the unit, the array parent, or the main node."""
+    if shown is not None:
+        return shown
+    main = main_node(job)
+    return _ParentView(job, main) if main is not None else job
+
+
 def describe(job: Job, unit: Optional[Unit] = None, *, summary_lag_ms: int = 0,
              now: int = 0) -> Dict[str, Any]:
     """The JobDetail of a job (unit None: the job itself; for an array, the parent)."""
     spec = job.spec
     shown = unit if unit is not None else (None if job.has_children else job.units[0])
     job_id = shown.job_id if shown is not None else job.job_id
+    source = _source(job, shown)
+    attempts = source.attempts if isinstance(source, (Unit, _ParentView)) else []
     detail: Dict[str, Any] = {
         "jobArn": job_arn(job_id), "jobName": spec.name, "jobId": job_id,
         "jobQueue": queue_arn(spec.queue), "jobDefinition": spec.definition_arn,
-        "status": shown.status if shown is not None else job.status,
+        "status": source.status,
         "createdAt": (shown.created if shown is not None and shown.created else spec.created),
-        "attempts": [_attempt(a) for a in shown.attempts] if shown is not None else [],
+        "attempts": [_attempt(a) for a in attempts],
         "container": _container(job, shown),
         "dependsOn": _dependencies(job, shown),
         "tags": dict(spec.tags or {}),
         "propagateTags": bool(spec.propagate_tags),
         "platformCapabilities": list(spec.platform_capabilities or ["EC2"]),
     }
-    source: Any = shown if shown is not None else job
     reason = source.reason
     started, stopped = source.started, source.stopped
     if reason:
@@ -454,7 +526,7 @@ def summary(job: Job, unit: Optional[Unit] = None) -> Dict[str, Any]:
     """The JobSummary (ListJobs) of a job or of one child."""
     spec = job.spec
     shown = unit if unit is not None else (None if job.has_children else job.units[0])
-    source: Any = shown if shown is not None else job
+    source = _source(job, shown)
     job_id = shown.job_id if shown is not None else job.job_id
     item: Dict[str, Any] = {
         "jobArn": job_arn(job_id), "jobId": job_id, "jobName": spec.name,
@@ -467,8 +539,9 @@ def summary(job: Job, unit: Optional[Unit] = None) -> Dict[str, Any]:
         item["startedAt"] = source.started
     if source.stopped is not None:
         item["stoppedAt"] = source.stopped
-    if shown is not None and shown.attempts and shown.current is None:
-        last = shown.attempts[-1].get("container") or {}
+    ended = shown if shown is not None else main_node(job)  # a multi-node parent: its main node's
+    if ended is not None and ended.attempts and ended.current is None:
+        last = ended.attempts[-1].get("container") or {}
         container = {key: last[key] for key in ("exitCode", "reason") if key in last}
         if container:
             item["container"] = container

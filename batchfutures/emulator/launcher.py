@@ -38,7 +38,8 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import Any, Callable, Dict, List, Optional
+from types import EllipsisType
+from typing import Any, Callable, Dict, List, Optional, Union
 
 from .attempts import AttemptHandle, LaunchRequest
 from .forkserver import ForkServer, is_worker_command
@@ -127,8 +128,8 @@ def _find_setpriv() -> Optional[str]:
     return path if done.returncode == 0 else None
 
 
-_setpriv_path: Any = ...  # found on the first launch (Ellipsis: not looked for yet)
-_prlimit_path: Any = ...
+_setpriv_path: Union[str, None, EllipsisType] = ...  # found on the first launch (...: not yet)
+_prlimit_path: Union[str, None, EllipsisType] = ...
 _setpriv_lock = threading.Lock()
 
 
@@ -214,6 +215,8 @@ class ProcessHandle(AttemptHandle):
 class ProcessLauncher:
     """Starts attempts as fresh processes (the worker's from the fork server)."""
 
+    in_processes = True
+
     def __init__(self, *, use_forkserver: Optional[bool] = None) -> None:
         if use_forkserver is None:
             use_forkserver = os.environ.get("BATCHFUTURES_EMULATOR_FORKSERVER", "1") != "0"
@@ -255,10 +258,12 @@ class ProcessLauncher:
                     script = _JOIN_CGROUP.format(unset="" if "PWD" in env else "unset PWD; ")
                     prefix += ["/bin/sh", "-c", script, "sh", str(len(cgroup.procs)),
                                *cgroup.procs]
-                prlimit = _prlimit() if memory_mib else None
-                if prlimit is not None:  # the limit holds from the command's first instruction
-                    cap = _data_cap(memory_mib)
-                    prefix += [prlimit, f"--data={cap}:{cap}", "--"]
+                prlimit = None
+                if memory_mib:
+                    prlimit = _prlimit()
+                    if prlimit is not None:  # the limit holds from the command's first instruction
+                        cap = _data_cap(memory_mib)
+                        prefix += [prlimit, f"--data={cap}:{cap}", "--"]
                 popen = subprocess.Popen(
                     prefix + argv, env=env, cwd=request.cwd,
                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,

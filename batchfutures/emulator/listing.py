@@ -37,13 +37,17 @@ def job_filter(filters: List[Dict[str, Any]]) -> Callable[[Job, Optional[Unit]],
             raise Rejected(f"filter {name} needs a value")
         value = values[0]
         if name == "JOB_NAME":
-            checks.append(lambda job, unit, v=value: glob(v, job.spec.name))
+            def by_name(job: Job, unit: Optional[Unit], v: str = value) -> bool:
+                return glob(v, job.spec.name)
+            checks.append(by_name)
         elif name == "JOB_DEFINITION":
             def by_definition(job: Job, unit: Optional[Unit], v: str = value) -> bool:
                 arn = job.spec.definition_arn
+                if arn is None:  # another process's record may lack it: no definition matches
+                    return False
                 short = arn.split("job-definition/", 1)[1]
                 return any(glob(v, candidate) for candidate in
-                           (arn, short, job.spec.definition_name))
+                           (arn, short, job.spec.definition_name) if candidate is not None)
             checks.append(by_definition)
         elif name in ("BEFORE_CREATED_AT", "AFTER_CREATED_AT"):
             try:
@@ -51,9 +55,13 @@ def job_filter(filters: List[Dict[str, Any]]) -> Callable[[Job, Optional[Unit]],
             except ValueError:
                 raise Rejected(f"filter {name} needs a time in epoch milliseconds")
             if name == "BEFORE_CREATED_AT":
-                checks.append(lambda job, unit, t=stamp: job.spec.created < t)
+                def before(job: Job, unit: Optional[Unit], t: int = stamp) -> bool:
+                    return job.spec.created < t
+                checks.append(before)
             else:
-                checks.append(lambda job, unit, t=stamp: job.spec.created > t)
+                def after(job: Job, unit: Optional[Unit], t: int = stamp) -> bool:
+                    return job.spec.created > t
+                checks.append(after)
         else:
             raise Rejected(f"unknown filter {name!r}: use JOB_NAME, JOB_DEFINITION, "
                            "BEFORE_CREATED_AT or AFTER_CREATED_AT")

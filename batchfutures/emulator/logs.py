@@ -1,4 +1,4 @@
-"""CloudWatch-Logs-shaped reading of the emulator's log files.
+"""CloudWatch-Logs-shaped reading of the emulator's log files: GetLogEvents, FilterLogEvents.
 
 Batch names an attempt's stream `<job definition name>/default/<task id>` in the group
 `/aws/batch/job`; here the stream is the file `<folder>/logs/<job definition name>/default/<task
@@ -6,23 +6,37 @@ id>`, written directly by the attempt's process. Each line is one event. Tokens 
 into the file (`f/<offset>` reads forward from it, `b/<offset>` backward); as in CloudWatch the end
 is reached when `nextForwardToken` comes back unchanged. Only complete lines are returned: the
 emulator ends an attempt's file with a newline when the attempt ends.
+
+FilterLogEvents searches the group's streams (named, by prefix, or all) in timestamp order (a
+stream's events all carry its file's modification time), with CloudWatch's unstructured filter
+patterns: terms that must all appear, "quoted phrases", ?terms of which one must appear, -terms
+that must not, and %regular expression%. JSON (`{...}`) and space-delimited (`[...]`) patterns
+are refused as not emulated. Its token names the stream and byte offset to go on from.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import re
+import stat as stat_module
+import zlib
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import IO, TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Protocol, Tuple
 
 from ..workdir import inside, open_private
 from .model import LOG_GROUP, client_error, validate_request
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .faults import FaultInjector
 
 GROUP = LOG_GROUP
 DEFAULT_LIMIT = 10_000
 MAX_BYTES = 1024 * 1024  # CloudWatch returns at most 1 MB of events per call
 _PART = re.compile(r"^[A-Za-z0-9_.\-]+$")
 _TOKEN = re.compile(r"^([fb])/(\d+)$")
+_TERM = re.compile(r'([?-]?)(?:"((?:[^"\\]|\\.)*)"|(\S+))')
 
 
 def stream_path(folder: Path, stream: str) -> Optional[Path]:
@@ -38,10 +52,17 @@ def _lines(data: bytes) -> List[bytes]:
     return data.split(b"\n")[:-1] if data else []
 
 
+class FaultSource(Protocol):
+    """What the logs service needs of its emulator (a BatchEmulator): its fault injector."""
+
+    @property
+    def faults(self) -> FaultInjector: ...
+
+
 class LogsService:
     """`get_log_events` over the log files under `folder`."""
 
-    def __init__(self, folder: Path, service: Any = None) -> None:
+    def __init__(self, folder: Path, service: Optional[FaultSource] = None) -> None:
         self.folder = Path(folder)
         self._service = service  # the emulator, for its fault injector
 
@@ -52,9 +73,7 @@ class LogsService:
         validate_request(operation, params, service="logs")
         group = params.get("logGroupName") or params.get("logGroupIdentifier")
         stream = params["logStreamName"]
-        if group is not None and group.rsplit(":log-group:", 1)[-1] != GROUP:
-            raise client_error("The specified log group does not exist.",
-                               "ResourceNotFoundException", 400, operation)
+        _check_group(group, operation)
         path = stream_path(self.folder, stream)
         try:  # a plain file under the folder, opened without following a symlink
             if path is None or not inside(self.folder, path) or not path.is_file():
@@ -88,8 +107,124 @@ class LogsService:
                    "ingestionTime": stamp} for line in lines]
         return {"events": events, "nextForwardToken": f"f/{end}", "nextBackwardToken": f"b/{start}"}
 
+    def filter_log_events(self, **params: Any) -> Dict[str, Any]:
+        operation = "FilterLogEvents"
+        if self._service is not None:
+            self._service.faults.maybe_raise(operation)
+        validate_request(operation, params, service="logs")
+        name, identifier = params.get("logGroupName"), params.get("logGroupIdentifier")
+        if (name is None) == (identifier is None):
+            raise client_error("Specify either logGroupName or logGroupIdentifier, but not both.",
+                               "InvalidParameterException", 400, operation)
+        _check_group(name or identifier, operation)
+        names, prefix = params.get("logStreamNames"), params.get("logStreamNamePrefix")
+        if names is not None and prefix is not None:
+            raise client_error("logStreamNames and logStreamNamePrefix cannot both be specified.",
+                               "InvalidParameterException", 400, operation)
+        match = _pattern(params.get("filterPattern") or "", operation)
+        limit = int(params.get("limit") or DEFAULT_LIMIT)
+        forward = params.get("startFromHead", True) is not False
+        resume: Optional[Tuple[str, int, int]] = None  # stream, its stamp then, byte offset
+        if params.get("nextToken"):
+            forward, resume = _read_token(params["nextToken"], operation)
+        start_time, end_time = params.get("startTime"), params.get("endTime")
+        streams = [(stamp, stream, path) for stamp, stream, path in self._streams(names, prefix)
+                   if (start_time is None or stamp >= start_time)
+                   and (end_time is None or stamp <= end_time)]
+        streams.sort(key=lambda item: (item[0], item[1]), reverse=not forward)
+        offsets: Dict[str, int] = {}
+        if resume is not None:  # the token's stream from its offset, then the ones after it
+            key = (resume[1], resume[0])
+            later = [s for s in streams if ((s[0], s[1]) > key if forward else (s[0], s[1]) < key)
+                     and s[1] != resume[0]]
+            again = [s for s in streams if s[1] == resume[0]]
+            streams, offsets = again + later, {resume[0]: resume[2]}
+        events: List[Dict[str, Any]] = []
+        budget = MAX_BYTES  # bytes of events a page holds (CloudWatch counts 26 per event)
+        for index, (stamp, stream, path) in enumerate(streams):
+            try:
+                handle = os.fdopen(open_private(path, os.O_RDONLY), "rb")
+            except OSError:
+                continue  # deleted since it was listed (the job's record expired)
+            with handle:
+                size = self._complete_size(handle, handle.seek(0, os.SEEK_END))
+                offset = min(offsets.get(stream, 0 if forward else size), size)
+                full = False
+                while not full and (offset < size if forward else offset > 0):
+                    spans = self._spans(handle, offset, size, forward)
+                    for begin, end, line in spans:
+                        cost = len(line) + 26
+                        if len(events) >= limit or (events and cost > budget):
+                            full = True
+                            break
+                        message = line.decode("utf-8", "replace").rstrip("\r")
+                        if match(message):
+                            budget -= cost
+                            events.append({"logStreamName": stream, "timestamp": stamp,
+                                           "message": message, "ingestionTime": stamp,
+                                           "eventId": _event_id(stamp, stream, begin)})
+                        offset = end if forward else begin
+                    if not spans:
+                        break
+                unread = offset < size if forward else offset > 0
+            full = full or len(events) >= limit
+            if full and (unread or index + 1 < len(streams)):
+                following = streams[index + 1] if index + 1 < len(streams) else None
+                position = ((stream, stamp, offset) if unread or following is None
+                            else (following[1], following[0], -1))
+                return {"events": events, "searchedLogStreams": [],
+                        "nextToken": _write_token(forward, position)}
+        return {"events": events, "searchedLogStreams": []}
+
+    def _spans(self, handle: IO[bytes], offset: int, size: int, forward: bool
+               ) -> List[Tuple[int, int, bytes]]:
+        """(start, end, line) of the next lines from `offset`, in reading order."""
+        if forward:
+            start, stop, lines = self._forward(handle, offset, size, 1000)
+        else:
+            start, stop, lines = self._backward(handle, offset, 1000)
+        spans, position = [], start
+        for line in lines:
+            end = min(position + len(line) + 1, stop)  # (a cut line has no newline)
+            spans.append((position, end, line))
+            position = end
+        return spans if forward else spans[::-1]
+
+    def _streams(self, names: Optional[List[str]], prefix: Optional[str]
+                 ) -> Iterator[Tuple[int, str, Path]]:
+        """(timestamp, name, path) of each stream asked for that exists: a plain file under
+        the folder, never reached through a symlink."""
+        if names is not None:
+            candidates: Iterator[str] = iter(dict.fromkeys(names))
+        else:
+            candidates = self._stream_names(prefix or "")
+        for stream in candidates:
+            path = stream_path(self.folder, stream)
+            if path is None or not inside(self.folder, path):
+                continue
+            try:
+                found = os.lstat(path)
+            except OSError:
+                continue
+            if stat_module.S_ISREG(found.st_mode):
+                yield int(found.st_mtime * 1000), stream, path
+
+    def _stream_names(self, prefix: str) -> Iterator[str]:
+        """Stream names starting with `prefix`, walking only the folder its full parts name."""
+        parts = prefix.split("/")[:-1]  # the complete folder names of the prefix
+        if any(p in ("", ".", "..") or not _PART.fullmatch(p) for p in parts):
+            return
+        top = self.folder.joinpath(*parts)
+        for root, folders, files in os.walk(top, followlinks=False):
+            folders[:] = sorted(f for f in folders if not f.startswith("."))
+            base = os.path.relpath(root, self.folder).replace(os.sep, "/")
+            for file in sorted(files):
+                stream = file if base == "." else f"{base}/{file}"
+                if not file.startswith(".") and stream.startswith(prefix):
+                    yield stream
+
     @staticmethod
-    def _complete_size(handle: Any, size: int) -> int:
+    def _complete_size(handle: IO[bytes], size: int) -> int:
         """Bytes up to the last newline: what follows is a line still being written."""
         position = size
         while position > 0:
@@ -102,7 +237,7 @@ class LogsService:
         return 0
 
     @staticmethod
-    def _forward(handle: Any, offset: int, size: int, limit: int) -> Tuple[int, int, List[bytes]]:
+    def _forward(handle: IO[bytes], offset: int, size: int, limit: int) -> Tuple[int, int, List[bytes]]:
         handle.seek(offset)
         data = handle.read(min(MAX_BYTES, size - offset))
         lines = _lines(data)[:limit]
@@ -112,7 +247,7 @@ class LogsService:
         return offset, end, lines
 
     @staticmethod
-    def _backward(handle: Any, offset: int, limit: int) -> Tuple[int, int, List[bytes]]:
+    def _backward(handle: IO[bytes], offset: int, limit: int) -> Tuple[int, int, List[bytes]]:
         begin = max(0, offset - MAX_BYTES)
         handle.seek(begin)
         data = handle.read(offset - begin)
@@ -123,3 +258,66 @@ class LogsService:
         lines = _lines(data)[-limit:] if limit else []
         start = offset - sum(len(line) + 1 for line in lines)
         return start, offset, lines
+
+
+def _check_group(group: Optional[str], operation: str) -> None:
+    if group is not None and group.rsplit(":log-group:", 1)[-1] != GROUP:
+        raise client_error("The specified log group does not exist.",
+                           "ResourceNotFoundException", 400, operation)
+
+
+def _event_id(stamp: int, stream: str, offset: int) -> str:
+    """A stable, unique event id of digits, as CloudWatch's: time, stream, byte offset."""
+    return f"{stamp:013d}{zlib.crc32(stream.encode()):010d}{offset:016d}"
+
+
+def _write_token(forward: bool, position: Tuple[str, int, int]) -> str:
+    stream, stamp, offset = position
+    text = json.dumps({"d": "f" if forward else "b", "s": stream, "t": stamp, "o": offset})
+    return base64.urlsafe_b64encode(text.encode()).decode("ascii")
+
+
+def _read_token(token: str, operation: str) -> Tuple[bool, Tuple[str, int, int]]:
+    """(forward, (stream, stamp, offset)) of a FilterLogEvents token (offset -1: the start of
+    the stream in the token's direction)."""
+    try:
+        found = json.loads(base64.urlsafe_b64decode(token.encode("ascii")))
+        forward, stream, stamp, offset = found["d"] == "f", found["s"], found["t"], found["o"]
+        if not (isinstance(stream, str) and isinstance(stamp, int) and isinstance(offset, int)):
+            raise ValueError(token)
+    except (ValueError, KeyError, TypeError):
+        raise client_error("The specified nextToken is invalid.",
+                           "InvalidParameterException", 400, operation) from None
+    if offset < 0:  # the stream's start in this direction
+        offset = 0 if forward else 2 ** 62
+    return forward, (stream, stamp, offset)
+
+
+def _pattern(pattern: str, operation: str) -> Callable[[str], bool]:
+    """A matcher for CloudWatch's unstructured filter pattern syntax (see the module doc)."""
+    text = pattern.strip()
+    if not text or text == '""':
+        return lambda message: True
+    if text.startswith("{") or text.startswith("["):
+        raise client_error("JSON and space-delimited filter patterns are not emulated.",
+                           "InvalidParameterException", 400, operation)
+    if len(text) > 1 and text.startswith("%") and text.endswith("%"):
+        try:
+            regex = re.compile(text[1:-1])
+        except re.error as error:
+            raise client_error(f"Invalid filter pattern: {error}", "InvalidParameterException",
+                               400, operation) from None
+        return lambda message: regex.search(message) is not None
+    required: List[str] = []
+    either: List[str] = []
+    excluded: List[str] = []
+    for sign, quoted, plain in _TERM.findall(text):
+        term = re.sub(r"\\(.)", r"\1", quoted) if quoted or not plain else plain
+        {"": required, "?": either, "-": excluded}[sign].append(term)
+
+    def match(message: str) -> bool:
+        return (all(t in message for t in required)
+                and (not either or any(t in message for t in either))
+                and not any(t in message for t in excluded))
+
+    return match

@@ -119,6 +119,14 @@ def compute_environment_arn(name: str) -> str:
     return f"arn:aws:batch:{REGION}:{ACCOUNT}:compute-environment/{name}"
 
 
+def cluster_arn(name: str) -> str:
+    return f"arn:aws:ecs:{REGION}:{ACCOUNT}:cluster/{name}"
+
+
+def scheduling_policy_arn(name: str) -> str:
+    return f"arn:aws:batch:{REGION}:{ACCOUNT}:scheduling-policy/{name}"
+
+
 def definition_arn(name: str, revision: int) -> str:
     return f"arn:aws:batch:{REGION}:{ACCOUNT}:job-definition/{name}:{revision}"
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Dict
+from typing import Dict, Protocol
 
 from .attempts import KillReason
 from .procfs import (
@@ -25,6 +25,17 @@ from .procfs import (
 
 logger = logging.getLogger("batchfutures")
 
+
+class Watched(Protocol):
+    """What the monitor needs of an attempt (an attempts.AttemptHandle has it)."""
+
+    pid: int  # its session id
+
+    @property
+    def running(self) -> bool: ...
+
+    def kill(self, reason: KillReason) -> None: ...
+
 SAMPLE_EVERY = 0.05
 FULL_SCAN_EVERY = 20  # samples
 
@@ -36,7 +47,7 @@ class MemoryMonitor:
 
     def __init__(self, interval: float = SAMPLE_EVERY) -> None:
         self.interval = interval
-        self._watched: Dict[Any, int] = {}
+        self._watched: Dict[Watched, int] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = False
@@ -44,12 +55,12 @@ class MemoryMonitor:
         self._thread = threading.Thread(target=self._run, name="bf-emulator-memory", daemon=True)
         self._thread.start()
 
-    def watch(self, handle: Any, memory_mib: int) -> None:
+    def watch(self, handle: Watched, memory_mib: int) -> None:
         with self._lock:
             self._watched[handle] = int(memory_mib) * 1024 * 1024
         self._wake.set()
 
-    def unwatch(self, handle: Any) -> None:
+    def unwatch(self, handle: Watched) -> None:
         with self._lock:
             self._watched.pop(handle, None)
 

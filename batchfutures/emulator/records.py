@@ -19,6 +19,11 @@ that sees the parent's new version also sees the children it summarises.
 
 The owner (pid, the process's start time from /proc, the instance's id) tells a reader whether
 the job's process is still alive; a job left unfinished by a dead owner is recovered as FAILED.
+
+Every record read back is checked against schema.py before it is used: a job record that fails
+raises `BadRecord` (naming the file and the field; table.py skips the job with one warning); a
+bad queue, definition or control file is skipped with a warning, once per version of the file.
+A file over `schema.MAX_RECORD_BYTES` is refused before it is read.
 """
 
 from __future__ import annotations
@@ -27,12 +32,18 @@ import json
 import logging
 import os
 import shutil
+import stat
 import threading
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 from ..workdir import inside, make_private_dirs, open_private
+from . import schema
+from .schema import RecordProblem
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .jobs import Job
 
 logger = logging.getLogger("batchfutures")
 
@@ -93,6 +104,54 @@ def under(folder: Path, path: Path) -> Path:
     return path
 
 
+class BadRecord(ValueError):
+    """A record file that cannot be used: `path` is the file, `problem` what is wrong where."""
+
+    def __init__(self, path: Path, problem: RecordProblem) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+        self.problem = problem
+
+
+def read_json(path: Path) -> Any:
+    """A record file's JSON, never through a symlink; RecordProblem when it is too big or not
+    JSON, OSError when it cannot be opened (e.g. missing)."""
+    # O_NONBLOCK: a FIFO planted under a record's name must not hang the reader in open()
+    with os.fdopen(open_private(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise RecordProblem("", "not a regular file")
+        size = info.st_size
+        if size > schema.MAX_RECORD_BYTES:  # refused before a byte is read: no allocation of its size
+            raise RecordProblem("", f"{size} bytes, more than {schema.MAX_RECORD_BYTES}")
+        data = handle.read(size + 1)  # read(n) allocates n bytes up front: the size, not the cap
+    if len(data) > size:  # grew while read (a record is replaced, never appended to)
+        raise RecordProblem("", f"grew past {size} bytes while read")
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as error:  # RecursionError: "[[[[..." deeper than C's stack
+        raise RecordProblem("", f"not JSON ({type(error).__name__})") from None
+
+
+def read_checked(path: Path, rule: schema.Rule, warned: Dict[Path, Any], version: Any) -> Optional[Any]:
+    """A queue, definition or control file that `rule` allows, or None (missing or being
+    replaced: silently; bad: with one warning per `version` of the file, kept in `warned`)."""
+    value: Any = None
+    try:
+        value = read_json(path)
+        found = schema.problem(rule, value)
+    except OSError:
+        return None
+    except RecordProblem as error:
+        found = error
+    if found is None:
+        return value
+    if path not in warned or warned[path] != version:
+        warned[path] = version
+        logger.warning("batchfutures emulator: skipped the record %s: %s", path, found)
+    return None
+
+
 def write_atomically(path: Path, text: str) -> None:
     temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
     try:
@@ -112,7 +171,7 @@ def _dumps(record: Dict[str, Any]) -> str:
     return json.dumps(record, separators=(",", ":"))
 
 
-def job_texts(job: Any, owner: Any, chunks: Iterable[int]) -> Tuple[str, Dict[int, str]]:
+def job_texts(job: Job, owner: Optional[List[Any]], chunks: Iterable[int]) -> Tuple[str, Dict[int, str]]:
     """The one serialisation of a job's record: its parent file and the given chunks' files."""
     return _dumps(job.parent_record(owner)), {k: _dumps(job.chunk_record(k)) for k in chunks}
 
@@ -160,22 +219,34 @@ class RecordStore:
         return stat.st_ino, stat.st_mtime_ns, stat.st_size
 
     def load(self, job_id: str) -> Optional[Tuple[Dict[str, Any], List[Dict[str, Any]]]]:
-        """(parent record, chunk records) of a job, or None when there is no readable record."""
+        """(parent record, chunk records) of a job, None when it has no record (or not yet a
+        complete one); BadRecord when a file of it fails the schema."""
+        path = self.path(job_id)
         try:
-            with os.fdopen(open_private(self.path(job_id), os.O_RDONLY), encoding="utf-8") as handle:
-                record = json.load(handle)
-        except (OSError, ValueError):
+            record = read_json(path)
+        except OSError:
             return None
-        if not isinstance(record, dict) or record.get("format") != 2:
+        except RecordProblem as error:
+            raise BadRecord(path, error) from None
+        if isinstance(record, dict) and record.get("format") != 2:
             return None  # not a record this version understands
+        found = schema.job_problem(record, job_id)
+        if found is not None:
+            raise BadRecord(path, found)
+        children = schema.children_of(record["spec"])
         chunks = []
-        for chunk in range(int(record.get("chunks") or 0)):
+        for chunk in range(record["chunks"]):  # at most 20: the schema bounds it
+            path = self.chunk_path(job_id, chunk)
             try:
-                with os.fdopen(open_private(self.chunk_path(job_id, chunk), os.O_RDONLY),
-                               encoding="utf-8") as handle:
-                    chunks.append(json.load(handle))
-            except (OSError, ValueError):
+                loaded = read_json(path)
+            except OSError:
                 continue  # not written yet: those children show as submitted
+            except RecordProblem as error:
+                raise BadRecord(path, error) from None
+            found = schema.chunk_problem(loaded, chunk, children)
+            if found is not None:
+                raise BadRecord(path, found)
+            chunks.append(loaded)
         return record, chunks
 
     def job_ids(self) -> Iterator[str]:
@@ -203,12 +274,13 @@ class RecordStore:
         requests = []
         for name in sorted(names):
             path = folder / name
+            request = read_checked(path, schema.CONTROL_REQUEST, {}, None)  # each file is read once
             try:
-                with open(path, encoding="utf-8") as handle:
-                    requests.append(json.load(handle))
-                path.unlink()
-            except (OSError, ValueError):
+                path.unlink()  # a bad request too: it would be skipped again every 0.25 s
+            except OSError:
                 continue
+            if request is not None:
+                requests.append(request)
         return requests
 
     def drop_control(self, instance: str) -> None:
@@ -225,6 +297,7 @@ class DefinitionStore:
     def __init__(self, folder: Path) -> None:
         self.folder = Path(folder) / "definitions"
         self._cache: Dict[Path, Tuple[int, Dict[str, Any]]] = {}
+        self._warned: Dict[Path, Any] = {}  # bad files, by version: warned about once
         self._lock = threading.Lock()
 
     def create(self, name: str, revision: int, definition: Dict[str, Any]) -> bool:
@@ -251,11 +324,9 @@ class DefinitionStore:
             cached = self._cache.get(path)
         if cached is not None and cached[0] == stamp:
             return cached[1]
-        try:
-            with open(path, encoding="utf-8") as handle:
-                definition = json.load(handle)
-        except (OSError, ValueError):
-            return None  # being written by another process
+        definition = read_checked(path, schema.DEFINITION_RECORD, self._warned, stamp)
+        if definition is None:
+            return None  # being written by another process, or bad
         with self._lock:
             self._cache[path] = (stamp, definition)
         return definition
@@ -285,6 +356,7 @@ class QueueStore:
         self.folder = Path(folder) / "queues"
         make_private_dirs(self.folder)
         self._cache: Dict[str, Tuple[Any, Dict[str, Any]]] = {}
+        self._warned: Dict[Path, Any] = {}  # bad files, by version: warned about once
         self._lock = threading.Lock()
 
     def create(self, name: str, record: Dict[str, Any]) -> bool:
@@ -311,11 +383,9 @@ class QueueStore:
             cached = self._cache.get(name)
             if cached is not None and cached[0] == version:
                 return cached[1]
-        try:
-            with open(path, encoding="utf-8") as handle:
-                record = json.load(handle)
-        except (OSError, ValueError):
-            return cached[1] if cached is not None else None  # being replaced right now
+        record = read_checked(path, schema.QUEUE_RECORD, self._warned, version)
+        if record is None:  # being replaced right now, or bad (warned about)
+            return cached[1] if cached is not None else None
         with self._lock:
             self._cache[name] = (version, record)
         return record
@@ -338,10 +408,10 @@ class Persister:
     {chunk: text}, or None to delete); files are written outside the lock.
     """
 
-    def __init__(self, store: RecordStore, lock: Any,
-                 snapshot: Callable[[Any], Optional[Tuple[str, str, Dict[int, str]]]]) -> None:
+    def __init__(self, store: RecordStore, lock: threading.RLock,
+                 snapshot: Callable[[Job], Optional[Tuple[str, str, Dict[int, str]]]]) -> None:
         self.store = store
-        self.dirty: set = set()  # jobs announce themselves here (Job.sink)
+        self.dirty: Set[Job] = set()  # jobs announce themselves here (Job.sink)
         self._lock = lock
         self._snapshot = snapshot
         self._flush_lock = threading.Lock()

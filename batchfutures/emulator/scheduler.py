@@ -25,6 +25,7 @@ forked it, and this thread lives as long as the emulator.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import logging
@@ -36,8 +37,10 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 
+from ..errors import time_limit_status_reason  # one wording, read back by classify_failure
 from . import container, retries
-from .attempts import KillReason, LaunchRequest, cleanup_done
+from .attempts import AttemptHandle, AttemptLauncher, AttemptMonitor, KillReason, LaunchRequest, cleanup_done
+from .cgroups import Cgroups
 from .dependencies import Dependencies
 from .faults import FaultInjector
 from .jobs import (
@@ -75,24 +78,26 @@ def now_ms() -> int:
 def _vcpus(unit: Unit) -> float:
     """The vCPUs one unit holds while it runs (a node's own, in a multi-node job)."""
     spec = unit.job.spec
-    return float(spec.node(unit.index)["vcpus"] or 1) if unit.job.is_multinode else spec.vcpus
+    return float(spec.node(unit.index)["vcpus"] or 1) if unit.job.is_multinode else spec.vcpus or 1.0
 
 
 class Scheduler:
     """Runs the lifecycle of the jobs handed to `add`; every public method wants the lock held."""
 
-    def __init__(self, *, lock: Any, launcher: Any, monitor: Any, max_vcpus: float,
+    def __init__(self, *, lock: threading.RLock, launcher: AttemptLauncher,
+                 monitor: AttemptMonitor, max_vcpus: float,
                  host_memory_mib: Optional[int], compute_environment: str, logs_folder: Path,
                  host_gpus: int = 0,
                  on_change: Callable[[], None], housekeeping: Callable[[], None],
-                 foreign_status: Callable[[str], Optional[str]], cgroups: Any = None,
+                 foreign_status: Callable[[str], Optional[JobStatus]],
+                 cgroups: Optional[Cgroups] = None,
                  scratch: Optional[container.Scratch] = None, inherit_client_path: bool = False,
                  faults: Optional[FaultInjector] = None,
                  queue_actions: Callable[[str], List[Dict[str, Any]]] = lambda queue: []) -> None:
         self.lock = lock
         self.launcher = launcher
         self.monitor = monitor
-        self.cgroups = cgroups  # cgroups.Cgroups, or None: RLIMIT_DATA and the monitor
+        self.cgroups = cgroups  # None: RLIMIT_DATA and the monitor
         self.scratch = scratch
         self.inherit_client_path = inherit_client_path
         self.faults = faults or FaultInjector()
@@ -107,7 +112,8 @@ class Scheduler:
         self._housekeeping = housekeeping
         self._new: List[Job] = []
         self._ready: List[Unit] = []
-        self._heap: List[Tuple[int, int, int, Unit]] = []
+        # (seq, place, order, unit): seq is never None for an own job (submission.build_spec)
+        self._heap: List[Tuple[Optional[int], int, int, Unit]] = []
         self._order = itertools.count()
         self._launched: List[Unit] = []
         self._running: Set[Unit] = set()
@@ -213,11 +219,12 @@ class Scheduler:
                 if unit.status != JobStatus.RUNNABLE or unit.runnable_since is None:
                     continue
                 action = next((a for a in self._queue_actions(unit.job.spec.queue)
-                               if a.get("state") == "RUNNABLE" and a.get("action") == "CANCEL"
+                               if a.get("state") == JobStatus.RUNNABLE and a.get("action") == "CANCEL"
                                and (unit.reason or "").startswith(str(a.get("reason") or ""))), None)
                 if action is not None and now - unit.runnable_since >= action["maxTimeSeconds"]:
                     unit.cancelled = True
-                    self._finalize(unit, JobStatus.FAILED, str(action["reason"]))
+                    self._finalize(unit, JobStatus.FAILED,
+                                   time_limit_status_reason(str(action["reason"])))
                 else:
                     still.append(unit)
             self._stuck = still
@@ -352,7 +359,8 @@ class Scheduler:
         if self.inherit_client_path:  # the explicit way back to the client's world
             python_path, cwd = [client_python_path()], os.getcwd()
         else:
-            python_path, cwd = container.image_python_path(), ""  # "": a scratch folder
+            python_path = container.image_python_path() if self.launcher.in_processes else []
+            cwd = ""  # a scratch folder
         vcpus = float(node["vcpus"] or 1)
         env = container.environment(os.environ, node["environment"] or [], batch, vcpus=vcpus,
                                     python_path=python_path)
@@ -400,7 +408,7 @@ class Scheduler:
             self.changed = True
         self._wake.set()
 
-    def _exited(self, handle: Any) -> None:
+    def _exited(self, handle: AttemptHandle) -> None:
         self._wake.set()
 
     # -- STARTING -> RUNNING -----------------------------------------------------------------
@@ -413,6 +421,7 @@ class Scheduler:
     def _to_running(self, unit: Unit) -> None:
         now = now_ms()
         unit.started = now
+        assert unit.current is not None  # set when it became STARTING (_dispatch)
         unit.current["startedAt"] = now
         unit.job.move(unit, JobStatus.RUNNING, now)
         unit.tick = self._tick_no
@@ -427,6 +436,7 @@ class Scheduler:
         now = time.monotonic()
         for unit in list(self._running):
             handle = unit.handle
+            assert handle is not None  # a running unit has its handle (_launch)
             if not handle.running:
                 self._end_attempt(unit)
             elif unit.deadline is not None and now >= unit.deadline:
@@ -453,11 +463,17 @@ class Scheduler:
         self._close_log(container.get("logStreamName"))
         if start_error is None and "startedAt" not in attempt:
             unit.started = attempt["startedAt"] = now  # ended before it was seen running
+        killed = handle.kill_reason if handle is not None else None
+        # a node stopped because its main node ended (not by TerminateJob) ends by its own
+        # exit code, as on AWS: 0 (it had finished, or left on SIGTERM) is SUCCEEDED
+        with_main = killed is KillReason.TERMINATE and unit.job.is_multinode and not unit.terminated
         outcome = attempt_outcome(AttemptEnd(
             exit_code=handle.exit_code() if handle is not None else None,
-            killed=handle.kill_reason if handle is not None else None,
+            killed=None if with_main else killed,
             memory_exceeded=handle.memory_exceeded if handle is not None else False,
             start_error=start_error, stop_reason=unit.stop_reason))
+        if with_main and not outcome.succeeded:
+            outcome = dataclasses.replace(outcome, status_reason=unit.stop_reason or EXITED)
         container.update(outcome.container)
         attempt["stoppedAt"] = now
         attempt["statusReason"] = outcome.status_reason
@@ -488,7 +504,7 @@ class Scheduler:
             pass
 
     # -- final states and what follows from them ---------------------------------------------
-    def _finalize(self, unit: Unit, status: str, reason: Optional[str]) -> None:
+    def _finalize(self, unit: Unit, status: JobStatus, reason: Optional[str]) -> None:
         job = unit.job
         now = now_ms()
         job.move(unit, status, now, reason)
@@ -510,7 +526,7 @@ class Scheduler:
             self.finished.append(job)
         self.changed = True
 
-    def _end_multinode(self, job: Job, main: Unit, status: str, reason: Optional[str],
+    def _end_multinode(self, job: Job, main: Unit, status: JobStatus, reason: Optional[str],
                        now: int) -> None:
         """The main node's end is the job's: its status and reason; the other nodes stop."""
         job.cancelled = job.cancelled or main.cancelled

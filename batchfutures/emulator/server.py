@@ -404,7 +404,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _read_body(self, limit: int) -> bytes:
         """The request body; `Refused` (413) past `limit` bytes, before reading them all."""
         if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            chunks, total = [], 0
+            chunks: List[bytes] = []
+            total = 0
             while True:
                 size = int(self.rfile.readline(64).split(b";", 1)[0].strip() or b"0", 16)
                 if size == 0:
@@ -445,6 +446,7 @@ class _Handler(BaseHTTPRequestHandler):
         target = self.headers.get("X-Amz-Target")
         api: _Api = owner.json_apis[0] if target and owner.json_apis else owner.rest_api
         request_id = str(uuid.uuid4())
+        code: Optional[str]  # the error's, None for an answer
         try:
             try:
                 try:
@@ -457,8 +459,7 @@ class _Handler(BaseHTTPRequestHandler):
                     raise _Answer(400, "SerializationException", f"unreadable request: {error}")
                 if target:
                     api = next((a for a in owner.json_apis if a.find(target)), api)
-                    operation = api.find(target) if isinstance(api, _JsonApi) else None
-                    if operation is None:
+                    if not isinstance(api, _JsonApi) or (operation := api.find(target)) is None:
                         raise _Answer(404, "UnknownOperationException", f"unknown operation {target}")
                     params = api.params(operation, raw)
                 else:

@@ -10,7 +10,9 @@ does (`ClientError` with code ClientException), and hands jobs to the scheduler:
                                          │  cgroups.py (or monitor.py), container.py
                                          └─ launcher="threads": ThreadLauncher (threads.py)
     describe_jobs, list_jobs <─ JobTable.find / in_queue <─ jobs.describe / summary
-    logs.get_log_events ─> LogsService (logs.py): <folder>/logs/...
+    cancel_jobs, terminate_jobs: CancelJob/TerminateJob per job, one answer per job
+    describe_compute_environments, *_scheduling_policies ─> catalog.py
+    logs.get_log_events, logs.filter_log_events ─> LogsService (logs.py): <folder>/logs/...
 
 This module is the API facade: botocore's validation, Batch's own checks, rendering, and the
 fault profile (faults.py). What a job id means, own or foreign, alive, recovered or forgotten,
@@ -30,26 +32,39 @@ import threading
 import uuid
 import weakref
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from . import cgroups as cgroups_module
 from . import host
+from .attempts import AttemptLauncher, AttemptMonitor
 from .catalog import (
     DEFAULT_DEFINITION,
     NAME,
+    SHARE,
     Definitions,
     Queues,
     Rejected,
+    SchedulingPolicies,
+    check_scheduling_policy,
     check_time_limit_actions,
+    compute_environment_detail,
     resolve_resources,
 )
 from .container import Scratch
 from .faults import FaultInjector, FaultProfile
-from .jobs import FINAL, STATUSES, DependencyKind, Job, JobStatus, Unit, describe, summary
+from .jobs import FINAL, STATUSES, DependencyKind, Job, JobStatus, Target, Unit, describe, summary
 from .launcher import ProcessLauncher
 from .listing import job_filter, token, untoken
 from .logs import LogsService
-from .model import arn_resource, as_boto3_returns, client_error, job_arn, validate_request
+from .model import (
+    arn_resource,
+    as_boto3_returns,
+    client_error,
+    compute_environment_arn,
+    job_arn,
+    scheduling_policy_arn,
+    validate_request,
+)
 from .monitor import MemoryMonitor
 from .records import QueueStore, owner_token, process_alive
 from .retries import normalized
@@ -70,6 +85,8 @@ logger = logging.getLogger("batchfutures")
 __all__ = ["BatchEmulator", "client_error", "DEFAULT_DEFINITION"]
 
 MAX_DESCRIBE = 100
+MAX_BULK_STOP = 50  # CancelJobs, TerminateJobs
+MAX_REASON = 1024  # characters of a CancelJob/TerminateJob reason
 MAX_DEPENDENCIES = 20
 SHUTDOWN_REASON = "batchfutures emulator: shut down (pid {pid}) before the job finished"
 
@@ -106,6 +123,7 @@ def _api(operation: str) -> Callable[[Callable[..., Dict[str, Any]]], Callable[.
                 response = method(self, params)
             except Rejected as error:
                 raise client_error(str(error), error.code, operation=operation) from None
+            response = self.faults.hide_new(operation, response)  # describe_lag, list_lag
             if operation == "SubmitJob" and self.faults.reply_lost(operation):
                 raise self.faults.lost_reply_error(operation)  # the job exists all the same
             return as_boto3_returns(operation, response)
@@ -166,6 +184,7 @@ class BatchEmulator:
         self.logs = LogsService(self.folder / "logs", self)
         self.definitions = Definitions(self.folder)
         self.queues = Queues(QueueStore(self.folder), job_queues, compute_environment)
+        self.policies = SchedulingPolicies(self.folder)
         self._lock = threading.RLock()
         self._owner = owner_token(self.instance_id)
         self.table = JobTable(self.folder, self._lock, self._owner, self.metadata_ttl)
@@ -174,8 +193,8 @@ class BatchEmulator:
         self._seq = itertools.count()
         self._closed = False
         self.scratch = Scratch(self.folder, self._owner)
-        self.monitor: Any = NullMonitor() if threads else MemoryMonitor()
-        self.launcher: Any = ThreadLauncher() if threads else ProcessLauncher()
+        self.monitor: AttemptMonitor = NullMonitor() if threads else MemoryMonitor()
+        self.launcher: AttemptLauncher = ThreadLauncher() if threads else ProcessLauncher()
         self.scheduler = Scheduler(
             lock=self._lock, launcher=self.launcher, monitor=self.monitor, max_vcpus=self.max_vcpus,
             host_memory_mib=int(max_memory_mib) if max_memory_mib else host.memory_mib(),
@@ -234,6 +253,8 @@ class BatchEmulator:
         """Call an operation by its API name ("SubmitJob", "GetLogEvents"), as a server would."""
         if operation == "GetLogEvents":
             return self.logs.get_log_events(**params)
+        if operation == "FilterLogEvents":
+            return self.logs.filter_log_events(**params)
         method = _OPERATIONS.get(operation)
         if method is None:
             raise client_error(f"The emulator does not implement {operation}", operation=operation)
@@ -268,12 +289,15 @@ class BatchEmulator:
         name = params["jobQueueName"]
         if not NAME.fullmatch(name):
             raise Rejected(f"jobQueueName {name!r} must be 1-128 letters, digits, hyphens and underscores")
+        policy = params.get("schedulingPolicyArn")
+        if policy is not None and self.policies.resolve(policy) is None:
+            raise Rejected(f"Scheduling policy {policy} does not exist")
         with self._lock:
             problem = check_time_limit_actions(params.get("jobStateTimeLimitActions"))
             if problem:
                 raise Rejected(problem)
             if not self.queues.create(name, params.get("state") or "ENABLED", params.get("priority") or 1,
-                                      params.get("jobStateTimeLimitActions")):
+                                      params.get("jobStateTimeLimitActions"), policy):
                 raise Rejected(f"Object already exists: job queue {name}")
             detail = self.queues.detail(name)
         return {"jobQueueName": name, "jobQueueArn": detail["jobQueueArn"]}
@@ -290,9 +314,71 @@ class BatchEmulator:
             problem = check_time_limit_actions(params.get("jobStateTimeLimitActions"))
             if problem:
                 raise Rejected(problem)
-            self.queues.update(name, state, params.get("priority"), params.get("jobStateTimeLimitActions"))
+            policy = params.get("schedulingPolicyArn")
+            if policy is not None:
+                if self.queues.policy(name) is None:  # as Batch: a FIFO queue stays FIFO
+                    raise Rejected(f"Job queue {name} has no scheduling policy: one cannot be "
+                                   "added after the queue was created")
+                if self.policies.resolve(policy) is None:
+                    raise Rejected(f"Scheduling policy {policy} does not exist")
+            self.queues.update(name, state, params.get("priority"), params.get("jobStateTimeLimitActions"),
+                               policy)
             detail = self.queues.detail(name)
         return {"jobQueueName": name, "jobQueueArn": detail["jobQueueArn"]}
+
+    # -- compute environments ----------------------------------------------------------------
+    @_api("DescribeComputeEnvironments")
+    def describe_compute_environments(self, params: Dict[str, Any]) -> Dict[str, Any]:
+        """Every queue's one compute environment: the emulator's (its vCPUs are max_vcpus)."""
+        wanted = params.get("computeEnvironments")
+        if wanted is not None and len(wanted) > 100:
+            raise Rejected("computeEnvironments takes at most 100 entries")
+        size = _page_size(params.get("maxResults"))
+        name = self.compute_environment
+        names = [name]
+        if wanted:  # names or ARNs; unknown ones are left out, as Batch does
+            names = [name] if any(w in (name, compute_environment_arn(name)) for w in wanted) else []
+        start = int(untoken(params.get("nextToken")) or 0)
+        response: Dict[str, Any] = {"computeEnvironments": [
+            compute_environment_detail(n, self.max_vcpus) for n in names[start:start + size]]}
+        if start + size < len(names):
+            response["nextToken"] = token(start + size)
+        return response
+
+    # -- scheduling policies -----------------------------------------------------------------
+    @_api("CreateSchedulingPolicy")
+    def create_scheduling_policy(self, params: Dict[str, Any]) -> Dict[str, Any]:
+        name = params["name"]
+        if not NAME.fullmatch(name):
+            raise Rejected(f"name {name!r} must be 1-128 letters, digits, hyphens and underscores")
+        problem = check_scheduling_policy(params.get("fairsharePolicy"), params.get("tags"))
+        if problem:
+            raise Rejected(problem)
+        body = {key: params[key] for key in ("fairsharePolicy", "quotaSharePolicy", "tags")
+                if params.get(key) is not None}
+        created = self.policies.create(name, json.loads(json.dumps(body)))
+        if created is None:
+            raise Rejected(f"Object already exists: scheduling policy {name}")
+        return {"name": name, "arn": created["arn"]}
+
+    @_api("DescribeSchedulingPolicies")
+    def describe_scheduling_policies(self, params: Dict[str, Any]) -> Dict[str, Any]:
+        arns = params["arns"]
+        if len(arns) > 100:
+            raise Rejected("arns takes at most 100 entries")
+        found = [self.policies.resolve(arn) for arn in arns]
+        return {"schedulingPolicies": [_policy_detail(p) for p in found if p is not None]}
+
+    @_api("ListSchedulingPolicies")
+    def list_scheduling_policies(self, params: Dict[str, Any]) -> Dict[str, Any]:
+        size = _page_size(params.get("maxResults"), 1000)
+        names = self.policies.names()
+        start = int(untoken(params.get("nextToken")) or 0)
+        page = [self.policies.resolve(scheduling_policy_arn(n)) for n in names[start:start + size]]
+        response: Dict[str, Any] = {"schedulingPolicies": [{"arn": p["arn"]} for p in page if p]}
+        if start + size < len(names):
+            response["nextToken"] = token(start + size)
+        return response
 
     # -- job definitions ---------------------------------------------------------------------
     @_api("RegisterJobDefinition")
@@ -378,6 +464,17 @@ class BatchEmulator:
                 raise Rejected(f"Job queue {params['jobQueue']} does not exist")
             if self.queues.state(queue) != "ENABLED":
                 raise Rejected(f"Job queue {queue} is DISABLED: it does not accept jobs")
+            fair_share = self.queues.policy(queue) is not None
+        share = params.get("shareIdentifier")
+        if share is not None and not SHARE.fullmatch(share):
+            raise Rejected(f"shareIdentifier {share!r} must be 1-255 letters and digits, "
+                           "optionally followed by *")
+        if share is not None and not fair_share:  # as Batch: only a fair-share queue takes one
+            raise Rejected(f"shareIdentifier {share!r}: job queue {queue} has no scheduling policy "
+                           "(a share identifier needs a fair-share queue)")
+        if share is None and fair_share:
+            raise Rejected(f"Job queue {queue} has a fair-share scheduling policy: a job "
+                           "submitted to it needs a shareIdentifier")
         definition = self.definitions.resolve(params["jobDefinition"])
         if definition is None:
             raise Rejected(f"Job definition {params['jobDefinition']} does not exist or is not ACTIVE")
@@ -396,10 +493,10 @@ class BatchEmulator:
         return {"jobArn": job_arn(job_id), "jobName": name, "jobId": job_id}
 
     def _dependency_targets(self, depends_on: List[Dict[str, Any]],
-                            array_size: Optional[int]) -> List[Tuple[str, Any]]:
+                            array_size: Optional[int]) -> List[Target]:
         if len(depends_on) > MAX_DEPENDENCIES:
             raise Rejected(f"dependsOn takes at most {MAX_DEPENDENCIES} jobs")
-        targets: List[Tuple[str, Any]] = []
+        targets: List[Target] = []
         for dependency in depends_on:
             kind, job_id = dependency.get("type"), dependency.get("jobId")
             if kind not in (None, "N_TO_N", "SEQUENTIAL"):
@@ -426,7 +523,8 @@ class BatchEmulator:
                 targets.append((DependencyKind.N_TO_N, job if own else job.job_id))
                 continue
             if own:
-                target: Any = unit if unit is not None else (job if job.has_children else job.units[0])
+                target: Union[Unit, Job, str] = (
+                    unit if unit is not None else (job if job.has_children else job.units[0]))
             else:
                 target = unit.job_id if unit is not None else job.job_id
             targets.append((DependencyKind.WHOLE, target))
@@ -461,7 +559,8 @@ class BatchEmulator:
         if params.get("jobStatus") is not None and params["jobStatus"] not in STATUSES:
             raise Rejected(f"jobStatus must be one of {', '.join(STATUSES)}")
         # As Batch: with filters every status is listed; with neither, RUNNING jobs only.
-        statuses = set(STATUSES) if filters else {params.get("jobStatus") or JobStatus.RUNNING}
+        statuses: Set[JobStatus] = (set(STATUSES) if filters
+                                    else {JobStatus(params.get("jobStatus") or JobStatus.RUNNING)})
         match = job_filter(filters)
         size = int(params.get("maxResults") or 1000)
         if not 1 <= size:
@@ -510,9 +609,36 @@ class BatchEmulator:
         self._stop(StopAction.TERMINATE, params["jobId"], params["reason"])
         return {}
 
-    def _stop(self, action: StopAction, job_id: str, reason: str) -> None:
+    @_api("CancelJobs")
+    def cancel_jobs(self, params: Dict[str, Any]) -> Dict[str, Any]:
+        return self._stop_many(StopAction.CANCEL, params["jobs"], params["reason"])
+
+    @_api("TerminateJobs")
+    def terminate_jobs(self, params: Dict[str, Any]) -> Dict[str, Any]:
+        return self._stop_many(StopAction.TERMINATE, params["jobs"], params["reason"])
+
+    def _stop_many(self, action: StopAction, job_ids: List[str], reason: str) -> Dict[str, Any]:
+        """The bulk calls: each job on its own; an unknown job counts as done, as in Batch."""
+        if not 1 <= len(job_ids) <= MAX_BULK_STOP:
+            raise Rejected(f"jobs takes 1 to {MAX_BULK_STOP} job IDs, got {len(job_ids)}")
+        _check_reason(reason)
+        successful: List[str] = []
+        errors: List[Dict[str, str]] = []
+        for job_id in job_ids:
+            try:
+                self._stop(action, job_id, reason, missing_ok=True)
+            except Rejected as error:
+                errors.append({"job": job_id, "code": error.code, "message": str(error)})
+            else:
+                successful.append(job_id)
+        return {"successful": successful, "errors": errors}
+
+    def _stop(self, action: StopAction, job_id: str, reason: str, missing_ok: bool = False) -> None:
+        _check_reason(reason)
         found = self.table.find(job_id)
         if found is None:
+            if missing_ok:
+                return
             raise Rejected(f"Job {job_id} does not exist")
         job, unit = found
         if self.table.is_own(job):
@@ -603,6 +729,28 @@ class BatchEmulator:
     def __repr__(self) -> str:
         threads = ", launcher='threads'" if self.launcher_kind is Launcher.THREADS else ""
         return f"BatchEmulator({str(self.folder)!r}, max_vcpus={self.max_vcpus:g}{threads})"
+
+
+def _page_size(value: Optional[int], most: int = 100) -> int:
+    """A maxResults as Batch takes it: 1 to `most`, `most` when not given."""
+    if value is None:
+        return most
+    if not 1 <= value <= most:
+        raise Rejected(f"maxResults must be between 1 and {most}, got {value}")
+    return value
+
+
+def _check_reason(reason: str) -> None:
+    if len(reason) > MAX_REASON:
+        raise Rejected(f"reason has a limit of {MAX_REASON} characters, got {len(reason)}")
+
+
+def _policy_detail(record: Dict[str, Any]) -> Dict[str, Any]:
+    detail = {"name": record["name"], "arn": record["arn"]}
+    for key in ("fairsharePolicy", "quotaSharePolicy", "tags"):
+        if isinstance(record.get(key), dict):
+            detail[key] = record[key]
+    return detail
 
 
 def _close_at_exit(ref: "weakref.ref[BatchEmulator]") -> None:

@@ -18,32 +18,35 @@ import logging
 import re
 import threading
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple
 
 from ..workdir import inside
 from .jobs import FINAL, Job, JobStatus, Unit
 from .logs import stream_path
 from .model import arn_resource
-from .records import Persister, RecordStore, job_texts, process_alive
+from .records import BadRecord, Persister, RecordStore, job_texts, process_alive
 from .scheduler import now_ms
 
 logger = logging.getLogger("batchfutures")
 
 JOB_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+Signature = Tuple[int, int, int]  # RecordStore.signature: a record's version
 EXIT_REASON = "batchfutures emulator: the process that ran this job (pid {pid}) exited before it finished"
 
 
 class JobTable:
     """Own and foreign jobs by id (see the module doc); `lock` is the emulator's lock."""
 
-    def __init__(self, folder: Path, lock: Any, owner: List[Any], metadata_ttl: float) -> None:
+    def __init__(self, folder: Path, lock: threading.RLock, owner: List[Any],
+                 metadata_ttl: float) -> None:
         self.folder = folder
         self.lock = lock
         self.owner = owner
         self.metadata_ttl = metadata_ttl
         self.store = RecordStore(folder)
         self.own: Dict[str, Job] = {}
-        self._foreign: Dict[str, Tuple[Any, Job]] = {}  # by record version
+        self._foreign: Dict[str, Tuple[Optional[Signature], Job]] = {}  # by record version
+        self._rejected: Dict[str, Signature] = {}  # bad records' versions: warned about once, skipped
         self._foreign_lock = threading.Lock()
         self.persister = Persister(self.store, lock, self._snapshot)
 
@@ -69,7 +72,7 @@ class JobTable:
         parent, texts = job_texts(job, self.owner, chunks)
         return job.job_id, parent, texts
 
-    def forget_expired(self, finished: Any) -> None:
+    def forget_expired(self, finished: Deque[Job]) -> None:
         """Drop own jobs past the TTL, oldest first (`finished`: the scheduler's deque)."""
         now = now_ms()
         with self.lock:
@@ -86,8 +89,8 @@ class JobTable:
         parent_id, separator, index = job_id.partition(":")  # an array child
         if not separator:
             parent_id, separator, index = job_id.partition("#")  # a node of a multi-node job
-        if separator and not index.isdigit():
-            return None
+        if separator and not (index.isascii() and index.isdigit() and len(index) <= 6):
+            return None  # int() of "²" or of 5,000 digits raises; no job has a millionth child
         with self.lock:
             job = self.own.get(parent_id)
         if job is None:
@@ -134,17 +137,17 @@ class JobTable:
             cached = self._foreign.get(job_id)
             if signature is None:
                 self._foreign.pop(job_id, None)
+                self._rejected.pop(job_id, None)
                 return None
             if cached is not None and cached[0] == signature:
                 job = cached[1]
+            elif self._rejected.get(job_id) == signature:
+                return None  # this version of the record was found bad already
             else:
-                loaded = self.store.load(job_id)
-                if loaded is None:
+                read = self._read_foreign(job_id, signature)
+                if read is None:
                     return None
-                try:
-                    job = Job.from_record(*loaded)
-                except (KeyError, TypeError, ValueError, IndexError):
-                    return None
+                job = read
                 if cache:
                     self._foreign[job_id] = (signature, job)
             unfinished = job.status not in FINAL or any(u.status not in FINAL for u in job.units)
@@ -155,6 +158,23 @@ class JobTable:
                 self.delete_files(job)
                 return None
             return job
+
+    def _read_foreign(self, job_id: str, signature: Signature) -> Optional[Job]:
+        """The job of a record that passes the schema (schema.py); a bad one is skipped, with
+        one warning per version naming the file and the field (caller holds _foreign_lock)."""
+        try:
+            loaded = self.store.load(job_id)
+            if loaded is None:
+                return None
+            return Job.from_record(*loaded)
+        except BadRecord as error:
+            problem = str(error)
+        except Exception as error:  # the schema let through what Job cannot take: still skip it
+            problem = f"{self.store.path(job_id)}: {type(error).__name__}: {error}"
+        self._rejected[job_id] = signature
+        self._foreign.pop(job_id, None)
+        logger.warning("batchfutures emulator: skipped the record of job %s: %s", job_id, problem)
+        return None
 
     def _recover(self, job: Job) -> None:
         """Record as FAILED what a dead process left unfinished (caller holds _foreign_lock)."""
@@ -175,7 +195,7 @@ class JobTable:
         self.store.write(job.job_id, parent, chunks)
         self._foreign[job.job_id] = (self.store.signature(job.job_id), job)
 
-    def sweep(self, closed: Any) -> None:
+    def sweep(self, closed: Callable[[], bool]) -> None:
         """Recover unfinished records of dead processes, delete expired ones (at start)."""
         try:
             for job_id in list(self.store.job_ids()):
@@ -208,8 +228,9 @@ class JobTable:
         return files
 
     def delete_files(self, job: Job) -> None:
+        files = self.log_files(job)  # first: its warnings come before the record is seen gone
         self.store.delete(job.job_id)
-        for path in self.log_files(job):
+        for path in files:
             try:
                 path.unlink()
             except OSError:

@@ -27,7 +27,7 @@ import os
 import queue
 import signal
 import threading
-from typing import IO, Any, Callable, Dict, Optional
+from typing import IO, Callable, Dict, Optional
 
 from .attempts import AttemptHandle, LaunchRequest
 from .forkserver import is_worker_command
@@ -160,10 +160,10 @@ def _nothing() -> None:
 class NullMonitor:
     """The scheduler's memory monitor when attempts are threads: nothing to sample or kill."""
 
-    def watch(self, handle: Any, memory_mib: int) -> None:
+    def watch(self, handle: AttemptHandle, memory_mib: int) -> None:
         pass
 
-    def unwatch(self, handle: Any) -> None:
+    def unwatch(self, handle: AttemptHandle) -> None:
         pass
 
     def close(self) -> None:
@@ -172,6 +172,8 @@ class NullMonitor:
 
 class ThreadLauncher:
     """Starts worker attempts as threads of this process (see the module doc)."""
+
+    in_processes = False
 
     def __init__(self) -> None:
         self._threads = _Threads()

@@ -48,6 +48,7 @@ def own_groups():
     return [g for g in attempt_groups() if tag in g.name]
 
 
+@pytest.mark.slow
 @needs_cgroups
 @pytest.mark.parametrize("code", [PLAIN_ALLOCATION, C_ALLOCATION], ids=["bytearray", "malloc"])
 def test_a_plain_command_over_its_memory_is_killed_by_the_kernel_and_reported_as_batch_does(
@@ -63,6 +64,7 @@ def test_a_plain_command_over_its_memory_is_killed_by_the_kernel_and_reported_as
     assert detail["container"]["reason"] == OOM
 
 
+@pytest.mark.slow
 @needs_cgroups
 def test_each_attempt_has_its_own_group_with_the_jobs_memory_and_cpu_and_it_is_removed_after(
         make_emulator, tmp_path):
@@ -87,6 +89,7 @@ def test_each_attempt_has_its_own_group_with_the_jobs_memory_and_cpu_and_it_is_r
     wait_until(lambda: not [g for g in attempt_groups() if g.name == name], "the group to go")
 
 
+@pytest.mark.slow
 @needs_cgroups
 def test_the_worker_forked_from_the_fork_server_runs_in_its_group_too(make_emulator, tmp_path):
     # The real worker command, with a payload URL that does not exist: it fails, but only after
@@ -100,6 +103,7 @@ def test_the_worker_forked_from_the_fork_server_runs_in_its_group_too(make_emula
     wait_until(lambda: not own_groups(), "no group left")
 
 
+@pytest.mark.slow
 def test_the_fallback_can_be_forced_and_then_makes_no_cgroups(make_emulator, monkeypatch):
     monkeypatch.setenv("BATCHFUTURES_EMULATOR_ISOLATION", "rlimit")
     emu = make_emulator()
@@ -110,6 +114,7 @@ def test_the_fallback_can_be_forced_and_then_makes_no_cgroups(make_emulator, mon
     assert emu.log_lines(detail) == ["200"]  # RLIMIT_DATA is the limit
 
 
+@pytest.mark.slow
 @needs_cgroups
 def test_in_a_cgroup_there_is_no_rlimit(make_emulator):
     emu = make_emulator(isolation="cgroups")
@@ -168,6 +173,7 @@ def test_groups_left_by_an_emulator_that_crashed_are_swept_by_the_next_start(mak
             crashed.wait()
 
 
+@pytest.mark.slow
 @needs_cgroups
 def test_the_out_of_memory_kill_through_the_http_endpoint_with_stock_boto3(make_emulator):
     emu = make_emulator()

@@ -13,6 +13,7 @@ DUMP_ENV = ("import json, os, sys\n"
             "    json.dump({k: os.environ[k] for k in keys} | {'pid': os.getpid()}, f)\n")
 
 
+@pytest.mark.slow
 def test_an_array_of_five_children_each_see_their_own_index(emu, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
@@ -37,6 +38,7 @@ def test_an_array_of_five_children_each_see_their_own_index(emu, tmp_path):
     assert all(c["jobArn"].endswith(f"/{array}:{i}") for i, c in enumerate(children))
 
 
+@pytest.mark.slow
 def test_a_plain_job_has_no_array_variables(emu, tmp_path, monkeypatch):
     # even when the client itself runs inside an array job
     monkeypatch.setenv("AWS_BATCH_JOB_ARRAY_INDEX", "7")
@@ -53,6 +55,7 @@ def test_a_plain_job_has_no_array_variables(emu, tmp_path, monkeypatch):
     assert detail["container"]["command"] == py(DUMP_ENV) + [str(tmp_path)]
 
 
+@pytest.mark.slow
 def test_the_definitions_environment_is_passed_and_overrides_win(emu, tmp_path):
     emu.register_job_definition(
         jobDefinitionName="with-env", type="container",
@@ -79,6 +82,7 @@ def test_overrides_may_not_set_aws_batch_variables(emu, name):
     assert raised.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
 
 
+@pytest.mark.slow
 def test_a_command_that_cannot_start_fails_the_attempt(emu, tmp_path):
     detail = emu.run([str(tmp_path / "no-such-program")])
     assert detail["status"] == "FAILED"

@@ -29,6 +29,7 @@ def probe(emu, **kwargs):
     return json.loads(emu.log_lines(detail)[-1])
 
 
+@pytest.mark.slow
 def test_an_attempt_gets_the_jobs_environment_not_the_clients(make_emulator, monkeypatch):
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9")  # needed to reach storage
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
@@ -47,6 +48,7 @@ def test_an_attempt_gets_the_jobs_environment_not_the_clients(make_emulator, mon
     assert "PYTHONPATH" not in env or os.path.dirname(__file__) not in env["PYTHONPATH"]
 
 
+@pytest.mark.slow
 def test_an_attempt_has_neither_the_clients_import_path_nor_its_directory(make_emulator, tmp_path,
                                                                           monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -60,6 +62,7 @@ def test_an_attempt_has_neither_the_clients_import_path_nor_its_directory(make_e
     wait_until(lambda: not os.path.exists(scratch), "the scratch folder to be removed")
 
 
+@pytest.mark.slow
 def test_inherit_client_path_is_the_explicit_way_back(make_emulator, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     emu = make_emulator(inherit_client_path=True)

@@ -15,6 +15,7 @@ def register(emu, name, command):
                                                       {"type": "MEMORY", "value": "256"}]})
 
 
+@pytest.mark.slow
 def test_registering_again_makes_a_new_revision(emu, tmp_path):
     first = register(emu, "echo", py("print('one')"))
     second = register(emu, "echo", py("print('two')"))
@@ -40,6 +41,7 @@ def test_registering_again_makes_a_new_revision(emu, tmp_path):
         assert detail["jobDefinition"] == f"{ARN}echo:{1 if expected == 'one' else 2}"
 
 
+@pytest.mark.slow
 def test_a_deregistered_revision_is_inactive_and_not_used(emu):
     register(emu, "gone", py("pass"))
     register(emu, "gone", py("pass"))
@@ -61,6 +63,7 @@ def test_the_default_definition_is_there(emu):
 
 
 # -- faults ------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_injected_throttling_answers_429_only_for_the_chosen_operations(emu):
     job = emu.job(py("pass"))
     emu.inject_faults(1.0, operations={"DescribeJobs"})
@@ -75,6 +78,7 @@ def test_injected_throttling_answers_429_only_for_the_chosen_operations(emu):
     assert emu.wait(job)["status"] == "SUCCEEDED"
 
 
+@pytest.mark.slow
 def test_a_fraction_of_calls_fails_and_the_jobs_run_regardless(emu):
     emu.inject_faults(0.5, seed=7)
     failed = answered = 0
@@ -90,6 +94,7 @@ def test_a_fraction_of_calls_fails_and_the_jobs_run_regardless(emu):
     assert emu.run(py("pass"))["status"] == "SUCCEEDED"
 
 
+@pytest.mark.slow
 def test_faults_reach_the_logs_too_and_another_code_can_be_chosen(emu):
     detail = emu.run(py("print('x')"))
     stream = detail["container"]["logStreamName"]

@@ -10,6 +10,7 @@ from emulator_harness import QUEUE, py, wait_until
 import batchfutures.emulator.records as records
 
 
+@pytest.mark.slow
 def test_ref_parameters_are_substituted_in_the_command(emu):
     emu.register_job_definition(
         jobDefinitionName="with-parameters", type="container", parameters={"word": "default"},
@@ -24,6 +25,7 @@ def test_ref_parameters_are_substituted_in_the_command(emu):
     assert given["container"]["command"] == py("print('given')")
 
 
+@pytest.mark.slow
 def test_a_gpu_requirement_runs_where_the_emulator_has_gpus(make_emulator):
     emu = make_emulator(gpus=1)
     job = emu.submit_job(jobName="gpu", jobQueue=QUEUE, jobDefinition="batchfutures-worker",
@@ -43,6 +45,7 @@ def test_more_gpus_than_the_emulator_has_wait_runnable_with_batchs_reason(make_e
     assert detail["statusReason"].startswith("MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT")
 
 
+@pytest.mark.slow
 def test_python_python3_and_python3_x_mean_this_interpreter(emu):
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
     for name in ("python", "python3", version):
@@ -51,6 +54,7 @@ def test_python_python3_and_python3_x_mean_this_interpreter(emu):
         assert emu.log_lines(detail) == [sys.executable]
 
 
+@pytest.mark.slow
 def test_jobs_are_found_by_arn_too(emu):
     response = emu.submit_job(jobName="arn", jobQueue=QUEUE, jobDefinition="batchfutures-worker",
                               containerOverrides={"command": py("pass")})
@@ -59,6 +63,7 @@ def test_jobs_are_found_by_arn_too(emu):
     assert detail["jobId"] == response["jobId"]
 
 
+@pytest.mark.slow
 def test_operations_by_api_name(emu):
     job = emu.emulator.invoke("SubmitJob", {"jobName": "by-name", "jobQueue": QUEUE,
                                             "jobDefinition": "batchfutures-worker",
@@ -70,6 +75,7 @@ def test_operations_by_api_name(emu):
     assert [e["message"] for e in page["events"]] == ["hi"]
 
 
+@pytest.mark.slow
 def test_records_are_rewritten_per_interval_not_per_transition(emu, monkeypatch):
     writes = []
     original = records.write_atomically
@@ -90,6 +96,7 @@ def test_records_are_rewritten_per_interval_not_per_transition(emu, monkeypatch)
     assert 0 < len(chunk_writes) < transitions / 4
 
 
+@pytest.mark.slow
 def test_calls_from_many_threads_at_once(make_emulator):
     emu = make_emulator(max_vcpus=2)
     submitted, errors = [], []
@@ -117,6 +124,7 @@ def test_calls_from_many_threads_at_once(make_emulator):
     assert [d["status"] for d in details] == ["SUCCEEDED"] * 24
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("isolation", ["rlimit", "auto"])
 @pytest.mark.parametrize("path", ["setpriv+prlimit", "setpriv+prlimit(2)", "preexec_fn"])
 def test_every_launch_path_sets_the_memory_limit_and_the_death_signal(make_emulator, monkeypatch,

@@ -56,16 +56,19 @@ def assert_oom(detail, memory):
     assert {"type": "MEMORY", "value": str(memory)} in detail["container"]["resourceRequirements"]
 
 
+@pytest.mark.slow
 def test_an_allocation_over_the_limit_is_out_of_memory(isolated):
     detail = isolated.run(py(ALLOCATE.format(n=600 * MiB)), memory=256)
     assert_oom(detail, 256)
 
 
+@pytest.mark.slow
 def test_memory_held_and_growing_is_killed(isolated):
     detail = isolated.run(py(GROW_SHARED), memory=128)
     assert_oom(detail, 128)
 
 
+@pytest.mark.slow
 def test_the_whole_process_tree_counts(isolated):
     # each child stays near 176 MiB (under 256 alone); three of them are over
     detail = isolated.run(py(GROW_TREE), memory=256)
@@ -75,6 +78,7 @@ def test_the_whole_process_tree_counts(isolated):
     assert attempt["container"]["exitCode"] != 0
 
 
+@pytest.mark.slow
 def test_a_job_that_stays_under_its_memory_is_not_killed(isolated):
     code = ("import time\n"
             "held = bytearray(160 * 1024 * 1024)\n"
@@ -86,6 +90,7 @@ def test_a_job_that_stays_under_its_memory_is_not_killed(isolated):
     assert isolated.log_lines(detail) == ["kept 160"]
 
 
+@pytest.mark.slow
 def test_a_job_over_its_timeout_is_stopped_and_not_retried(emu):
     detail = emu.run(py("import time; time.sleep(60)"), timeout={"attemptDurationSeconds": 1},
                      retryStrategy={"attempts": 3})
@@ -97,6 +102,7 @@ def test_a_job_over_its_timeout_is_stopped_and_not_retried(emu):
     assert detail["timeout"] == {"attemptDurationSeconds": 1}
 
 
+@pytest.mark.slow
 def test_the_timeout_counts_per_attempt_from_running(emu):
     # attempt 1 fails fast; attempt 2 runs well within its own timeout
     code = "import os, sys; sys.exit(3 if os.environ['AWS_BATCH_JOB_ATTEMPT'] == '1' else 0)"
@@ -105,6 +111,7 @@ def test_the_timeout_counts_per_attempt_from_running(emu):
     assert [a["container"]["exitCode"] for a in detail["attempts"]] == [3, 0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("code", [1, 2, 42, 255])
 def test_a_non_zero_exit_fails_with_its_code(emu, code):
     detail = emu.run(py(f"raise SystemExit({code})"))
@@ -116,6 +123,7 @@ def test_a_non_zero_exit_fails_with_its_code(emu, code):
     assert "reason" not in attempt["container"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signal_number", [15, 6, 11])
 def test_death_by_signal_is_128_plus_n(emu, signal_number):
     detail = emu.run(py(f"import os; os.kill(os.getpid(), {signal_number})"))
@@ -126,6 +134,7 @@ def test_death_by_signal_is_128_plus_n(emu, signal_number):
     assert "reason" not in attempt["container"]
 
 
+@pytest.mark.slow
 def test_a_sigkill_under_the_limit_is_exit_137_without_an_out_of_memory_reason(isolated):
     # as on Batch: exit status 137 is not an OOM kill; only hitting the limit is
     detail = isolated.run(py("import os; os.kill(os.getpid(), 9)"), memory=512)
@@ -136,6 +145,7 @@ def test_a_sigkill_under_the_limit_is_exit_137_without_an_out_of_memory_reason(i
     assert detail["statusReason"] == EXITED
 
 
+@pytest.mark.slow
 def test_exit_status_137_is_out_of_memory_only_where_the_worker_says_so(isolated):
     # In the RLIMIT fallback the worker exits 137 on MemoryError: that is its OOM report. In a
     # cgroup the kernel's own count decides, and a plain exit(137) is just an exit status.
@@ -148,6 +158,7 @@ def test_exit_status_137_is_out_of_memory_only_where_the_worker_says_so(isolated
         assert "reason" not in attempt["container"]
 
 
+@pytest.mark.slow
 def test_limits_hold_without_setpriv_too(make_emulator, monkeypatch):
     # without util-linux's setpriv the launcher sets the limits between fork and exec instead
     from batchfutures.emulator import launcher

@@ -84,6 +84,7 @@ def test_the_same_seed_fails_the_same_calls():
     assert {"ok", "TooManyRequestsException", "ServerException"} == set(pattern(11))
 
 
+@pytest.mark.slow
 def test_a_lost_submit_reply_is_a_500_after_the_job_was_created(http):
     emu, batch, _ = http
     emu.set_faults(FaultProfile(lost_reply_rate=1.0))
@@ -96,6 +97,7 @@ def test_a_lost_submit_reply_is_a_500_after_the_job_was_created(http):
         emu.set_faults(FaultProfile(lost_reply_rate=1.0))
 
 
+@pytest.mark.slow
 def test_botocores_own_retries_of_a_lost_submit_reply_run_the_job_twice(http):
     # why a client must send SubmitJob without botocore's retries (issue 11)
     emu, _, server = http
@@ -110,6 +112,7 @@ def test_botocores_own_retries_of_a_lost_submit_reply_run_the_job_twice(http):
     assert len(found["jobSummaryList"]) == 2
 
 
+@pytest.mark.slow
 def test_a_lost_host_kills_the_attempt_with_batchs_reason_and_is_retried(http):
     emu, batch, _ = http
     emu.set_faults(FaultProfile(host_loss_rate=1.0, host_loss_after=0.0))
@@ -135,6 +138,7 @@ def lost_children(make_emulator, seed):
     return lost
 
 
+@pytest.mark.slow
 def test_which_attempts_lose_their_host_is_reproducible_from_the_seed(make_emulator, tmp_path):
     first = lost_children(make_emulator, 21)
     second = lost_children(lambda **kw: make_emulator(tmp_path / "again", **kw), 21)
@@ -142,6 +146,7 @@ def test_which_attempts_lose_their_host_is_reproducible_from_the_seed(make_emula
     assert 0 < len(first) < 8
 
 
+@pytest.mark.slow
 def test_a_lagging_status_summary_is_a_snapshot_with_its_time(http):
     emu, batch, _ = http
     emu.set_faults(FaultProfile(summary_lag=3600))
@@ -219,6 +224,7 @@ def test_the_budget_is_validated():
         FaultProfile(account_tps=5, account_burst=0.5)
 
 
+@pytest.mark.slow
 def test_calls_over_the_account_budget_get_429_whatever_the_operation_and_client(http):
     emu, batch, _ = http
     # a burst of 5 and (within this test) no refill: the first 5 calls pass, the rest are refused

@@ -9,6 +9,7 @@ from batchfutures.emulator.model import model_has
 BIG = 1_000_000  # vCPUs no emulator has: the job is held RUNNABLE
 
 
+@pytest.mark.slow
 def test_more_than_50_tags_with_the_definitions_moves_the_job_to_failed(emu):
     definition = emu.register_job_definition(
         jobDefinitionName="tagged", type="container", propagateTags=True,
@@ -56,7 +57,8 @@ def test_a_queue_time_limit_action_cancels_a_job_held_runnable_for_its_reason(em
     emu.wait(held, ["RUNNABLE"], check=lambda d: d.get("statusReason", "").startswith(reason))
     detail = emu.wait(held)
     assert detail["status"] == "FAILED"
-    assert detail["statusReason"] == reason
+    # AWS's words ("Jobs stuck in a RUNNABLE status"): the action's reason after this prefix
+    assert detail["statusReason"] == f"Canceled by JobStateTimeLimit action due to reason: {reason}"
     assert detail["isCancelled"] is True
     # a queue without the action keeps the job RUNNABLE
     kept = emu.job(py("pass"), vcpus=BIG)
@@ -75,6 +77,7 @@ def test_invalid_time_limit_actions_are_refused(emu):
                                                         "maxTimeSeconds": 60, "action": "TERMINATE"}])
 
 
+@pytest.mark.slow
 def test_the_definitions_log_configuration_is_shown(emu):
     configuration = {"logDriver": "awslogs", "options": {"awslogs-group": "/custom"}}
     definition = emu.register_job_definition(
@@ -87,6 +90,7 @@ def test_the_definitions_log_configuration_is_shown(emu):
     assert detail["container"]["logConfiguration"] == configuration
 
 
+@pytest.mark.slow
 def test_queue_state_is_shared_by_every_instance_on_one_folder(make_emulator):
     first, second = make_emulator(), make_emulator()
     first.create_job_queue(jobQueueName="shared", priority=3, computeEnvironmentOrder=[])
@@ -108,6 +112,7 @@ def test_queue_state_is_shared_by_every_instance_on_one_folder(make_emulator):
     assert third.describe_job_queues(jobQueues=["shared"])["jobQueues"][0]["priority"] == 3
 
 
+@pytest.mark.slow
 def test_an_arrays_summary_says_when_it_was_updated(emu):
     array = emu.job(py("pass"), size=2)
     detail = emu.wait(array)

@@ -88,6 +88,7 @@ def modules_at_start(names):
     return {name: name in sys.modules for name in names}
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.version_info < (3, 10), reason="sys.stdlib_module_names is 3.10+")
 def test_attempts_get_the_jobs_environment_and_the_library_modules_attempts_imported(tmp_path,
                                                                                   monkeypatch):
@@ -112,6 +113,7 @@ def test_attempts_get_the_jobs_environment_and_the_library_modules_attempts_impo
         executor.shutdown()
 
 
+@pytest.mark.slow
 def test_the_server_preloads_every_batchfutures_module_the_worker_imports():
     # an attempt of a file:// job imports nothing of batchfutures itself (~10 ms each time)
     import ast

@@ -2,6 +2,7 @@
 
 import time
 
+import pytest
 from emulator_harness import ORDER, QUEUE, py, wait_until
 
 STATUSES = set(ORDER)
@@ -39,6 +40,7 @@ def in_lifecycle_order(history):
     return positions == sorted(positions) and len(set(positions)) == len(positions)
 
 
+@pytest.mark.slow
 def test_a_job_goes_through_the_lifecycle_in_order(make_emulator, tmp_path):
     emu = make_emulator(max_vcpus=1)
     recorder = Recorder(emu)
@@ -66,6 +68,7 @@ def test_a_job_goes_through_the_lifecycle_in_order(make_emulator, tmp_path):
         assert in_lifecycle_order(recorder.seen[other]), recorder.seen[other]
 
 
+@pytest.mark.slow
 def test_timestamps_are_epoch_milliseconds_and_each_attempt_is_recorded(emu):
     before = int(time.time() * 1000)
     job = emu.job(py("print('ok')"))
@@ -89,6 +92,7 @@ def test_timestamps_are_epoch_milliseconds_and_each_attempt_is_recorded(emu):
     assert detail["isCancelled"] is False and detail["isTerminated"] is False
 
 
+@pytest.mark.slow
 def test_an_array_parent_is_only_submitted_pending_then_final(make_emulator, tmp_path):
     emu = make_emulator(max_vcpus=2)
     recorder = Recorder(emu)
@@ -114,6 +118,7 @@ def test_an_array_parent_is_only_submitted_pending_then_final(make_emulator, tmp
     assert in_lifecycle_order(history), history
 
 
+@pytest.mark.slow
 def test_one_failed_child_fails_the_parent(emu):
     array = emu.job(py("import os; raise SystemExit(int(os.environ['AWS_BATCH_JOB_ARRAY_INDEX']) == 1)"),
                     size=3)
@@ -126,6 +131,7 @@ def test_one_failed_child_fails_the_parent(emu):
     assert children[1]["container"]["exitCode"] == 1
 
 
+@pytest.mark.slow
 def test_list_jobs_by_array_and_status_with_paging(emu, tmp_path):
     array = emu.job(py("pass"), name="listed", size=5)
     emu.wait(array)
@@ -152,6 +158,7 @@ def test_list_jobs_by_array_and_status_with_paging(emu, tmp_path):
     assert emu.list_jobs(arrayJobId=array)["jobSummaryList"] == []  # no status: RUNNING only
 
 
+@pytest.mark.slow
 def test_list_jobs_without_a_status_lists_running_jobs_only(emu, tmp_path):
     done = emu.job(py("pass"), name="done")
     emu.wait(done)

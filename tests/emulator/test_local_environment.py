@@ -8,6 +8,7 @@ from batchfutures import BatchExecutor, ConfigurationError, LocalEnvironment
 from batchfutures.emulator import host
 
 
+@pytest.mark.slow
 def test_gpus_are_detected_from_nvidia_smi_when_not_given(tmp_path, monkeypatch):
     tool = tmp_path / "bin" / "nvidia-smi"
     tool.parent.mkdir()

@@ -18,6 +18,7 @@ def stream(emu):
     return detail["container"]["logStreamName"]
 
 
+@pytest.mark.slow
 def test_stdout_and_stderr_reach_the_stream_in_order(emu, stream):
     page = emu.logs.get_log_events(logGroupName=GROUP, logStreamName=stream, startFromHead=True)
     assert [e["message"] for e in page["events"]] == [f"line {i}" for i in range(25)]
@@ -28,6 +29,7 @@ def test_stdout_and_stderr_reach_the_stream_in_order(emu, stream):
     assert again["nextForwardToken"] == page["nextForwardToken"]  # the end: the token repeats
 
 
+@pytest.mark.slow
 def test_forward_paging_with_a_limit_ends_when_the_token_repeats(emu, stream):
     messages, token, pages = [], None, 0
     while True:
@@ -46,6 +48,7 @@ def test_forward_paging_with_a_limit_ends_when_the_token_repeats(emu, stream):
     assert pages == 4  # 10 + 10 + 5 + the empty page that repeats the token
 
 
+@pytest.mark.slow
 def test_without_start_from_head_the_newest_lines_come_first_then_backward(emu, stream):
     page = emu.logs.get_log_events(logGroupName=GROUP, logStreamName=stream, limit=10)
     assert [e["message"] for e in page["events"]] == [f"line {i}" for i in range(15, 25)]
@@ -57,6 +60,7 @@ def test_without_start_from_head_the_newest_lines_come_first_then_backward(emu, 
     assert newer["events"] == []
 
 
+@pytest.mark.slow
 def test_each_attempt_has_its_own_stream(emu):
     code = "import os; print('attempt', os.environ['AWS_BATCH_JOB_ATTEMPT']); raise SystemExit(1)"
     detail = emu.run(py(code), retryStrategy={"attempts": 2})
@@ -66,6 +70,7 @@ def test_each_attempt_has_its_own_stream(emu):
     assert emu.log_lines(detail, 1) == ["attempt 2"]
 
 
+@pytest.mark.slow
 def test_a_line_still_being_written_is_not_cut_in_two(emu, tmp_path):
     wrote, go = tmp_path / "wrote", tmp_path / "go"
     code = ("import os, sys, time\n"

@@ -31,6 +31,7 @@ def test_checker_rejects_unknown_keys_wrong_types_and_missing_members():
         check_output("batch", "SubmitJob", {"jobName": "a", "jobId": "b", "extra": 1})
 
 
+@pytest.mark.slow
 def test_every_operation_of_the_emulator_answers_with_the_models_shapes(emu):
     # Harness checks each answer; here every implemented operation is called at least once.
     emu.describe_job_queues()

@@ -34,6 +34,7 @@ def finished_work(emu):
     return [retried, array] + [f"{array}:{i}" for i in range(3)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("close_first", [False, True])
 def test_another_instance_describes_what_the_first_ran(make_emulator, close_first):
     first = make_emulator()
@@ -53,6 +54,7 @@ def test_another_instance_describes_what_the_first_ran(make_emulator, close_firs
     assert second.describe_jobs(jobs=[f"{ids[1]}:3", f"{ids[1]}:x", "nope"]) == {"jobs": []}
 
 
+@pytest.mark.slow
 def test_another_instance_lists_the_children_of_an_array(make_emulator):
     first = make_emulator()
     ids = finished_work(first)
@@ -63,6 +65,7 @@ def test_another_instance_lists_the_children_of_an_array(make_emulator):
     assert failed[0]["container"]["exitCode"] == 1
 
 
+@pytest.mark.slow
 def test_a_finished_job_is_forgotten_after_the_ttl_in_every_instance(make_emulator):
     first = make_emulator(metadata_ttl=1)
     second = make_emulator(metadata_ttl=1)
@@ -79,6 +82,7 @@ def test_a_finished_job_is_forgotten_after_the_ttl_in_every_instance(make_emulat
     assert third.describe_jobs(jobs=ids) == {"jobs": []}
 
 
+@pytest.mark.slow
 def test_a_running_job_is_not_forgotten(make_emulator, tmp_path):
     emu = make_emulator(metadata_ttl=1)
     done = emu.run(py("pass"))["jobId"]
@@ -108,6 +112,7 @@ OWNER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("reaped", [True, False])
 def test_a_job_whose_owner_process_died_is_recovered_as_failed(make_emulator, tmp_path, reaped):
     # not reaped: the dead owner is a zombie until its parent waits for it (a Popen nobody
@@ -144,6 +149,7 @@ def test_a_job_whose_owner_process_died_is_recovered_as_failed(make_emulator, tm
         owner.wait()
 
 
+@pytest.mark.slow
 def test_close_ends_running_jobs_as_failed(make_emulator, tmp_path):
     first = make_emulator(max_vcpus=1)
     job = first.job(py("import os, time\n"

@@ -9,6 +9,7 @@ queue, the status summary, listing, describing, persisting, cancelling) sees all
 
 import os
 
+import pytest
 from emulator_harness import QUEUE, py, wait_until
 
 CHILDREN = 200
@@ -29,6 +30,7 @@ def list_all(emu, array, status):
             return listed
 
 
+@pytest.mark.slow
 def test_hundreds_of_children_run_through(make_emulator):
     emu = make_emulator(max_vcpus=4)
     array = emu.job(TRIVIAL, name="many", size=CHILDREN)
@@ -41,6 +43,7 @@ def test_hundreds_of_children_run_through(make_emulator):
     assert emu.list_jobs(jobQueue=QUEUE, jobStatus="RUNNING")["jobSummaryList"] == []
 
 
+@pytest.mark.slow
 def test_ten_thousand_children(make_emulator, tmp_path):
     emu = make_emulator(max_vcpus=1)
     go = tmp_path / "go"

@@ -41,6 +41,7 @@ def running_vcpus(emu, array, size):
     return total, found[0]["status"] in ("SUCCEEDED", "FAILED")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("max_vcpus, vcpus, size", [(2, 1, 6), (3, 2, 4), (1, 0.5, 6)])
 def test_never_more_than_max_vcpus_run_at_once(make_emulator, tmp_path, max_vcpus, vcpus, size):
     emu = make_emulator(max_vcpus=max_vcpus)
@@ -60,6 +61,7 @@ def test_never_more_than_max_vcpus_run_at_once(make_emulator, tmp_path, max_vcpu
     assert peak > 0
 
 
+@pytest.mark.slow
 def test_a_job_bigger_than_the_environment_waits_runnable_and_others_pass(make_emulator):
     emu = make_emulator(max_vcpus=2)
     big = emu.job(py("pass"), name="big", vcpus=4)
@@ -72,6 +74,7 @@ def test_a_job_bigger_than_the_environment_waits_runnable_and_others_pass(make_e
     assert emu.wait(big)["statusReason"] == "it will never fit"
 
 
+@pytest.mark.slow
 def test_a_job_waits_pending_for_its_dependency(emu, tmp_path):
     marker = tmp_path / "first-done"
     first = emu.job(py(f"import time; time.sleep(0.3); open({str(marker)!r}, 'w').close()"))
@@ -85,6 +88,7 @@ def test_a_job_waits_pending_for_its_dependency(emu, tmp_path):
     assert detail["startedAt"] >= emu.detail(first)["stoppedAt"]
 
 
+@pytest.mark.slow
 def test_n_to_n_between_arrays(make_emulator, tmp_path):
     emu = make_emulator(max_vcpus=3)
     # in `first`, child 0 is slow: `second`'s child 0 must wait for it, the others need not
@@ -108,6 +112,7 @@ def test_n_to_n_between_arrays(make_emulator, tmp_path):
         assert emu.detail(f"{second}:{index}")["startedAt"] >= emu.detail(f"{first}:{index}")["stoppedAt"]
 
 
+@pytest.mark.slow
 def test_sequential_children_run_one_after_another(make_emulator, tmp_path):
     emu = make_emulator(max_vcpus=4)
     order = tmp_path / "order"
@@ -125,6 +130,7 @@ def test_sequential_children_run_one_after_another(make_emulator, tmp_path):
     assert order.read_text().split("\n")[:-1] == expected
 
 
+@pytest.mark.slow
 def test_a_failed_dependency_fails_its_dependents_in_cascade(emu):
     first = emu.job(py("raise SystemExit(3)"))
     second = emu.job(py("pass"), dependsOn=[{"jobId": first}])
@@ -137,6 +143,7 @@ def test_a_failed_dependency_fails_its_dependents_in_cascade(emu):
     assert emu.detail(f"{third}:1")["statusReason"].startswith(DEPENDENT)
 
 
+@pytest.mark.slow
 def test_n_to_n_fails_only_the_matching_child(emu):
     first = emu.job(py("import os; raise SystemExit(os.environ['AWS_BATCH_JOB_ARRAY_INDEX'] == '1')"),
                     size=3)
@@ -147,6 +154,7 @@ def test_n_to_n_fails_only_the_matching_child(emu):
     assert children[1]["statusReason"].startswith(DEPENDENT)
 
 
+@pytest.mark.slow
 def test_sequential_failure_fails_the_rest(emu):
     array = emu.job(py("import os; raise SystemExit(os.environ['AWS_BATCH_JOB_ARRAY_INDEX'] == '1')"),
                     size=4, dependsOn=[{"type": "SEQUENTIAL"}])
@@ -158,6 +166,7 @@ def test_sequential_failure_fails_the_rest(emu):
     assert children[3]["attempts"] == []
 
 
+@pytest.mark.slow
 def test_a_dependency_already_finished_is_no_wait(emu):
     first = emu.run(py("pass"))
     assert emu.run(py("pass"), dependsOn=[{"jobId": first["jobId"]}])["status"] == "SUCCEEDED"
@@ -181,6 +190,7 @@ def retried(emu, codes, rules=None, attempts=3):
     return detail, [a["container"].get("exitCode") for a in detail["attempts"]]
 
 
+@pytest.mark.slow
 def test_attempts_are_retried_until_success_with_the_attempt_number_incremented(emu, tmp_path):
     code = ("import os, sys\n"
             "attempt = os.environ['AWS_BATCH_JOB_ATTEMPT']\n"
@@ -197,17 +207,20 @@ def test_attempts_are_retried_until_success_with_the_attempt_number_incremented(
         assert earlier["stoppedAt"] <= later["startedAt"]
 
 
+@pytest.mark.slow
 def test_attempts_run_out(emu):
     detail, codes = retried(emu, [1, 2, 3], attempts=3)
     assert detail["status"] == "FAILED" and codes == [1, 2, 3]
     assert detail["retryStrategy"] == {"attempts": 3}
 
 
+@pytest.mark.slow
 def test_an_exit_rule_stops_retries(emu):
     detail, codes = retried(emu, [3, 0, 0], [{"onExitCode": "3", "action": "EXIT"}])
     assert detail["status"] == "FAILED" and codes == [3]
 
 
+@pytest.mark.slow
 def test_a_trailing_star_is_a_prefix_match(emu):
     rules = [{"onExitCode": "4*", "action": "RETRY"}, {"onExitCode": "*", "action": "EXIT"}]
     detail, codes = retried(emu, [41, 42, 0], rules)
@@ -216,11 +229,13 @@ def test_a_trailing_star_is_a_prefix_match(emu):
     assert detail["status"] == "FAILED" and codes == [41, 5]
 
 
+@pytest.mark.slow
 def test_no_matching_rule_means_retry(emu):
     detail, codes = retried(emu, [1, 1, 0], [{"onExitCode": "99", "action": "EXIT"}])
     assert detail["status"] == "SUCCEEDED" and codes == [1, 1, 0]
 
 
+@pytest.mark.slow
 def test_status_reason_rules_are_case_insensitive(emu):
     rules = [{"onStatusReason": "ESSENTIAL CONTAINER IN TASK*", "action": "EXIT"}]
     detail, codes = retried(emu, [1, 0, 0], rules)
@@ -231,6 +246,7 @@ def test_status_reason_rules_are_case_insensitive(emu):
     assert detail["status"] == "FAILED" and codes == [1, 2]
 
 
+@pytest.mark.slow
 def test_reason_rules_see_the_out_of_memory_reason(emu):
     oom = py("import sys\ntry:\n    len(bytearray(600 * 1024 * 1024))\n"
              "except MemoryError:\n    sys.exit(137)\n")
@@ -242,6 +258,7 @@ def test_reason_rules_see_the_out_of_memory_reason(emu):
         assert all(a["container"]["reason"].startswith("OutOfMemoryError") for a in detail["attempts"])
 
 
+@pytest.mark.slow
 def test_the_definitions_retry_strategy_applies_when_the_job_has_none(emu):
     emu.register_job_definition(jobDefinitionName="retrying", type="container",
                                 retryStrategy={"attempts": 2},

@@ -471,6 +471,7 @@ def wait_for(batch, job_id, statuses, limit=60.0):
         time.sleep(0.02)
 
 
+@pytest.mark.slow
 def test_job_runs_and_its_log_reads_through_the_logs_client(server, batch):
     job_id = submit(batch, ["python", "-c", "print('hi')"])
     job = wait_for(batch, job_id, ("SUCCEEDED", "FAILED"))
@@ -492,6 +493,7 @@ def test_job_runs_and_its_log_reads_through_the_logs_client(server, batch):
     assert missing.value.response["Error"]["Code"] == "ResourceNotFoundException"
 
 
+@pytest.mark.slow
 def test_array_children_are_listed_by_status(batch):
     job_id = submit(batch, ["python", "-c", "print(1)"], arrayProperties={"size": 3})
     assert wait_for(batch, job_id, ("SUCCEEDED", "FAILED"))["status"] == "SUCCEEDED"
@@ -514,6 +516,7 @@ def test_validation_error_is_a_client_exception_with_http_400(batch):
     assert error.value.response["Error"]["Code"] == "ClientException"
 
 
+@pytest.mark.slow
 def test_terminate_a_running_job(batch):
     job_id = submit(batch, ["python", "-c", "import time; time.sleep(60)"])
     assert wait_for(batch, job_id, ("RUNNING", "SUCCEEDED", "FAILED"))["status"] == "RUNNING"
@@ -555,6 +558,7 @@ def free_port():
         return probe.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_python_m_batchfutures_emulator(tmp_path):
     port = free_port()
     path = [str(REPO), os.environ.get("PYTHONPATH")]

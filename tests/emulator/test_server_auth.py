@@ -113,6 +113,7 @@ def assert_nothing_ran(server, marker, name="attack"):
 
 
 # -- signed with the pair: served, as before ------------------------------------------------
+@pytest.mark.slow
 def test_a_signed_boto3_client_works_for_batch_and_logs(server, tmp_path):
     batch = client("batch", server)
     assert [q["jobQueueName"] for q in batch.describe_job_queues()["jobQueues"]] == [QUEUE]
@@ -255,6 +256,7 @@ class Endpoint:
         self.endpoint_url, self.access_key_id, self.secret_access_key = url, key_id, secret
 
 
+@pytest.mark.slow
 def test_the_module_makes_prints_and_writes_a_pair(tmp_path):
     process = start(tmp_path)
     try:
@@ -287,6 +289,7 @@ def test_the_module_makes_prints_and_writes_a_pair(tmp_path):
         stop(process)
 
 
+@pytest.mark.slow
 def test_the_module_takes_its_pair_from_flags_or_the_environment(tmp_path):
     for flags, env in ((("--access-key-id", "AKIDFLAG", "--secret-access-key", "flag-secret"), {}),
                        ((), {"BATCHFUTURES_EMULATOR_ACCESS_KEY_ID": "AKIDFLAG",

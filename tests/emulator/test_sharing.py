@@ -22,6 +22,7 @@ def holder(folder, name):
               f"sys.exit(int(open({go!r}).read() or 0))\n")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("terminate", [False, True])
 def test_another_instance_in_this_process_stops_a_job(make_emulator, tmp_path, terminate):
     owner, other = make_emulator(max_vcpus=1), make_emulator(max_vcpus=1)
@@ -64,6 +65,7 @@ OWNER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_another_process_terminates_a_job_through_the_folder(make_emulator, tmp_path):
     folder = tmp_path / "emulator"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
@@ -85,6 +87,7 @@ def test_another_process_terminates_a_job_through_the_folder(make_emulator, tmp_
     assert here.wait(job)["statusReason"] == "stopped from another process"
 
 
+@pytest.mark.slow
 def test_a_dependency_on_another_instances_jobs(make_emulator, tmp_path):
     owner, other = make_emulator(), make_emulator()
     good, bad = owner.job(holder(tmp_path, "good")), owner.job(holder(tmp_path, "bad"))
@@ -101,6 +104,7 @@ def test_a_dependency_on_another_instances_jobs(make_emulator, tmp_path):
     assert failed["attempts"] == []
 
 
+@pytest.mark.slow
 def test_n_to_n_on_another_instances_array(make_emulator, tmp_path):
     owner, other = make_emulator(), make_emulator()
     code = py("import os, sys; sys.exit(int(os.environ['AWS_BATCH_JOB_ARRAY_INDEX']) == 1)")

@@ -30,6 +30,7 @@ def assert_stopped_before_start(detail, reason, cancelled):
     assert detail["isTerminated"] is (not cancelled)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("terminate", [False, True])
 def test_in_submitted(emu, tmp_path, terminate):
     # Inside a listener the scheduler is between steps: a job submitted there is still SUBMITTED.
@@ -51,6 +52,7 @@ def test_in_submitted(emu, tmp_path, terminate):
     assert not (tmp_path / "job.pid").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("terminate", [False, True])
 def test_in_pending(emu, tmp_path, terminate):
     first = emu.job(sleeper(tmp_path, "first"))
@@ -63,6 +65,7 @@ def test_in_pending(emu, tmp_path, terminate):
     assert emu.wait(first)["status"] == "SUCCEEDED"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("terminate", [False, True])
 def test_in_runnable(make_emulator, tmp_path, terminate):
     emu = make_emulator(max_vcpus=1)
@@ -77,6 +80,7 @@ def test_in_runnable(make_emulator, tmp_path, terminate):
     assert not (tmp_path / "job.pid").exists()
 
 
+@pytest.mark.slow
 def test_cancel_does_nothing_once_running(emu, tmp_path):
     job = emu.job(sleeper(tmp_path))
     emu.wait(job, ["RUNNING"])
@@ -89,6 +93,7 @@ def test_cancel_does_nothing_once_running(emu, tmp_path):
     assert detail["isCancelled"] is False
 
 
+@pytest.mark.slow
 def test_terminate_kills_a_running_job_and_never_retries_it(emu, tmp_path):
     job = emu.job(sleeper(tmp_path), retryStrategy=RETRIES)
     emu.wait(job, ["RUNNING"])
@@ -104,6 +109,7 @@ def test_terminate_kills_a_running_job_and_never_retries_it(emu, tmp_path):
     wait_until(lambda: pid_gone(pid), "the job's process to be gone")
 
 
+@pytest.mark.slow
 def test_terminate_lets_a_sigterm_handler_run_then_kills_what_outlives_the_grace(emu, tmp_path):
     """TerminateJob stops a container as `docker stop` does: SIGTERM, SIGKILL after a grace."""
     code = py("import os, signal, sys, time\n"
@@ -125,6 +131,7 @@ def test_terminate_lets_a_sigterm_handler_run_then_kills_what_outlives_the_grace
     wait_until(lambda: pid_gone(pid), "the job's process to be gone")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("reason", ["timeout", "memory", "shutdown"])
 def test_a_terminate_reason_is_only_text(emu, tmp_path, reason):
     # reasons that look like the emulator's own must not change how the attempt is reported
@@ -137,6 +144,7 @@ def test_a_terminate_reason_is_only_text(emu, tmp_path, reason):
     assert "reason" not in detail["attempts"][0]["container"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("terminate", [False, True])
 def test_in_starting(make_emulator, tmp_path, terminate):
     # A listener sees the scheduler's state between steps: here the step that started the job.
@@ -167,6 +175,7 @@ def test_in_starting(make_emulator, tmp_path, terminate):
         assert detail["status"] == "SUCCEEDED"
 
 
+@pytest.mark.slow
 def test_stopping_a_finished_job_changes_nothing(emu):
     job = emu.job(py("pass"))
     before = emu.wait(job)
@@ -183,6 +192,7 @@ def test_stopping_an_unknown_job_is_a_client_exception(emu):
         assert raised.value.response["Error"]["Code"] == "ClientException"
 
 
+@pytest.mark.slow
 def test_children_one_by_one(make_emulator, tmp_path):
     emu = make_emulator(max_vcpus=1)
     code = py("import os, time\n"
@@ -210,6 +220,7 @@ def test_children_one_by_one(make_emulator, tmp_path):
     assert not (tmp_path / "1.pid").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("terminate", [False, True])
 def test_on_the_parent(make_emulator, tmp_path, terminate):
     emu = make_emulator(max_vcpus=1)
@@ -234,6 +245,7 @@ def test_on_the_parent(make_emulator, tmp_path, terminate):
     assert summary["FAILED"] == (3 if terminate else 2)
 
 
+@pytest.mark.slow
 def test_cancelling_an_array_before_it_expands_fails_every_child(emu, tmp_path):
     seen = {}
 

@@ -27,6 +27,7 @@ def test_array_size_must_be_2_to_10000(emu, size):
     refused(lambda **p: submit(emu, **p), arrayProperties={"size": size})
 
 
+@pytest.mark.slow
 def test_array_sizes_at_the_limits_are_accepted(emu):
     two = submit(emu, arrayProperties={"size": 2})["jobId"]
     big = submit(emu, arrayProperties={"size": 10_000})["jobId"]
@@ -40,6 +41,7 @@ def test_describe_jobs_takes_at_most_100_ids(emu):
     assert emu.describe_jobs(jobs=[f"id-{i}" for i in range(100)]) == {"jobs": []}
 
 
+@pytest.mark.slow
 def test_a_submit_request_over_30_kib_is_refused(emu):
     # the whole request counts: here a long environment value
     refused(lambda **p: submit(emu, **p), containerOverrides={
@@ -66,6 +68,7 @@ def test_an_unknown_queue_is_refused(emu):
     refused(emu.list_jobs, jobQueue="no-such-queue")
 
 
+@pytest.mark.slow
 def test_a_queue_by_arn_is_accepted(emu):
     arn = emu.describe_job_queues(jobQueues=[QUEUE])["jobQueues"][0]["jobQueueArn"]
     assert emu.wait(submit(emu, jobQueue=arn)["jobId"])["status"] == "SUCCEEDED"
@@ -82,6 +85,7 @@ def test_retry_attempts_must_be_1_to_10(emu, attempts):
     refused(lambda **p: submit(emu, **p), retryStrategy={"attempts": attempts})
 
 
+@pytest.mark.slow
 def test_a_disabled_queue_refuses_jobs_until_enabled(emu):
     emu.update_job_queue(jobQueue=QUEUE, state="DISABLED")
     assert emu.describe_job_queues(jobQueues=[QUEUE])["jobQueues"][0]["state"] == "DISABLED"

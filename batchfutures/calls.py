@@ -1,0 +1,349 @@
+"""Running one child's calls: what the worker's sequential path and its inner pool share.
+
+    worker.run_items
+      Prefetched(storage, payload_urls(header, used))   every pickle a child needs, fetched and
+                                                        its seal checked before anything loads
+      run_initializer | load_bundles                    the executor's initializer, once per
+                                                        process (bundled with the functions:
+                                                        one module namespace)
+      ItemRunner(prefetched, header, index, ...).run(item) -> the item's encoded outcome
+          in the worker's process (N = 1), or in each of pool.py's forked sub-processes (N > 1)
+      Capture                                           each item's stdout and stderr (_Tee),
+                                                        for the client's echo (echo_output)
+
+An outcome is encoded the same on both paths: a function that does not load fails only its own
+items (``load_failure``: a mismatch when a module or version differs, else unpicklable), an
+argument that is another call's result is read from storage (dependencies.Resolver, preloaded
+before anything runs, so no path reads storage while items run), an exception raised by the
+function (SystemExit too) is that item's outcome. MemoryError and IntegrityError propagate: the
+first ends the container as the OOM killer would, the second refuses the job.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import traceback
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+from . import serialization
+from .dependencies import Resolver, UpstreamFailed, has_refs
+from .errors import IntegrityError
+
+if TYPE_CHECKING:
+    from .storage import Storage
+
+__all__ = ["OOM_EXIT_STATUS", "OUTPUT_LIMIT", "Item", "Prefetched", "payload_urls", "ItemRunner", "Capture",
+           "load_failure", "load_bundles", "run_initializer", "flush_output"]
+
+logger = logging.getLogger("batchfutures")
+
+# The exit status of a container the OOM killer ended (128 + SIGKILL): the worker ends so on a
+# MemoryError too, and a sub-process of the inner pool that ends so is the container's OOM.
+OOM_EXIT_STATUS = 137
+OUTPUT_LIMIT = 64 * 1024  # characters of each item's stdout, and of its stderr, kept for the client
+Item = Tuple[int, tuple, Dict[str, Any]]  # (function index, args, kwargs)
+
+
+def flush_output() -> None:
+    """What the function printed reaches the log now, even if a later item gets the process
+    killed (and, before a fork, is not written once by every sub-process)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+
+
+# -- the payloads -------------------------------------------------------------------------------
+class Prefetched:
+    """A child's function, initializer and initargs pickles, each seal checked, all fetched
+    before anything is unpickled or run (and, on the inner pool, before the fork); read
+    through ``get_function`` as Storage's.
+
+    A seal that fails raises IntegrityError from the constructor: the job is refused, whatever
+    path would have run it. Any other failure (a missing object) is kept, and fails only what
+    loads that pickle.
+    """
+
+    def __init__(self, storage: "Storage", urls: Sequence[str]) -> None:
+        self._payloads: Dict[str, Union[bytearray, Exception]] = {}
+        for url in dict.fromkeys(urls):
+            try:
+                self._payloads[url] = storage.get_function(url)
+            except (MemoryError, IntegrityError):
+                raise
+            except Exception as error:  # what loads it fails, as it would have
+                self._payloads[url] = error
+
+    def get_function(self, url: str) -> bytearray:
+        payload = self._payloads.get(url)
+        if payload is None:  # never loaded unchecked
+            raise LookupError(f"{url} was not among the payloads checked before the run")
+        if isinstance(payload, Exception):
+            raise payload
+        return payload
+
+
+def payload_urls(header: Dict[str, Any], function_indices: Optional[Sequence[int]]) -> List[str]:
+    """The pickles a child needs: its functions (all of the header's when ``function_indices``
+    is None), the initializer (header "initializer") and the initargs (header "initargs")."""
+    functions = header.get("functions") or []
+    wanted = range(len(functions)) if function_indices is None else sorted(set(function_indices))
+    urls = [functions[i] for i in wanted if isinstance(i, int) and 0 <= i < len(functions)]
+    urls += [header[key] for key in ("initializer", "initargs") if header.get(key)]
+    return urls
+
+
+def load_failure(what: str, header: Dict[str, Any], error: BaseException) -> bytes:
+    """The outcome for a function or arguments that did not load: mismatch or unpicklable."""
+    message = (serialization.missing_module_message(what, error)
+               or serialization.load_failure_message(what, header, error))
+    if message is not None:
+        return serialization.encode_mismatch(message)
+    return serialization.encode_unpicklable(
+        f"the worker could not load {what}: {type(error).__name__}: {error}",
+        traceback.format_exc(), type_name=type(error).__name__)
+
+
+# -- the initializer ----------------------------------------------------------------------------
+def load_bundles(fetch: Callable[[int], bytearray], function_indices: Sequence[int],
+                 initargs: Any, header: Dict[str, Any], index: int
+                 ) -> Tuple[Dict[int, Any], Dict[int, bytes], Optional[bytes]]:
+    """Load a child's ``(initializer, fn)`` pickles and run ``initializer(*initargs)`` once.
+
+    With an executor initializer (header "initargs"), each function was pickled together with
+    it in one dumps (serialization.dumps_function): loaded, they share one module namespace,
+    so what the initializer sets with ``global`` is what the function reads. The initializer
+    runs once in this process, the first loaded function's copy (a child runs one function's
+    items: one call per child for submit, one function per map). ``fetch(i)``: function i's
+    pickle; ``initargs``: their pickle, or the exception fetching it raised.
+
+    Returns (functions, failed functions' outcomes, failure): ``failure`` is every item's
+    outcome when the initargs did not load or the initializer raised.
+    """
+    functions: Dict[int, Any] = {}
+    failed: Dict[int, bytes] = {}
+    initializer = None
+    for function_index in function_indices:
+        try:
+            bundled_initializer, functions[function_index] = serialization.loads(
+                fetch(function_index))
+        except MemoryError:
+            raise
+        except Exception as error:
+            logger.warning("child %d: could not load function %d: %s", index, function_index,
+                           type(error).__name__)
+            failed[function_index] = load_failure("the function", header, error)
+            continue
+        if initializer is None:
+            initializer = bundled_initializer
+    if initializer is None:  # no function loaded: its items fail as they are
+        return functions, failed, None
+    try:
+        if isinstance(initargs, Exception):
+            raise initargs
+        loaded_initargs = serialization.loads(initargs)
+    except MemoryError:
+        raise
+    except Exception as error:
+        logger.warning("child %d: could not load the initializer's arguments: %s", index,
+                       type(error).__name__)
+        return functions, failed, load_failure("the executor's initializer", header, error)
+    return functions, failed, _call_initializer(initializer, loaded_initargs, index)
+
+
+def run_initializer(prefetched: Prefetched, header: Dict[str, Any], url: str,
+                    index: int) -> Optional[bytes]:
+    """Run ``initializer(*initargs)`` from one pickle of both (header "initializer", written
+    before issue 18: the functions do not share its namespace); None when it returned, else
+    the outcome for every item."""
+    try:
+        initializer, initargs = serialization.loads(prefetched.get_function(url))
+    except MemoryError:
+        raise
+    except Exception as error:
+        logger.warning("child %d: could not load the initializer: %s", index, type(error).__name__)
+        return load_failure("the executor's initializer", header, error)
+    return _call_initializer(initializer, initargs, index)
+
+
+def _call_initializer(initializer: Any, initargs: Any, index: int) -> Optional[bytes]:
+    """``initializer(*initargs)``; None when it returned, else the outcome for every item."""
+    try:
+        initializer(*initargs)
+    except MemoryError:
+        raise
+    except BaseException as error:  # as ProcessPoolExecutor: the initializer's failure breaks the child
+        logger.warning("child %d: the initializer raised %s; its items are not run", index,
+                       type(error).__name__)
+        return serialization.encode_initializer_failure(initializer, error, traceback.format_exc())
+    finally:
+        flush_output()
+    return None
+
+
+def initialize(prefetched: Prefetched, header: Dict[str, Any], items: Sequence[Item],
+               index: int) -> Tuple[Dict[int, Any], Dict[int, bytes], Optional[bytes]]:
+    """What a process does before its items: the executor's initializer, once (header
+    "initializer"; or, header "initargs", with the functions it is bundled with, loaded).
+    (functions loaded, failed functions' outcomes, failure for every item or None)."""
+    url = header.get("initializer")
+    failure = run_initializer(prefetched, header, url, index) if url else None
+    if failure is not None or not header.get("initargs"):
+        return {}, {}, failure
+    urls = header["functions"]
+    try:
+        initargs: Any = prefetched.get_function(header["initargs"])
+    except MemoryError:
+        raise
+    except Exception as error:  # missing: loading them fails every item
+        initargs = error
+    return load_bundles(lambda i: prefetched.get_function(urls[i]),
+                        sorted({function_index for function_index, _, _ in items}),
+                        initargs, header, index)
+
+
+# -- the items ----------------------------------------------------------------------------------
+class ItemRunner:
+    """One process's items: each function loaded once, one encoded outcome per item."""
+
+    def __init__(self, prefetched: Prefetched, header: Dict[str, Any], index: int,
+                 resolver: Resolver, functions: Optional[Dict[int, Any]] = None,
+                 failed: Optional[Dict[int, bytes]] = None) -> None:
+        self._prefetched, self._header, self._index = prefetched, header, index
+        self._resolver = resolver  # preloaded: resolving reads nothing
+        self._functions: Dict[int, Any] = functions or {}  # loaded already (load_bundles)
+        # a function that did not load fails each of its items
+        self._failed: Dict[int, bytes] = failed or {}
+
+    def _function(self, function_index: int) -> Union[Callable[..., Any], bytes]:
+        """The item's function, or the outcome of every item of a function that did not load."""
+        if function_index in self._failed:
+            return self._failed[function_index]
+        if function_index not in self._functions:
+            try:
+                data = self._prefetched.get_function(self._header["functions"][function_index])
+                self._functions[function_index] = serialization.loads(data)
+            except MemoryError:
+                raise
+            except Exception as error:
+                logger.warning("child %d: could not load function %d: %s", self._index,
+                               function_index, type(error).__name__)
+                self._failed[function_index] = load_failure("the function", self._header, error)
+                return self._failed[function_index]
+        return self._functions[function_index]
+
+    def run(self, item: Item) -> bytes:
+        function_index, args, kwargs = item
+        function = self._function(function_index)
+        if isinstance(function, bytes):
+            return function
+        if has_refs(args, kwargs):  # other calls' results: from storage, never the client
+            try:
+                args, kwargs = self._resolver.resolve(args, kwargs)
+            except UpstreamFailed as failed:
+                return serialization.encode_dependency_failure(failed.ref.job_id, failed.outcome)
+            except (MemoryError, IntegrityError):
+                raise
+            except Exception as error:
+                return serialization.encode_error(error, traceback.format_exc())
+        try:
+            value = function(*args, **kwargs)
+        except MemoryError:
+            raise
+        except BaseException as error:  # the user's exception (even SystemExit) is an outcome
+            return serialization.encode_error(error, traceback.format_exc())
+        finally:
+            flush_output()
+        return serialization.encode_ok(value)
+
+
+# -- what the items print -----------------------------------------------------------------------
+class _Tee:
+    """``sys.stdout`` or ``sys.stderr`` while a child's items run in this process: a write still
+    reaches the stream (the container's log, as before) and is also kept for the client's echo,
+    the last OUTPUT_LIMIT characters since the previous ``take`` (with a count of those cut).
+
+    Python-level writes only (print, sys.stdout.write, warnings, a logging handler made on
+    sys.stderr while the tee is in place): output written to the file descriptors directly (a
+    subprocess, C code, sys.stdout.buffer) reaches the log only.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._lock = threading.Lock()  # the function's own threads may print too
+        self._parts: List[str] = []
+        self._size = 0
+        self._cut = 0
+
+    def write(self, text: Any) -> Any:
+        written = self._stream.write(text)
+        if isinstance(text, str) and text:
+            with self._lock:
+                self._parts.append(text)
+                self._size += len(text)
+                if self._size > 2 * OUTPUT_LIMIT:  # bounded: keep the end
+                    kept = "".join(self._parts)
+                    self._cut += len(kept) - OUTPUT_LIMIT
+                    self._parts, self._size = [kept[-OUTPUT_LIMIT:]], OUTPUT_LIMIT
+        return written
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def take(self) -> Tuple[str, int]:
+        """What was written since the last take (its end), and how many characters were cut."""
+        with self._lock:
+            text, cut = "".join(self._parts), self._cut
+            self._parts, self._size, self._cut = [], 0, 0
+        if len(text) > OUTPUT_LIMIT:
+            cut += len(text) - OUTPUT_LIMIT
+            text = text[-OUTPUT_LIMIT:]
+        return text, cut
+
+    def __getattr__(self, name: str) -> Any:  # flush, fileno, encoding, isatty, buffer...
+        return getattr(self._stream, name)
+
+
+class Capture:
+    """Each item's stdout and stderr in this process (``_Tee`` on both) while it is open.
+
+    Output written before an item (the initializer's, the function's unpickling) is the next
+    item's. Not enabled in a thread of the emulator's process (``launcher="threads"``): its
+    sys.stdout is every thread's.
+    """
+
+    def __init__(self, enabled: bool) -> None:
+        self._tees: Optional[Tuple[_Tee, _Tee]] = None
+        if enabled and sys.stdout is not None and sys.stderr is not None:
+            self._tees = (_Tee(sys.stdout), _Tee(sys.stderr))
+            sys.stdout, sys.stderr = self._tees  # type: ignore[assignment]
+
+    def take(self) -> Optional[List[Any]]:
+        """[stdout, stderr, stdout chars cut, stderr chars cut] since the last take; None if
+        nothing was written."""
+        if self._tees is None:
+            return None
+        flush_output()
+        (out, out_cut), (err, err_cut) = self._tees[0].take(), self._tees[1].take()
+        return [out, err, out_cut, err_cut] if out or err or out_cut or err_cut else None
+
+    def keep(self, output: Optional[Dict[int, Any]], position: int) -> None:
+        """What was written since the last take is item ``position``'s."""
+        printed = self.take()
+        if printed is not None and output is not None and position >= 0:
+            output[position] = printed
+
+    def close(self) -> None:
+        if self._tees is None:
+            return
+        flush_output()
+        out, err = self._tees
+        if sys.stdout is out:  # type: ignore[comparison-overlap]  # (the function may replace it)
+            sys.stdout = out._stream
+        if sys.stderr is err:  # type: ignore[comparison-overlap]
+            sys.stderr = err._stream
+        self._tees = None
