@@ -384,6 +384,42 @@ class _RetryState:
 
 
 # -- reads --------------------------------------------------------------------------------------
+# -- stopping jobs -------------------------------------------------------------------------------
+BULK_STOP_LIMIT = 50  # CancelJobs / TerminateJobs: jobs per call (botocore's model)
+_BULK = {"cancel_job": "cancel_jobs", "terminate_job": "terminate_jobs"}
+
+
+def stop_jobs(client: Any, operation: str, job_ids: List[str], reason: str,
+              **narrower: Any) -> Dict[str, str]:
+    """CancelJob or TerminateJob (``operation``: "cancel_job" / "terminate_job") for each job,
+    in calls of up to 50 jobs (CancelJobs / TerminateJobs) where the client has them,
+    else one call per job; {job id: why} for the jobs that could not be stopped.
+
+    The bulk calls answer 200 even when some jobs fail: their ``errors`` say which.
+    ``narrower``: `call`'s ``attempts``/``max_delay`` for each call (a Ctrl-C must not wait)."""
+    failed: Dict[str, str] = {}
+    bulk_method = _BULK[operation]
+    # a boto3 client has a method for each operation of its botocore model (an older botocore:
+    # none for the bulk calls); the emulator has them
+    if hasattr(client, bulk_method):
+        for start in range(0, len(job_ids), BULK_STOP_LIMIT):
+            chunk = job_ids[start:start + BULK_STOP_LIMIT]
+            try:
+                answer = call(getattr(client, bulk_method), jobs=chunk, reason=reason, **narrower)
+            except Exception as error:
+                failed.update((job_id, str(error)) for job_id in chunk)
+                continue
+            for item in answer.get("errors") or []:
+                failed[str(item.get("job"))] = f"{item.get('code')}: {item.get('message')}"
+        return failed
+    for job_id in job_ids:
+        try:
+            call(getattr(client, operation), jobId=job_id, reason=reason, **narrower)
+        except Exception as error:
+            failed[job_id] = str(error)
+    return failed
+
+
 def describe_jobs(client: Any, job_ids: List[str], *,
                   budget: RetryBudget = DEFAULT_BUDGET) -> List[Dict[str, Any]]:
     """DescribeJobs in batches of 100 (Batch's limit); ids Batch no longer knows are left out."""

@@ -319,16 +319,19 @@ class Poller:
                 calls.append(("cancel_job", job.job_id, reason))
             else:
                 calls.extend(("cancel_job", job.child_id(i), reason) for i in sorted(indices))
-        for operation, target, reason in calls:
-            self._stop_job(batch, operation, target, reason)
+        self._stop(batch, calls)
 
     @staticmethod
-    def _stop_job(batch: Any, operation: str, target: str, reason: str) -> None:
-        try:
-            batchapi.call(getattr(batch, operation), jobId=target, reason=reason)
-        except Exception as error:
-            logger.warning("batchfutures: could not %s Batch job %s: %s",
-                           operation.replace("_job", ""), target, error)
+    def _stop(batch: Any, calls: List[Tuple[str, str, str]]) -> None:
+        """CancelJob/TerminateJob of each (operation, job id, reason): one CancelJobs or
+        TerminateJobs per 50 jobs of one reason where Batch has them, not one call each."""
+        grouped: Dict[Tuple[str, str], List[str]] = {}
+        for operation, target, reason in calls:
+            grouped.setdefault((operation, reason), []).append(target)
+        for (operation, reason), targets in grouped.items():
+            for target, why in batchapi.stop_jobs(batch, operation, targets, reason).items():
+                logger.warning("batchfutures: could not %s Batch job %s: %s",
+                               operation.replace("_job", ""), target, why)
 
     # -- one poll --------------------------------------------------------------------------------
     def poll_once(self) -> bool:
@@ -410,10 +413,8 @@ class Poller:
         else:  # pragma: no cover - reconcile asks for each read once
             raise RuntimeError(f"reconcile of job {job.job_id} asked for reads without end")
         actions = step.actions
-        for target, reason in actions.cancel:
-            self._stop_job(batch, "cancel_job", target, reason)
-        for target, reason in actions.terminate:
-            self._stop_job(batch, "terminate_job", target, reason)
+        self._stop(batch, [("cancel_job", target, reason) for target, reason in actions.cancel]
+                   + [("terminate_job", target, reason) for target, reason in actions.terminate])
         self._apply(job, actions)
         return actions.changed
 

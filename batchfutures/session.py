@@ -589,12 +589,11 @@ class Session:
         if jobs:
             logger.log(level, "batchfutures: %s; stopping %d Batch job(s): %s", event, len(jobs),
                        ", ".join(job.job_id for job in jobs))
+        failed = batchapi.stop_jobs(self.env.batch, "terminate_job", [job.job_id for job in jobs],
+                                    reason, attempts=2, max_delay=2.0)  # TerminateJobs: 50 a call
+        for job_id, error in failed.items():
+            logger.warning("batchfutures: could not stop Batch job %s: %s", job_id, error)
         for job in jobs:
-            try:
-                batchapi.call(self.env.batch.terminate_job, jobId=job.job_id, reason=reason,
-                              attempts=2, max_delay=2.0)
-            except Exception as error:
-                logger.warning("batchfutures: could not stop Batch job %s: %s", job.job_id, error)
             stopped = JobAbortedError(f"Batch job {job.job_id} was stopped: {why}",
                                       job_id=job.job_id, status_reason=reason)
             for future in job.futures():

@@ -6,7 +6,9 @@ tests drive a stock boto3 client against the emulator's HTTP endpoint through a 
 is told 500, or its connection is closed before the answer.
 """
 
+import json
 import os
+import time
 import uuid
 
 import boto3
@@ -22,7 +24,7 @@ from botocore.exceptions import (
 from loopback_proxy import Answer, Forward, ForwardThen, ForwardThenClose, LoopbackProxy
 from s3server import emulator_endpoint
 
-from batchfutures import AWSBatchEnvironment, BatchExecutor
+from batchfutures import AWSBatchEnvironment, BatchExecutor, JobAbortedError, batchapi
 from batchfutures.batchapi import (
     SUBMISSION_TAG,
     RetryBudget,
@@ -245,3 +247,65 @@ def test_found_submission_matches_the_tag_not_just_the_name(endpoint):
     assert submission_jobs(batch, ours) == []
     mine = batch.submit_job(**ours)["jobId"]
     assert [job["jobId"] for job in submission_jobs(batch, ours)] == [mine] != [other]
+
+
+# -- stopping jobs in bulk -------------------------------------------------------------------------
+def test_jobs_are_stopped_fifty_at_a_time_and_the_refused_ones_reported():
+    ids = [f"j{i}" for i in range(120)]
+
+    def answer(params):
+        return {"successful": [j for j in params["jobs"] if j != "j7"],
+                "errors": [{"job": "j7", "code": "ClientException", "message": "no such job"}]
+                if "j7" in params["jobs"] else []}
+
+    client = Scripted(cancel_jobs=[answer] * 3)
+    failed = batchapi.stop_jobs(client, "cancel_job", ids, "stop")
+    assert [len(params["jobs"]) for _, params in client.calls] == [50, 50, 20]
+    assert all(params["reason"] == "stop" for _, params in client.calls)
+    assert failed == {"j7": "ClientException: no such job"}
+
+
+def test_a_client_without_the_bulk_calls_stops_each_job():
+    class Older:  # a botocore model from before CancelJobs/TerminateJobs
+        def __init__(self):
+            self.calls = []
+
+        def terminate_job(self, **params):
+            self.calls.append(params)
+            if params["jobId"] == "b":
+                raise client_error(400, "ClientException")
+            return {}
+
+    client = Older()
+    failed = batchapi.stop_jobs(client, "terminate_job", ["a", "b", "c"], "why")
+    assert [c["jobId"] for c in client.calls] == ["a", "b", "c"] and list(failed) == ["b"]
+
+
+@pytest.mark.slow
+def wait_until_running(future, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while not future.running():
+        assert time.monotonic() < deadline, f"{future.job_id} never started"
+        time.sleep(0.05)
+
+
+def test_terminate_workers_stops_the_jobs_with_terminate_jobs_calls(endpoint, bucket):
+    emulator, upstream = endpoint
+    with LoopbackProxy(upstream, lambda request: Forward()) as proxy:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("AWS_ENDPOINT_URL_BATCH", proxy.url)
+            env = AWSBatchEnvironment(job_queue="batchfutures", io_bucket=bucket,
+                                      job_definition="batchfutures-worker", region_name=REGION)
+            executor = BatchExecutor(env)
+            futures = [executor.with_settings(environment={"N": str(i)}).submit(time.sleep, 60)
+                       for i in range(2)]  # two Batch jobs (different settings), both running
+            for future in futures:
+                wait_until_running(future)
+            executor.terminate_workers()
+        bulk = [r for r in proxy.requests if r.path.startswith("/v1/terminatejobs")]
+        stopped = json.loads(bulk[0].body)["jobs"] if bulk else []
+        single = [r for r in proxy.requests if r.path.startswith("/v1/terminatejob")
+                  and not r.path.startswith("/v1/terminatejobs")]
+    assert len(bulk) == 1 and not single
+    assert sorted(stopped) == sorted(f.job_id for f in futures)
+    assert all(isinstance(f.exception(timeout=60), JobAbortedError) for f in futures)
