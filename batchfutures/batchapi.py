@@ -386,26 +386,39 @@ class _RetryState:
 # -- reads --------------------------------------------------------------------------------------
 # -- stopping jobs -------------------------------------------------------------------------------
 BULK_STOP_LIMIT = 50  # CancelJobs / TerminateJobs: jobs per call (botocore's model)
-_BULK = {"cancel_job": "cancel_jobs", "terminate_job": "terminate_jobs"}
 
 
-def stop_jobs(client: Any, operation: str, job_ids: List[str], reason: str,
+class Stop(enum.Enum):
+    """How a job is stopped: the client method of one job, and of up to 50 (its value, bulk)."""
+
+    CANCEL = "cancel_job"        # what has not started fails; what runs goes on
+    TERMINATE = "terminate_job"  # what runs is killed too
+
+    @property
+    def bulk(self) -> str:
+        return self.value + "s"
+
+    @property
+    def verb(self) -> str:
+        return self.name.lower()
+
+
+def stop_jobs(client: Any, how: Stop, job_ids: List[str], reason: str,
               **narrower: Any) -> Dict[str, str]:
-    """CancelJob or TerminateJob (``operation``: "cancel_job" / "terminate_job") for each job,
+    """CancelJob or TerminateJob (``how``) for each job,
     in calls of up to 50 jobs (CancelJobs / TerminateJobs) where the client has them,
     else one call per job; {job id: why} for the jobs that could not be stopped.
 
     The bulk calls answer 200 even when some jobs fail: their ``errors`` say which.
     ``narrower``: `call`'s ``attempts``/``max_delay`` for each call (a Ctrl-C must not wait)."""
     failed: Dict[str, str] = {}
-    bulk_method = _BULK[operation]
     # a boto3 client has a method for each operation of its botocore model (an older botocore:
     # none for the bulk calls); the emulator has them
-    if hasattr(client, bulk_method):
+    if hasattr(client, how.bulk):
         for start in range(0, len(job_ids), BULK_STOP_LIMIT):
             chunk = job_ids[start:start + BULK_STOP_LIMIT]
             try:
-                answer = call(getattr(client, bulk_method), jobs=chunk, reason=reason, **narrower)
+                answer = call(getattr(client, how.bulk), jobs=chunk, reason=reason, **narrower)
             except Exception as error:
                 failed.update((job_id, str(error)) for job_id in chunk)
                 continue
@@ -414,7 +427,7 @@ def stop_jobs(client: Any, operation: str, job_ids: List[str], reason: str,
         return failed
     for job_id in job_ids:
         try:
-            call(getattr(client, operation), jobId=job_id, reason=reason, **narrower)
+            call(getattr(client, how.value), jobId=job_id, reason=reason, **narrower)
         except Exception as error:
             failed[job_id] = str(error)
     return failed

@@ -35,15 +35,18 @@ reader) are given to it, and a collaborator that is a method of the owner is hel
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import math
 import threading
 import time
 import weakref
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Set, Tuple
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Protocol, Set, Tuple, TypeVar
 
 from . import batchapi
+from .batchapi import Stop
 from .errors import (
     ABORT_REASON_PREFIX,
     DependencyFailedError,
@@ -75,16 +78,41 @@ BATCH_RETENTION = ("AWS Batch keeps a finished job's state for at least 7 days, 
                    "emulator for its metadata_ttl")
 
 
+class PollerOwner(Protocol):
+    """What owns a poller (a Session): the coalescing buffers its thread flushes."""
+
+    def flush_due(self) -> None:
+        """Send the buffered calls whose coalescing window closed."""
+
+    def next_flush_delay(self) -> float:
+        """Seconds until the next buffer is due (inf: none is buffered)."""
+
+    def has_pending(self) -> bool:
+        """Whether calls are still buffered (the thread must not end before they are sent)."""
+
+
+@dataclass(frozen=True)
+class StopRequest:
+    """A child to stop, queued by any thread and sent by the poller's (in bulk)."""
+
+    how: Stop
+    job: TrackedJob
+    index: int
+    reason: str
+
+
+_Answer = TypeVar("_Answer")
+
+
 class Poller:
     """Resolves the futures of every tracked job from Batch and from storage."""
 
-    def __init__(self, owner: Any, *, batch: Callable[[], Any], storage: Any,
+    def __init__(self, owner: PollerOwner, *, batch: Callable[[], Any], storage: Any,
                  log_tail: Optional[Callable[[Mapping[str, Any]], Optional[str]]] = None,
                  min_interval: float, max_interval: float, grace: float,
                  check_interval: float = CHECK_INTERVAL) -> None:
-        """``owner`` may offer ``flush_due()``, ``next_flush_delay()`` and ``has_pending()``
-        (its coalescing buffers); it is held by weak reference, and the thread ends once the
-        owner is gone and nothing is outstanding."""
+        """``owner``: held by weak reference; the thread ends once the owner is gone and nothing
+        is outstanding."""
         self._wake = threading.Event()
         self._round_due = True  # a Batch round at the next wake (not for results that arrived)
         wake = self._wake
@@ -99,7 +127,7 @@ class Poller:
         self._grace = grace
         self.check_interval = check_interval
         self._jobs: Dict[str, TrackedJob] = {}
-        self._requests: List[Tuple[str, TrackedJob, int, str]] = []  # (kind, job, child, reason)
+        self._requests: List[StopRequest] = []
         self._lock = threading.Lock()
         self._thread: Optional[threading.Thread] = None
         self._stopping = False
@@ -158,7 +186,8 @@ class Poller:
         if not isinstance(job, TrackedJob) or index is None:
             return  # still buffered: the flush skips it
         if all(f.cancelled() for f in job.children[index]):
-            self._queue("cancel", job, index, f"{ABORT_REASON_PREFIX} cancelled by the client")
+            self._queue(StopRequest(Stop.CANCEL, job, index,
+                                    f"{ABORT_REASON_PREFIX} cancelled by the client"))
 
     def request_abort(self, future: BatchFuture, reason: str) -> bool:
         """Fail the future's child as aborted now; TerminateJob is sent by the poller thread.
@@ -178,12 +207,12 @@ class Poller:
             aborted |= settle(sibling, False, JobAbortedError(
                 f"Batch job {child_id} was terminated on request: {reason}",
                 job_id=child_id, status_reason=text))
-        self._queue("terminate", job, index, text)
+        self._queue(StopRequest(Stop.TERMINATE, job, index, text))
         return aborted
 
-    def _queue(self, kind: str, job: TrackedJob, index: int, reason: str) -> None:
+    def _queue(self, request: "StopRequest") -> None:
         with self._lock:
-            self._requests.append((kind, job, index, reason))
+            self._requests.append(request)
         self.start()
         self.wake()
 
@@ -204,7 +233,7 @@ class Poller:
         while True:
             self._wake.clear()
             try:
-                self._owner_call("flush_due", None)  # sends coalesced calls whose window closed
+                self._ask_owner(lambda owner: owner.flush_due(), None)
                 self._send_requests()
                 self.apply_arrivals()
                 now = time.monotonic()
@@ -225,7 +254,7 @@ class Poller:
             if self._finished():
                 return
             delay = min(next_round - time.monotonic(),
-                        self._owner_call("next_flush_delay", float("inf")))
+                        self._ask_owner(lambda owner: owner.next_flush_delay(), math.inf))
             self._wake.wait(max(delay, 0.0))
 
     def _finished(self) -> bool:
@@ -233,7 +262,7 @@ class Poller:
             return False
         with self._lock:
             idle = not self._jobs and not self._requests
-        return idle and not self._owner_call("has_pending", False)
+        return idle and not self._ask_owner(lambda owner: owner.has_pending(), False)
 
     def _ended(self, error: Optional[BaseException]) -> None:
         """The thread is ending: if it was not asked to, fail every future it still tracks."""
@@ -259,8 +288,7 @@ class Poller:
                 message = (f"the batchfutures polling thread stopped ({error!r}) while Batch job "
                            f"{job.job_id} was outstanding; the job may still run: "
                            f"executor.attach({job.job_id!r}) from a new executor collects it")
-                job.fail_all(lambda message=message, job_id=job.job_id:
-                             PollerStoppedError(message, job_id=job_id))
+                job.fail_all(functools.partial(PollerStoppedError, message, job_id=job.job_id))
             except BaseException:  # noqa: B036 - the next job's futures still fail
                 pass
         self._restart_for_unsent()
@@ -274,7 +302,7 @@ class Poller:
         try:
             with self._lock:
                 leftover = bool(self._jobs or self._requests)
-            if leftover or self._owner_call("has_pending", False):
+            if leftover or self._ask_owner(lambda owner: owner.has_pending(), False):
                 self.start()
         except BaseException:  # noqa: B036 - a later submit or result() starts one anyway
             pass
@@ -285,15 +313,15 @@ class Poller:
             raise PollerStoppedError("the executor that owned this poller is gone")
         return getter()
 
-    def _owner_call(self, name: str, default: Any) -> Any:
+    def _ask_owner(self, question: Callable[[PollerOwner], _Answer], default: _Answer) -> _Answer:
+        """``question(owner)``, or ``default`` once the owner is gone or when it raised."""
         owner = self._owner()
-        method = getattr(owner, name, None) if owner is not None else None
-        if method is None:
+        if owner is None:
             return default
         try:
-            return method()
+            return question(owner)
         except Exception:
-            logger.exception("batchfutures poller: %s failed", name)
+            logger.exception("batchfutures poller: asking its owner failed")
             return default
 
     # -- queued cancel / abort -------------------------------------------------------------------
@@ -304,34 +332,35 @@ class Poller:
             return
         batch = self._batch()
         cancels: Dict[str, Tuple[TrackedJob, Set[int], str]] = {}
-        calls: List[Tuple[str, str, str]] = []  # (operation, job id, reason)
-        for kind, job, index, reason in pending:
+        calls: List[Tuple[Stop, str, str]] = []  # (how, job id, reason)
+        for request in pending:
+            job, index = request.job, request.index
             job.drop_settled((index,))
-            if kind == "terminate":
-                calls.append(("terminate_job", job.child_id(index), reason))
+            if request.how is Stop.TERMINATE:
+                calls.append((Stop.TERMINATE, job.child_id(index), request.reason))
             else:
-                cancels.setdefault(job.job_id, (job, set(), reason))[1].add(index)
+                cancels.setdefault(job.job_id, (job, set(), request.reason))[1].add(index)
         for job, indices, reason in cancels.values():
             # children a CancelJob on the whole job would wrongly stop: still wanted, not started
             wanted = [i for i in range(job.size) if i not in indices and
                       any(not f.done() and not f.running() for f in job.children[i])]
             if not job.array or not wanted:
-                calls.append(("cancel_job", job.job_id, reason))
+                calls.append((Stop.CANCEL, job.job_id, reason))
             else:
-                calls.extend(("cancel_job", job.child_id(i), reason) for i in sorted(indices))
+                calls.extend((Stop.CANCEL, job.child_id(i), reason) for i in sorted(indices))
         self._stop(batch, calls)
 
     @staticmethod
-    def _stop(batch: Any, calls: List[Tuple[str, str, str]]) -> None:
-        """CancelJob/TerminateJob of each (operation, job id, reason): one CancelJobs or
+    def _stop(batch: Any, calls: List[Tuple[Stop, str, str]]) -> None:
+        """CancelJob/TerminateJob of each (how, job id, reason): one CancelJobs or
         TerminateJobs per 50 jobs of one reason where Batch has them, not one call each."""
-        grouped: Dict[Tuple[str, str], List[str]] = {}
-        for operation, target, reason in calls:
-            grouped.setdefault((operation, reason), []).append(target)
-        for (operation, reason), targets in grouped.items():
-            for target, why in batchapi.stop_jobs(batch, operation, targets, reason).items():
-                logger.warning("batchfutures: could not %s Batch job %s: %s",
-                               operation.replace("_job", ""), target, why)
+        grouped: Dict[Tuple[Stop, str], List[str]] = {}
+        for how, target, reason in calls:
+            grouped.setdefault((how, reason), []).append(target)
+        for (how, reason), targets in grouped.items():
+            for target, why in batchapi.stop_jobs(batch, how, targets, reason).items():
+                logger.warning("batchfutures: could not %s Batch job %s: %s", how.verb, target,
+                               why)
 
     # -- one poll --------------------------------------------------------------------------------
     def poll_once(self) -> bool:
@@ -382,8 +411,9 @@ class Poller:
             return False
         if not ready:
             return False
+        assert job.rerun is not None  # only a job with a rerun hook has waiting children
         try:
-            new = job.rerun(job, ready)  # set: only a job with a rerun hook has waiting children
+            new = job.rerun(job, ready)
         except Exception as error:  # their futures fail with it; nothing waits in vain
             logger.warning("batchfutures: could not run %d child(ren) of %s again: %s",
                            len(ready), job.job_id, error)
@@ -413,8 +443,8 @@ class Poller:
         else:  # pragma: no cover - reconcile asks for each read once
             raise RuntimeError(f"reconcile of job {job.job_id} asked for reads without end")
         actions = step.actions
-        self._stop(batch, [("cancel_job", target, reason) for target, reason in actions.cancel]
-                   + [("terminate_job", target, reason) for target, reason in actions.terminate])
+        self._stop(batch, [(Stop.CANCEL, target, reason) for target, reason in actions.cancel]
+                   + [(Stop.TERMINATE, target, reason) for target, reason in actions.terminate])
         self._apply(job, actions)
         return actions.changed
 
@@ -446,6 +476,8 @@ class Poller:
                 reads.results[index] = arrival
         if needs.stored:
             reads.stored = frozenset(self._storage.list_results(job.job_url, needs.stored_from))
+        if needs.markers:  # failed children's out-of-memory markers (storage.oom_markers)
+            reads.markers.update(self._storage.oom_markers(job.job_url, needs.markers))
 
     def _apply(self, job: TrackedJob, actions: Actions) -> None:
         tails = {index: self._tail(description) for index, description in actions.failed.items()}

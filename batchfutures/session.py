@@ -589,7 +589,7 @@ class Session:
         if jobs:
             logger.log(level, "batchfutures: %s; stopping %d Batch job(s): %s", event, len(jobs),
                        ", ".join(job.job_id for job in jobs))
-        failed = batchapi.stop_jobs(self.env.batch, "terminate_job", [job.job_id for job in jobs],
+        failed = batchapi.stop_jobs(self.env.batch, batchapi.Stop.TERMINATE, [job.job_id for job in jobs],
                                     reason, attempts=2, max_delay=2.0)  # TerminateJobs: 50 a call
         for job_id, error in failed.items():
             logger.warning("batchfutures: could not stop Batch job %s: %s", job_id, error)

@@ -259,7 +259,7 @@ def test_jobs_are_stopped_fifty_at_a_time_and_the_refused_ones_reported():
                 if "j7" in params["jobs"] else []}
 
     client = Scripted(cancel_jobs=[answer] * 3)
-    failed = batchapi.stop_jobs(client, "cancel_job", ids, "stop")
+    failed = batchapi.stop_jobs(client, batchapi.Stop.CANCEL, ids, "stop")
     assert [len(params["jobs"]) for _, params in client.calls] == [50, 50, 20]
     assert all(params["reason"] == "stop" for _, params in client.calls)
     assert failed == {"j7": "ClientException: no such job"}
@@ -277,7 +277,7 @@ def test_a_client_without_the_bulk_calls_stops_each_job():
             return {}
 
     client = Older()
-    failed = batchapi.stop_jobs(client, "terminate_job", ["a", "b", "c"], "why")
+    failed = batchapi.stop_jobs(client, batchapi.Stop.TERMINATE, ["a", "b", "c"], "why")
     assert [c["jobId"] for c in client.calls] == ["a", "b", "c"] and list(failed) == ["b"]
 
 

@@ -192,7 +192,17 @@ class World:
 
 
 class Owner:
-    """What owns a poller (a Session in the package); only weakly referenced by it."""
+    """What owns a poller (a Session in the package); only weakly referenced by it. Nothing
+    buffered here."""
+
+    def flush_due(self):
+        pass
+
+    def next_flush_delay(self):
+        return float("inf")
+
+    def has_pending(self):
+        return False
 
 
 class Rig:
