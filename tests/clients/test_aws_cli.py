@@ -327,7 +327,8 @@ def test_a_wrong_secret_is_refused_and_the_cli_says_so(endpoint, aws):
 
 
 # -- what the CLI's users also call, not emulated yet ------------------------------------------
-@pytest.mark.xfail(strict=True, reason="emulator gap: CloudWatch Logs DescribeLogStreams is not "
+@pytest.mark.xfail(strict=True, raises=CliError,
+                   reason="emulator gap: CloudWatch Logs DescribeLogStreams is not "
                    "emulated (UnknownOperationException); `aws logs describe-log-streams` is how "
                    "CLI users find a job's stream")
 def test_describe_log_streams_lists_a_jobs_stream(aws, definition):
@@ -338,7 +339,16 @@ def test_describe_log_streams_lists_a_jobs_stream(aws, definition):
     assert [s["logStreamName"] for s in streams] == [stream]
 
 
-@pytest.mark.xfail(strict=True, reason="emulator gap: Batch ListTagsForResource (and TagResource/"
+@pytest.mark.xfail(strict=True, raises=CliError,
+                   reason="emulator gap: CloudWatch Logs DescribeLogGroups is not "
+                   "emulated (UnknownOperationException); Batch's jobs log to /aws/batch/job")
+def test_describe_log_groups_lists_batchs_group(aws):
+    groups = aws("logs", "describe-log-groups", "--log-group-name-prefix", "/aws/batch/")
+    assert GROUP in [g["logGroupName"] for g in groups["logGroups"]]
+
+
+@pytest.mark.xfail(strict=True, raises=CliError,
+                   reason="emulator gap: Batch ListTagsForResource (and TagResource/"
                    "UntagResource) are not emulated (UnknownOperationException), though "
                    "DescribeJobs shows a job's tags")
 def test_list_tags_for_resource_shows_a_jobs_tags(aws, definition):
@@ -349,7 +359,8 @@ def test_list_tags_for_resource_shows_a_jobs_tags(aws, definition):
         "tags": {"team": "cli"}}
 
 
-@pytest.mark.xfail(strict=True, reason="emulator gap: Batch GetJobQueueSnapshot is not emulated "
+@pytest.mark.xfail(strict=True, raises=CliError,
+                   reason="emulator gap: Batch GetJobQueueSnapshot is not emulated "
                    "(UnknownOperationException)")
 def test_get_job_queue_snapshot_shows_the_front_of_the_queue(aws, definition):
     job_id = submit(aws, "cli-snapshot", definition, "--container-overrides",
