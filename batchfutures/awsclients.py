@@ -142,7 +142,7 @@ def _shared_provider(credentials: Any) -> Any:
         METHOD = SHARED_METHOD
         CANONICAL_NAME = "batchfutures"
 
-        async def load(self) -> Any:  # type: ignore[override]  (aiobotocore awaits it)
+        async def load(self) -> Any:  # aiobotocore awaits it
             return credentials
 
     return SharedCredentialProvider()

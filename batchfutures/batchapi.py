@@ -55,6 +55,7 @@ from botocore.exceptions import (
 )
 from botocore.exceptions import ConnectionError as BotocoreConnectionError
 from tenacity import (
+    RetryCallState,
     Retrying,
     retry_if_exception,
     stop_after_attempt,
@@ -289,13 +290,20 @@ def submit_exactly_once(client: Any, request: Dict[str, Any], *, grace: float,
             if attempt == budget.attempts or time.monotonic() >= deadline:
                 raise
             resent = resent or verdict is SubmitVerdict.LOOK_UP
-            time.sleep(wait(_RetryState(attempt)))  # full jitter, as `call`'s retries
+            time.sleep(wait(_retry_state(attempt)))  # full jitter, as `call`'s retries
             continue
         if resent:  # a job of an earlier try may still show up: keep this one only
             remove_duplicates(client, marked, keep=response["jobId"])
             _look_again_later(client, marked, response["jobId"], grace)
         return response
     raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+
+def _retry_state(attempt: int) -> RetryCallState:
+    """What tenacity's wait strategies read: the attempt's number."""
+    state = RetryCallState(retry_object=Retrying(), fn=None, args=(), kwargs={})
+    state.attempt_number = attempt
+    return state
 
 
 def _look_again_later(client: Any, request: Dict[str, Any], keep: str, grace: float) -> None:
@@ -374,13 +382,6 @@ def _terminate(client: Any, job_ids: List[str], kept: str) -> List[str]:
         except Exception as error:
             logger.warning("batchfutures: could not terminate duplicate job %s: %s", job_id, error)
     return done
-
-
-class _RetryState:
-    """The one attribute tenacity's wait strategies read."""
-
-    def __init__(self, attempt_number: int) -> None:
-        self.attempt_number = attempt_number
 
 
 # -- reads --------------------------------------------------------------------------------------

@@ -471,7 +471,7 @@ def _our_jobs(env: Any) -> List[Dict[str, Any]]:
     from . import batchapi
     from .statuses import STATUS_ORDER
 
-    found = []
+    found: List[Dict[str, Any]] = []
     for status in STATUS_ORDER:
         for response in batchapi.paginate(env.batch.list_jobs, jobQueue=env.job_queue,
                                           jobStatus=status, maxResults=1000):

@@ -26,7 +26,7 @@ import concurrent.futures
 import functools
 import itertools
 import time
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Literal, Optional, Tuple, Union
 
 from . import chunking, serialization
 from .cache import Follower, has_future
@@ -441,7 +441,7 @@ class BatchExecutor(concurrent.futures.Executor):
             while True:
                 session._check_open()
                 # child by child: a slice's items are never all alive at once, only their pickles
-                size, children = (chunksize, None) if auto is None else auto.layout()
+                size, children = (int(chunksize), None) if auto is None else auto.layout()
                 if budget is not None:
                     size = min(int(size), budget.buffersize)
                     room = budget.room(size)
@@ -552,7 +552,7 @@ class BatchExecutor(concurrent.futures.Executor):
             workers = min(workers, env.gpus // (settings.gpus * max(1, settings.nodes)))
         return max(1, workers)
 
-    def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any) -> Literal[False]:
         if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
             # Ctrl-C: stop what this executor started (cancel, terminate), say which jobs, and
             # leave now; a second Ctrl-C interrupts even that

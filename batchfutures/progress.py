@@ -58,6 +58,7 @@ AUTO = "auto"
 
 Show = Union[bool, str]  # True: always (plain lines when not a terminal); "auto": terminal only
 T = TypeVar("T")
+F = TypeVar("F", bound=concurrent.futures.Future)  # BatchFutures, or any Future
 
 
 # -- the one accessor of the poller's data (jobs.py/poller.py may change: adapt here only) ------
@@ -137,7 +138,7 @@ def _is_terminal(stream: Any) -> bool:
         return False
 
 
-def _tqdm_class() -> Optional[Callable[..., Any]]:
+def _tqdm_class() -> Optional[type]:
     try:
         from tqdm import tqdm
     except ImportError:
@@ -146,7 +147,7 @@ def _tqdm_class() -> Optional[Callable[..., Any]]:
 
 
 @functools.lru_cache(maxsize=None)
-def _quiet_bar(tqdm: Callable[..., Any]) -> Callable[..., Any]:
+def _quiet_bar(tqdm: type) -> type:
     """tqdm without its monitor thread (this module redraws on its own schedule)."""
     return type("BatchProgressBar", (tqdm,), {"monitor_interval": 0})
 
@@ -211,7 +212,11 @@ class _Display:
         if self._bar is not None:
             self._guard(self._bar.close)
         elif self._terminal and self._width:
-            self._guard(lambda: (self._stream.write("\n"), self._stream.flush()))
+            self._guard(self._new_line)
+
+    def _new_line(self) -> None:
+        self._stream.write("\n")
+        self._stream.flush()
 
     def _draw_bar(self, counts: Mapping[str, int]) -> None:
         if self._bar is None:
@@ -258,8 +263,8 @@ class _Pace:
 
 
 # -- progress(futures): drawn from the caller's thread ------------------------------------------
-def progress(futures: Iterable[T], *, file: Optional[IO[str]] = None, desc: Optional[str] = None,
-             show: Show = True) -> List[T]:
+def progress(futures: Iterable[F], *, file: Optional[IO[str]] = None, desc: Optional[str] = None,
+             show: Show = True) -> List[F]:
     """Show Batch's counts for ``futures`` until all are done; return them, in their order.
 
     ``futures``: BatchFutures, e.g. from ``map_futures``. ``file``: the stream (default

@@ -25,8 +25,11 @@ class JobStatus(str, enum.Enum):
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
 
-    __str__ = str.__str__
-    __format__ = str.__format__
+    def __str__(self) -> str:  # "RUNNING", as Batch prints it (not "JobStatus.RUNNING")
+        return self.value
+
+    def __format__(self, format_spec: str) -> str:
+        return format(self.value, format_spec)
 
     @classmethod
     def of(cls, value: Any) -> "Optional[JobStatus]":

@@ -317,7 +317,7 @@ class Submitter:
                                 signing_environment=self._job_environment(),
                                 environment_tags=getattr(self._env, "job_tags", dict)())
         # before anything is uploaded: tags Batch would refuse, or fail the job for
-        definition_tags = getattr(self._env, "definition_tags", dict)()
+        definition_tags: Dict[str, str] = getattr(self._env, "definition_tags", dict)()
         check_tags({**request["tags"], batchapi.SUBMISSION_TAG: "x"}, definition_tags)
         try:
             function_urls = [storage.put_function(self._run_id, data)  # content-addressed
@@ -509,6 +509,6 @@ def wrap_submit_error(error: BaseException) -> BaseException:
         return error
     code = batchapi.error_code(error)
     if code == "ClientException":
-        message = error.response.get("Error", {}).get("Message", str(error))
+        message = (getattr(error, "response", None) or {}).get("Error", {}).get("Message", str(error))
         return ConfigurationError(f"Batch rejected the job: {message}")
     return error
