@@ -30,7 +30,6 @@ server instead (forkserver.py): still one fresh process per attempt, started in 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import resource
 import shutil
@@ -51,7 +50,8 @@ def _load_prctl() -> Optional[Callable[..., int]]:
     if not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        # this process's own symbols (libc's among them): find_library would run ldconfig
+        libc = ctypes.CDLL(None, use_errno=True)
         return libc.prctl
     except (OSError, AttributeError):
         return None
