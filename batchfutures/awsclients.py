@@ -184,7 +184,8 @@ def worker_storage_options(environ: Dict[str, str]) -> Dict[str, Any]:
     if environ.get(OWNER_VARIABLE):
         extra["ExpectedBucketOwner"] = environ[OWNER_VARIABLE]
     if environ.get(KMS_VARIABLE):
-        extra.update(ServerSideEncryption="aws:kms", SSEKMSKeyId=environ[KMS_VARIABLE])
+        extra.update(ServerSideEncryption="aws:kms", SSEKMSKeyId=environ[KMS_VARIABLE],
+                     BucketKeyEnabled=True)  # KMS asked once per bucket key, not per object
     return {"s3_additional_kwargs": extra} if extra else {}
 
 

@@ -454,9 +454,11 @@ class AWSBatchEnvironment(Environment):
         if self.region_name:
             options["client_kwargs"] = {"region_name": self.region_name}
         if self.kms_key_id:
-            # s3fs passes these to each call whose model has them (PutObject, multipart, copy)
+            # s3fs passes these to each call whose model has them (PutObject, multipart, copy);
+            # a bucket key: KMS is asked once per bucket key, not at every object request
             options["s3_additional_kwargs"] = {"ServerSideEncryption": "aws:kms",
-                                               "SSEKMSKeyId": self.kms_key_id}
+                                               "SSEKMSKeyId": self.kms_key_id,
+                                               "BucketKeyEnabled": True}
         return options
 
     def worker_environment(self) -> Dict[str, str]:

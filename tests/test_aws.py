@@ -360,6 +360,7 @@ def test_every_object_written_is_encrypted_with_the_kms_key(bucket, s3_proxy):
     for request in writes:
         assert request.header("x-amz-server-side-encryption") == "aws:kms"
         assert request.header("x-amz-server-side-encryption-aws-kms-key-id") == key
+        assert request.header("x-amz-server-side-encryption-bucket-key-enabled") == "true"
 
 
 def test_clients_are_made_once_under_concurrency(bucket):

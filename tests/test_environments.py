@@ -143,7 +143,8 @@ def test_security_options_are_kept_and_checked():
                           kms_key_id="alias/batchfutures", expected_bucket_owner="123456789012")
     assert env.signing_secret.endswith(":secret:k") and env.expected_bucket_owner == "123456789012"
     assert env.storage_options()["s3_additional_kwargs"] == {
-        "ServerSideEncryption": "aws:kms", "SSEKMSKeyId": "alias/batchfutures"}
+        "ServerSideEncryption": "aws:kms", "SSEKMSKeyId": "alias/batchfutures",
+        "BucketKeyEnabled": True}
     assert "s3_additional_kwargs" not in aws_environment().storage_options()
     with pytest.raises(ConfigurationError, match="expected_bucket_owner"):
         aws_environment(expected_bucket_owner="me")
@@ -194,5 +195,5 @@ def test_workers_get_the_s3_guards_through_their_environment():
     variables = env.worker_environment()
     assert worker_storage_options(variables) == {"s3_additional_kwargs": {
         "ExpectedBucketOwner": "123456789012", "ServerSideEncryption": "aws:kms",
-        "SSEKMSKeyId": "alias/k"}}
+        "SSEKMSKeyId": "alias/k", "BucketKeyEnabled": True}}
     assert worker_storage_options({}) == {}

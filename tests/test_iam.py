@@ -601,7 +601,8 @@ def test_a_job_runs_under_the_payload_key_with_the_policies_docs_aws_md_names(
     client = Storage(f"s3://{bucket}/batchfutures", storage_options={
         "key": client_env["AWS_ACCESS_KEY_ID"], "secret": client_env["AWS_SECRET_ACCESS_KEY"],
         "client_kwargs": {"region_name": REGION},
-        "s3_additional_kwargs": {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": kms_key}})
+        "s3_additional_kwargs": {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": kms_key,
+                                 "BucketKeyEnabled": True}})
     run_id, job_key = "run-" + uuid.uuid4().hex[:8], uuid.uuid4().hex
     function_url = client.put_function(run_id, serialization.dumps(pow))
     header = {"functions": [function_url], "items": 1, "chunksize": 1, "run_id": run_id,
