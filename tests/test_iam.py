@@ -104,6 +104,8 @@ SAR: Dict[str, Tuple[Tuple[str, ...], frozenset]] = {
     "batch:DescribeJobs": ((), frozenset()),
     "batch:ListJobs": ((), frozenset()),
     "batch:DescribeJobQueues": ((), frozenset()),
+    "batch:DescribeComputeEnvironments": ((), frozenset()),
+    "ec2:DescribeInstanceTypes": ((), frozenset()),
     "batch:DescribeJobDefinitions": ((), frozenset()),
     "s3:GetObject": (("object",), frozenset(_S3_COMMON | {"s3:ExistingObjectTag/<key>"})),
     "s3:PutObject": (("object",), frozenset(_S3_COMMON | {
@@ -488,7 +490,8 @@ def test_the_client_policy_allows_the_batch_and_logs_calls_the_client_makes(stac
         ("batch:TagResource", registered + ":1"), ("batch:RegisterJobDefinition", registered),
         ("batch:CancelJob", job), ("batch:TerminateJob", job),
         ("batch:DescribeJobs", "*"), ("batch:ListJobs", "*"), ("batch:DescribeJobQueues", "*"),
-        ("batch:DescribeJobDefinitions", "*"),
+        ("batch:DescribeJobDefinitions", "*"), ("batch:DescribeComputeEnvironments", "*"),
+        ("ec2:DescribeInstanceTypes", "*"),
         ("iam:PassRole", roles["JobRole"]), ("iam:PassRole", roles["ExecutionRole"]),
         ("logs:GetLogEvents", f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/batch/{STACK}"
                               f":log-stream:{STACK}-worker/default/abc"),
