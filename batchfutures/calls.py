@@ -10,6 +10,8 @@
           in the worker's process (N = 1), or in each of pool.py's forked sub-processes (N > 1)
       Capture                                           each item's stdout and stderr (_Tee),
                                                         for the client's echo (echo_output)
+      Meter                                             each item's wall time, CPU time and peak
+                                                        memory (ItemRunner.usage, issue 22)
 
 An outcome is encoded the same on both paths: a function that does not load fails only its own
 items (``load_failure``: a mismatch when a module or version differs, else unpicklable), an
@@ -17,13 +19,29 @@ argument that is another call's result is read from storage (dependencies.Resolv
 before anything runs, so no path reads storage while items run), an exception raised by the
 function (SystemExit too) is that item's outcome. MemoryError and IntegrityError propagate: the
 first ends the container as the OOM killer would, the second refuses the job.
+
+Usage (issue 22): ``ItemRunner.run`` measures each item it runs (its arguments' resolving, the
+call, its outcome's pickling) with a ``Meter`` and leaves ``[wall_s, cpu_s, peak_mib]`` in
+``ItemRunner.usage`` (None for an item whose function did not load: no call ran). A process's
+Meter, per item: one write of "5" to ``/proc/self/clear_refs`` (Linux resets VmHWM, the
+high-water mark of the resident set, to the current RSS), getrusage(SELF) and
+getrusage(CHILDREN) before and after, one pread of ``/proc/self/status`` (VmHWM) after: six
+syscalls, no thread, no file opened per item (both files are opened once per process). CPU is
+user + system of the process plus of the children it waited for (RUSAGE_CHILDREN); the peak is
+the larger of VmHWM and, when a child it waited for set a new high, that child's maxrss. Where
+clear_refs cannot be written the peak is VmHWM unreset (the process's peak so far: an upper
+bound). In a thread (the emulator's ``launcher="threads"``) the Meter reads RUSAGE_THREAD and
+measures no memory (the process is the emulator's; peak None).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import resource
 import sys
 import threading
+import time
 import traceback
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -35,7 +53,7 @@ if TYPE_CHECKING:
     from .storage import Storage
 
 __all__ = ["OOM_EXIT_STATUS", "OUTPUT_LIMIT", "Item", "Prefetched", "payload_urls", "ItemRunner", "Capture",
-           "load_failure", "load_bundles", "run_initializer", "flush_output"]
+           "Meter", "load_failure", "load_bundles", "run_initializer", "flush_output"]
 
 logger = logging.getLogger("batchfutures")
 
@@ -211,12 +229,16 @@ class ItemRunner:
 
     def __init__(self, prefetched: Prefetched, header: Dict[str, Any], index: int,
                  resolver: Resolver, functions: Optional[Dict[int, Any]] = None,
-                 failed: Optional[Dict[int, bytes]] = None) -> None:
+                 failed: Optional[Dict[int, bytes]] = None, meter: Optional["Meter"] = None) -> None:
         self._prefetched, self._header, self._index = prefetched, header, index
         self._resolver = resolver  # preloaded: resolving reads nothing
         self._functions: Dict[int, Any] = functions or {}  # loaded already (load_bundles)
         # a function that did not load fails each of its items
         self._failed: Dict[int, bytes] = failed or {}
+        self._meter = meter
+        # the last item's [wall_s, cpu_s, peak_mib or None]; None: not measured (no meter, or
+        # its function did not load)
+        self.usage: Optional[List[Any]] = None
 
     def _function(self, function_index: int) -> Union[Callable[..., Any], bytes]:
         """The item's function, or the outcome of every item of a function that did not load."""
@@ -236,8 +258,23 @@ class ItemRunner:
         return self._functions[function_index]
 
     def run(self, item: Item) -> bytes:
+        """The item's encoded outcome; its usage in ``self.usage`` (None if not measured)."""
+        self.usage = None
+        meter = self._meter
+        if meter is None:
+            return self._run(item)
+        started = meter.start()
+        try:
+            return self._run(item)
+        finally:  # an item that raised has usage too (a MemoryError leaves no outcome: moot)
+            self.usage = meter.stop(started) if not self._skipped else None
+
+    _skipped = False  # the last item's function did not load: nothing ran, nothing measured
+
+    def _run(self, item: Item) -> bytes:
         function_index, args, kwargs = item
         function = self._function(function_index)
+        self._skipped = isinstance(function, bytes)
         if isinstance(function, bytes):
             return function
         if has_refs(args, kwargs):  # other calls' results: from storage, never the client
@@ -258,6 +295,89 @@ class ItemRunner:
         finally:
             flush_output()
         return serialization.encode_ok(value)
+
+
+# -- what the items use -------------------------------------------------------------------------
+_MIB = 1024.0 * 1024.0
+
+
+def _open_proc(name: str, flags: int) -> Optional[int]:
+    try:
+        return os.open(f"/proc/self/{name}", flags)
+    except OSError:
+        return None
+
+
+class Meter:
+    """Each item's wall time, CPU time and peak memory in this process (see the module
+    docstring). Made in the process that runs the items (after the fork on the inner pool:
+    /proc/self is the process that opens it); ``close()`` when its items are done."""
+
+    __slots__ = ("_thread", "_clear", "_status")
+
+    def __init__(self, thread: bool = False) -> None:
+        self._thread = thread and hasattr(resource, "RUSAGE_THREAD")
+        if thread:  # the emulator's process: its memory is not the item's, and never reset
+            self._clear = self._status = None
+        else:
+            self._status = _open_proc("status", os.O_RDONLY)
+            self._clear = _open_proc("clear_refs", os.O_WRONLY) if self._status is not None else None
+
+    def start(self) -> Tuple[float, Any, Any]:
+        if self._clear is not None:
+            try:
+                os.write(self._clear, b"5")  # VmHWM := the current RSS
+            except OSError:
+                os.close(self._clear)
+                self._clear = None  # the peak so far, unreset, from now on
+        if self._thread:
+            return time.perf_counter(), resource.getrusage(resource.RUSAGE_THREAD), None
+        return (time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF),
+                resource.getrusage(resource.RUSAGE_CHILDREN))
+
+    def stop(self, started: Tuple[float, Any, Any]) -> List[Any]:
+        """``[wall_s, cpu_s, peak_mib or None]`` since ``start``."""
+        wall = time.perf_counter() - started[0]
+        before, children_before = started[1], started[2]
+        if self._thread:
+            after = resource.getrusage(resource.RUSAGE_THREAD)
+            cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+            return [round(wall, 6), round(max(0.0, cpu), 6), None]
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+               + children.ru_utime + children.ru_stime
+               - children_before.ru_utime - children_before.ru_stime)
+        peak_kib = self._hwm_kib()
+        if peak_kib is None:  # no /proc: the process's peak so far (KiB on Linux)
+            peak_kib = after.ru_maxrss
+        if children.ru_maxrss > children_before.ru_maxrss:  # a child it waited for set a new high
+            peak_kib = max(peak_kib, children.ru_maxrss)
+        return [round(wall, 6), round(max(0.0, cpu), 6), round(peak_kib / 1024.0, 1)]
+
+    def _hwm_kib(self) -> Optional[int]:
+        if self._status is None:
+            return None
+        try:
+            text = os.pread(self._status, 4096, 0)
+        except OSError:
+            return None
+        at = text.find(b"VmHWM:")
+        if at < 0:
+            return None
+        try:
+            return int(text[at + 6:text.index(b"kB", at)])
+        except ValueError:
+            return None
+
+    def close(self) -> None:
+        for fd in (self._clear, self._status):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._clear = self._status = None
 
 
 # -- what the items print -----------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The `batchfutures` command line.
 
     batchfutures demo                 run a small map on the embedded default (or the env's queue)
-    batchfutures status JOB [--watch] a job as a whole: status, times, children, failed calls
+    batchfutures status JOB [--watch] a job as a whole: status, times, children, failed calls, usage
     batchfutures logs JOB [--follow]  its console output (an array: JOB:<index>, or --all)
     batchfutures result JOB           its result(s), one line per call
     batchfutures cancel JOB           cancel or terminate it
@@ -209,13 +209,15 @@ def _status_exit(info: Any, failures: Any) -> int:
 TEXT_LIST_LIMIT = 20  # failed children / calls the text view lists; table and json list all
 
 
-def _print_status(info: Any, failures: Any, output: OutputFormat) -> None:
+def _print_status(info: Any, failures: Any, output: OutputFormat, usage: Any = None) -> None:
     from .jobview import duration
 
     if output is OutputFormat.JSON:
         data = info.as_dict()
         if failures is not None:
             data.update(failures.as_dict())
+        if usage is not None:
+            data["usage"] = usage.as_dict()
         _json(data)
         return
     if output is OutputFormat.TABLE:
@@ -234,6 +236,16 @@ def _print_status(info: Any, failures: Any, output: OutputFormat) -> None:
             _out("")
             _out(render_table(["ITEM", "CHILD", "ERROR", "MESSAGE"],
                               [[f.item, f.child, f.error_type, f.message] for f in failures.failed]))
+        if usage is not None:
+            _out("")
+            _out(render_table(
+                ["CALLS", "CPU S", "WALL S", "PEAK MIB", "VCPU-S", "GIB-S", "MEMORY MIB"],
+                [[usage.calls, f"{usage.cpu_s:.2f}", f"{usage.wall_s:.2f}",
+                  "-" if usage.peak_memory_mib is None else f"{usage.peak_memory_mib:.0f}",
+                  "-" if usage.vcpu_s is None else f"{usage.vcpu_s:.1f}",
+                  "-" if usage.gib_s is None else f"{usage.gib_s:.1f}", usage.memory_mib]]))
+            if usage.advice:
+                _out(usage.advice)
         return
     rows = [("job", info.job_id), ("name", info.name), ("status", info.status)]
     if info.status_reason:
@@ -263,6 +275,10 @@ def _print_status(info: Any, failures: Any, output: OutputFormat) -> None:
         if len(failures.failed) > TEXT_LIST_LIMIT:
             rows.append(("  ...", f"{len(failures.failed) - TEXT_LIST_LIMIT} more failed calls "
                                   f"(-o table lists them all)"))
+    if usage is not None:  # issue 22: used, reserved, and the memory setting against the peak
+        lines = list(usage.lines())
+        rows.append(("usage", lines[0]))
+        rows += [("", line) for line in lines[1:]]
     width = max(len(key) for key, _ in rows)
     for key, value in rows:
         _out(f"{key.ljust(width)}  {value}")
@@ -319,7 +335,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         failures = None
     if args.watch and args.output is OutputFormat.JSON:
         return _status_exit(info, failures)  # the JSON lines were the output
-    _print_status(info, failures, args.output)
+    usage = jobview.job_usage(env.storage, info, calls=failures) if failures is not None else None
+    _print_status(info, failures, args.output, usage)
     return _status_exit(info, failures)
 
 

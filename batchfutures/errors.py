@@ -23,6 +23,8 @@ exception a future raises. Batch's own fields decide the type, so the emulator a
 classified by the same code:
 
     OutOfMemoryError... (container reason or statusReason)    -> MemoryLimitExceeded
+    exit code 137, no such reason, and the worker's out-of-memory marker (a MemoryError: no
+      kernel kill, so no reason; see wants_oom_marker)         -> MemoryLimitExceeded
     "Job attempt duration exceeded timeout"                    -> JobTimeoutError
     "Host EC2 (instance ...) terminated.", "Your Spot Task was interrupted."
                                                                -> HostTerminatedError
@@ -56,6 +58,9 @@ __all__ = [
     "JobUnplaceableError",
     "PollerStoppedError",
     "classify_failure",
+    "wants_oom_marker",
+    "oom_marker_applies",
+    "OOM_MARKER_FIELD",
     "is_unplaceable_reason",
     "time_limit_reason",
     "time_limit_status_reason",
@@ -204,6 +209,10 @@ ABORT_REASON_PREFIX = "batchfutures:"  # the reason of every CancelJob/Terminate
 _TIMEOUT_PREFIX = "job attempt duration exceeded timeout"
 _HOST_LOST = ("host ec2", "your spot task was interrupted")
 _OOM_PREFIX = "outofmemoryerror"
+OOM_EXIT_CODE = 137  # 128 + SIGKILL: the kernel's OOM kill, and the worker's exit on MemoryError
+# The key under which the poller (reconcile) adds the worker's out-of-memory marker, read from
+# storage (storage.read_oom_marker), to a failed child's description before it is classified.
+OOM_MARKER_FIELD = "batchfuturesOutOfMemoryMarker"
 # A RUNNABLE job's statusReason when Batch cannot place it (botocore's JobDetail.statusReason).
 UNPLACEABLE_PREFIXES = ("MISCONFIGURATION:", "CAPACITY:")
 # ... of those, the one that says no compute environment has the vCPUs, memory or GPUs asked for
@@ -290,16 +299,59 @@ def cut_log_tail(text: Optional[str], limit: int = LOG_TAIL_BYTES) -> Optional[s
             f"future.log() has all of it]\n" + kept.decode("utf-8", "replace"))
 
 
+def wants_oom_marker(job: Mapping[str, Any]) -> bool:
+    """Whether a FAILED job (child) description can only be told an out-of-memory failure by the
+    worker's marker: its last attempt exited 137 with no ``OutOfMemoryError`` reason, and no
+    reason says it was stopped (timeout, lost host, cancel or terminate, the queue's time limit).
+
+    The worker exits 137 on a MemoryError without a kernel kill, so ECS (and the emulator under
+    cgroups) gives no reason; a plain SIGKILL is exit 137 too, and leaves no marker.
+    """
+    attempt = _last_attempt(job)
+    container = attempt.get("container") or job.get("container") or {}
+    if container.get("exitCode") != OOM_EXIT_CODE:
+        return False
+    if job.get("isCancelled") or job.get("isTerminated"):
+        return False
+    reasons = [str(text or "").lower() for text in (job.get("statusReason"),
+                                                    attempt.get("statusReason"),
+                                                    container.get("reason"))]
+    stopped = (_OOM_PREFIX, _TIMEOUT_PREFIX, *_HOST_LOST, ABORT_REASON_PREFIX)
+    if any(text.startswith(stopped) for text in reasons):
+        return False
+    return time_limit_reason(job.get("statusReason")) is None
+
+
+def oom_marker_applies(job: Mapping[str, Any], marker: Optional[Mapping[str, Any]]) -> bool:
+    """Whether ``marker`` (storage.read_oom_marker's) speaks for the job's last attempt: written
+    by it or a later one (its ``attempt``, AWS_BATCH_JOB_ATTEMPT, is at least the number of
+    attempts the description lists), or either count unknown. An earlier attempt's marker does
+    not make the last attempt's exit 137 an OOM."""
+    if not isinstance(marker, Mapping):
+        return False
+    attempts = job.get("attempts") or []
+    try:
+        number = int(marker.get("attempt"))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return True
+    return not attempts or number >= len(attempts)
+
+
 def classify_failure(
     job: Mapping[str, Any],
     *,
     job_id: Optional[str] = None,
     log_tail: Optional[str] = None,
     memory_mib: Optional[int] = None,
+    oom_marker: Optional[Mapping[str, Any]] = None,
 ) -> JobFailedError:
     """Build the typed exception for a FAILED job description (or ListJobs summary).
 
     ``memory_mib``: the job's memory setting, for a description that does not carry it.
+    ``oom_marker``: the worker's out-of-memory marker of this child, when storage holds one
+    (else the description's ``OOM_MARKER_FIELD``, which reconcile adds): with an exit code 137
+    and no reason saying otherwise (``wants_oom_marker``) the failure is a MemoryLimitExceeded,
+    as a kernel kill's ``OutOfMemoryError`` reason makes it.
     """
     job_id = job_id or job.get("jobId")
     attempt = _last_attempt(job)
@@ -360,6 +412,19 @@ def classify_failure(
             (status_reason or "").startswith(ABORT_REASON_PREFIX):
         return JobAbortedError(
             f"Batch job {job_id} was cancelled or terminated: {status_reason or 'no reason given'}",
+            **fields,
+        )
+    marker = oom_marker if oom_marker is not None else job.get(OOM_MARKER_FIELD)
+    if marker is not None and wants_oom_marker(job) and oom_marker_applies(job, marker):
+        memory = _memory_mib(job) or memory_mib
+        limit = f"{memory} MiB" if memory else "its memory setting"
+        return MemoryLimitExceeded(
+            f"Batch job {job_id} ran out of memory with {limit}: its worker raised MemoryError "
+            f"and exited with code {exit_code}, recording so in storage (Batch gives no "
+            f"OutOfMemoryError reason when the kernel did not kill it). Raise the limit, for "
+            f"example executor.with_settings(memory=\"{_suggest_memory(memory)}\"), or use "
+            f"less memory per call (a smaller chunksize).{tail}",
+            memory_mib=memory,
             **fields,
         )
     what = f"exited with code {exit_code}" if exit_code is not None else "failed"

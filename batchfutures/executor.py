@@ -513,7 +513,9 @@ class BatchExecutor(concurrent.futures.Executor):
     def job(self, job_id: str) -> Any:
         """The Batch job as a whole (a `jobview.JobInfo`): status, reason, child count and, per
         child, status, exit code and reason, from DescribeJobs and ListJobs; ``.log()`` reads
-        its log. For arrays and plain jobs alike; ``"<array id>:<i>"`` names one child."""
+        its log; ``.usage`` (read from storage when first asked) its calls' CPU summed, their
+        largest peak memory, and the vCPU- and GiB-seconds it reserved (docs/usage.md). For
+        arrays and plain jobs alike; ``"<array id>:<i>"`` names one child."""
         from .jobview import describe_in
 
         return describe_in(self._session.env, job_id)

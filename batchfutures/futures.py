@@ -10,8 +10,9 @@ Batch job. Its state moves only through the standard `Future` methods, driven by
 `result()` and `exception()` first flush the executor's coalescing buffer, so a caller waiting on
 a call that has not been sent yet does not wait out the coalescing window.
 
-This module imports nothing of the package: what a future needs of its executor (`FutureCore`)
-and of its job (`BoundJob`) are protocols here, so futures <-> jobs is no import cycle.
+This module imports nothing of the package (but the pure usage.Usage, when `usage` is read):
+what a future needs of its executor (`FutureCore`) and of its job (`BoundJob`) are protocols
+here, so futures <-> jobs is no import cycle.
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ class BatchFuture(concurrent.futures.Future):
     _cached = False
     # cache=True: (function digest, call digest of each item it covers, None if not cacheable)
     _cache_key: Optional[Any] = None
+    # the worker's [wall_s, cpu_s, peak_mib] of the call, set just before it resolves (issue 22);
+    # kept as read from the result object's JSON: a Usage is made only when asked for
+    _usage: Optional[Any] = None
 
     def __init__(self, core: Optional[FutureCore] = None) -> None:
         super().__init__()
@@ -99,6 +103,20 @@ class BatchFuture(concurrent.futures.Future):
         """True when the result came from the cache (``cache=True``) instead of a run of its
         own: a call that succeeded before, or an identical call in flight it followed."""
         return self._cached
+
+    @property
+    def usage(self) -> Optional[Any]:
+        """What the call used in its container (a ``usage.Usage``: ``wall_s``, ``cpu_s``,
+        ``peak_memory_mib``), measured by the worker; None until the call ended, and for a call
+        that left no outcome (its container was killed: out of memory, timeout, terminated),
+        did not run (cancelled, its function did not load), came from the cache, or whose
+        result object was written before usage was recorded."""
+        raw = self._usage
+        if raw is None or not self.done():
+            return None
+        from .usage import Usage
+
+        return Usage.from_raw(raw)
 
     def log(self) -> str:
         """The job's console output: CloudWatch Logs on AWS, the attempt's log file locally."""

@@ -508,10 +508,15 @@ class TrackedJob:
                     serialization.echo_output(printed[position])
             settle(self.children[index][0], True, functools.partial(decode_result, data, count))
         else:
+            # future.usage (issue 22): each item's entry from the meta, set before its future
+            # resolves (a done callback sees it); None for objects written before
+            used = serialization.result_usage(data) or ()
             for position, (future, (ok, value)) in enumerate(
                     zip(self.children[index], decode_result(data, count))):
                 if position in printed and not future.done():
                     serialization.echo_output(printed[position])
+                if position < len(used) and used[position] is not None and not future.done():
+                    future._usage = used[position]
                 settle(future, ok, value)
 
     def _settle_nodes(self, index: int, node_data: Sequence[StoredResult]) -> None:
@@ -521,7 +526,10 @@ class TrackedJob:
                 for _, printed in sorted(serialization.result_output(data).items()):
                     serialization.echo_output(printed)
         ok, value = combine_node_results(node_data, self.job_id)
+        used = node_usage(node_data)
         for future in self.children[index]:
+            if used is not None and not future.done():
+                future._usage = used
             settle(future, ok, value)
 
     def _fail_child(self, index: int, error_for_each: Callable[[], BaseException]) -> None:
@@ -546,6 +554,21 @@ def combine_node_results(node_data: Sequence[StoredResult], job_id: str) -> Tupl
             return False, value
         values.append(value)
     return True, values
+
+
+def node_usage(node_data: Sequence[StoredResult]) -> Optional[List[Any]]:
+    """A multi-node call's usage: the longest node's wall time, every node's CPU, the largest
+    node's peak; None when no node's was measured."""
+    entries = []
+    for data in node_data:
+        used = serialization.result_usage(data) if isinstance(data, bytes) else None
+        if used and isinstance(used[0], list) and len(used[0]) == 3:
+            entries.append(used[0])
+    if not entries:
+        return None
+    peaks = [entry[2] for entry in entries if isinstance(entry[2], (int, float))]
+    return [max(float(entry[0]) for entry in entries), sum(float(entry[1]) for entry in entries),
+            max(peaks) if peaks else None]
 
 
 def default_child_status(status: Optional[JobStatus], summary: Mapping[str, int]) -> JobStatus:

@@ -6,7 +6,14 @@
         │   (only statuses the parent's statusSummary counts; every page)
         v
     JobInfo ── .log(index=None) ──> DescribeJobs [child] + GetLogEvents (the latest attempt)
-            ── failed_calls(storage, info) ──> the result objects: calls whose function raised
+            ── failed_calls(storage, info) ──> the result objects: calls whose function raised,
+                                               and the usage each call's meta records
+            ── .usage ──> job_usage(storage, info): usage.JobUsage (issue 22)
+                 calls: their cpu_s summed, their largest peak_memory_mib (result objects' meta)
+                 reserved: the job's VCPU and MEMORY (jobdetail.resources of its container)
+                   x its run time: an array's children's startedAt..stoppedAt (ListJobs: each
+                   child's latest attempt), a plain job's attempts' (DescribeJobs), summed;
+                   a child still running counts up to now
 
 `describe` reads Batch only; `failed_calls` reads the result objects in storage (a job whose
 function raised is SUCCEEDED for Batch: only storage knows). `BatchExecutor.job(job_id)` and
@@ -17,7 +24,7 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from botocore.exceptions import ClientError
 
@@ -26,9 +33,10 @@ from . import logs as logreader
 from .errors import JobMetadataExpired
 from .logs import log_group_of
 from .statuses import FINISHED, STATUS_ORDER
+from .usage import JobUsage, Totals, run_seconds
 
 __all__ = ["JobInfo", "ChildInfo", "FailedCall", "CallFailures", "describe", "describe_in",
-           "failed_calls", "not_found"]
+           "failed_calls", "job_usage", "not_found"]
 
 DEFAULT_LOG_GROUP = "/aws/batch/job"
 # status shows at most this many result objects' failed calls (one GET each)
@@ -102,8 +110,16 @@ class JobInfo:
     job_url: Optional[str] = None  # where batchfutures keeps its payload, if it is ours
     log_stream: Optional[str] = None
     log_group: str = DEFAULT_LOG_GROUP
+    vcpus: Optional[float] = None  # the job's VCPU (its container's, overrides included)
+    memory_mib: Optional[int] = None  # its MEMORY
+    # a plain job's (or child's) attempts, (startedAt, stoppedAt) epoch seconds, the one
+    # running now included (stoppedAt None)
+    attempt_spans: List[Tuple[Optional[float], Optional[float]]] = field(default_factory=list)
     _log_reader: Optional[Callable[[Optional[int]], str]] = field(default=None, repr=False,
                                                                   compare=False)
+    _usage_reader: Optional[Callable[[], JobUsage]] = field(default=None, repr=False,
+                                                            compare=False)
+    _usage: Optional[JobUsage] = field(default=None, repr=False, compare=False)
 
     @property
     def is_array(self) -> bool:
@@ -119,6 +135,25 @@ class JobInfo:
 
     def duration(self, now: Optional[float] = None) -> Optional[float]:
         return duration(self.started_at, self.stopped_at, now)
+
+    def run_seconds(self, now: Optional[float] = None) -> float:
+        """The job's containers' run time summed: its children's (an array), else its attempts'
+        (a child still running counts up to ``now``; not at all when ``now`` is None)."""
+        if self.is_array:
+            return run_seconds(((c.started_at, c.stopped_at) for c in self.children), now)
+        return run_seconds(self.attempt_spans or [(self.started_at, self.stopped_at)], now)
+
+    @property
+    def usage(self) -> JobUsage:
+        """What the job's calls used and what it reserved (a ``usage.JobUsage``): its calls'
+        ``cpu_s`` summed, their largest ``peak_memory_mib``, and the vCPU-seconds and
+        GiB-seconds of its VCPU and MEMORY over its children's run times. Read from storage on
+        first use (one GET per result object, at most MAX_RESULTS_READ), then kept."""
+        if self._usage is None:
+            if self._usage_reader is None:
+                raise RuntimeError("this JobInfo was made without storage to read usage from")
+            self._usage = self._usage_reader()
+        return self._usage
 
     def log(self, index: Optional[int] = None) -> str:
         """The console output of the job's latest attempt; of child ``index`` for an array."""
@@ -203,6 +238,10 @@ def describe(batch_client: Any, job_id: str, *, logs: Any = None,
         log_stream=jobdetail.log_stream(description),
         log_group=log_group_of(description, log_group),
     )
+    reserved = jobdetail.resources(description.get("container") or {})
+    info.vcpus, info.memory_mib = reserved.vcpus, reserved.memory_mib
+    if not size:
+        info.attempt_spans = _attempt_spans(description)
     if size and children:
         listed: Dict[int, ChildInfo] = {}
         wanted = [s for s in STATUS_ORDER if info.status_counts.get(s)] or list(STATUS_ORDER)
@@ -216,9 +255,26 @@ def describe(batch_client: Any, job_id: str, *, logs: Any = None,
     return info
 
 
+def _attempt_spans(description: Dict[str, Any]) -> List[Tuple[Optional[float], Optional[float]]]:
+    """(startedAt, stoppedAt) of each finished attempt, and of the one running now."""
+    spans = [(_seconds(attempt.get("startedAt")), _seconds(attempt.get("stoppedAt")))
+             for attempt in description.get("attempts") or [] if isinstance(attempt, dict)]
+    started, stopped = _seconds(description.get("startedAt")), _seconds(description.get("stoppedAt"))
+    if description.get("status") not in FINISHED and started is not None and stopped is None:
+        last_stop = max((stop for _, stop in spans if stop is not None), default=None)
+        if last_stop is None or started >= last_stop:  # the attempt running now
+            spans.append((started, None))
+    return spans
+
+
 def describe_in(env: Any, job_id: str, *, children: bool = True) -> JobInfo:
-    """`describe` with an environment's clients (what `BatchExecutor.job` returns)."""
-    return describe(env.batch, job_id, logs=env.logs, log_group=env.log_group, children=children)
+    """`describe` with an environment's clients (what `BatchExecutor.job` returns); its
+    ``usage`` reads the environment's storage."""
+    info = describe(env.batch, job_id, logs=env.logs, log_group=env.log_group, children=children)
+    storage = getattr(env, "storage", None)
+    if storage is not None:
+        info._usage_reader = lambda: job_usage(storage, info)
+    return info
 
 
 def _log_reader(batch_client: Any, logs_client: Any, info: JobInfo,
@@ -263,6 +319,8 @@ class CallFailures:
     calls_read: int = 0  # items whose outcome was read
     failed: List[FailedCall] = field(default_factory=list)
     results_skipped: int = 0  # result objects left unread (beyond the limit)
+    usage: Totals = field(default_factory=Totals)  # the calls' usage read (issue 22)
+    chunksize: int = 1
 
     def as_dict(self) -> Dict[str, Any]:
         return {"callsRead": self.calls_read, "failedCalls": [f.as_dict() for f in self.failed],
@@ -286,17 +344,20 @@ def failed_calls(storage: Any, info: JobInfo, *, limit: int = MAX_RESULTS_READ) 
         indices = [info.array_index] if storage.has_result(job_url, info.array_index) else []
     else:
         indices = sorted(storage.list_results(job_url))
-    report = CallFailures(results_skipped=max(0, len(indices) - limit))
+    report = CallFailures(results_skipped=max(0, len(indices) - limit), chunksize=max(1, chunksize))
     for child in indices[:limit]:
         data = storage.read_result(job_url, child)
         if data is None:
             continue
         try:
-            _, outcomes = serialization.unpack_result(data)
+            meta, outcomes = serialization.unpack_result(data)
         except ValueError as error:
             report.failed.append(FailedCall(child * chunksize, child, "RemoteError",
                                             f"the result object could not be read: {error}"))
             continue
+        used = meta.get("usage")
+        if isinstance(used, list):
+            report.usage.add_raw(used[:len(outcomes)])
         for position, outcome in enumerate(outcomes):
             report.calls_read += 1
             if serialization.outcome_kind(outcome) == serialization.OK:
@@ -305,3 +366,28 @@ def failed_calls(storage: Any, info: JobInfo, *, limit: int = MAX_RESULTS_READ) 
             report.failed.append(FailedCall(child * chunksize + position, child,
                                             type(error).__name__, str(error)))
     return report
+
+
+def job_usage(storage: Any, info: JobInfo, *, calls: Optional[CallFailures] = None,
+              now: Optional[float] = None, limit: int = MAX_RESULTS_READ) -> JobUsage:
+    """The job's usage (``JobInfo.usage``): its calls' from their result objects (``calls``:
+    what failed_calls read already, else read now) and what it reserved from Batch's answer.
+
+    A job still running counts its running children up to ``now`` (default: the time now).
+    """
+    import time
+
+    if calls is None:
+        try:
+            calls = failed_calls(storage, info, limit=limit)
+        except (FileNotFoundError, ValueError):
+            calls = None
+    totals = calls.usage if calls is not None else Totals()
+    processes = 1
+    if calls is not None and info.vcpus and info.vcpus >= 2 and calls.chunksize > 1:
+        processes = min(int(info.vcpus), calls.chunksize)  # the inner pool (pool.py)
+    return JobUsage.of(totals, info.vcpus, info.memory_mib,
+                       info.run_seconds(time.time() if now is None else now),
+                       processes=processes,
+                       results_skipped=calls.results_skipped if calls is not None else 0,
+                       ended=info.ended)

@@ -12,7 +12,11 @@
                           GIVE_UP   ─> final_error: the MemoryLimitExceeded names every try
 
 Only children whose failure is a MemoryLimitExceeded are retried; every other failure, and
-every child of a job with K = 0, settles as before. The next try is sized as the queue's
+every child of a job with K = 0, settles as before. A MemoryLimitExceeded is the kernel's kill
+(Batch's ``OutOfMemoryError`` reason) or the worker's MemoryError: exit 137 with no reason and
+its out-of-memory marker in storage (storage.write_oom_marker, read by reconcile, classified by
+errors.classify_failure); both are retried alike, with the memory Batch describes for the try.
+The next try is sized as the queue's
 platform sizes (``Placement``, from ``placement_of(env)``):
 
     LOCAL    the memory doubled, capped at the machine's (what LocalEnvironment allows)

@@ -11,8 +11,9 @@
              calls.load_bundles, so the initializer and the calls share one namespace)
         all N ready; one failed?  every item's outcome is that failure (as sequentially)
         hand out ranges of item positions, shrinking (guided self-scheduling) ──> (start, stop)
-          sub-process k: each function loaded once, the items run
-                                                   ──> [(position, outcome, printed)...]
+          sub-process k: each function loaded once, the items run, each measured (calls.Meter,
+          opened in the sub-process: its own /proc/self)
+                                                   ──> [(position, outcome, printed, usage)...]
         outcomes back in item order; None ("stop") to every sub-process; reap them
       printed: with echo_output (``output`` given), what the item printed in its sub-process
       (calls.Capture there: tee'd to the container's log as before) or None
@@ -167,7 +168,7 @@ def processes_for(item_count: int, environ: Optional[Mapping[str, str]] = None) 
 # -- in a sub-process ---------------------------------------------------------------------------
 def _serve_items(connection: Connection, items: Sequence[Item], header: Dict[str, Any],
                  index: int, prefetched: calls.Prefetched, resolver: Resolver,
-                 capture_output: bool = False) -> None:
+                 capture_output: bool = False, measure: bool = False) -> None:
     """A sub-process's life: the initializer, then the ranges of items it is handed.
 
     ``capture_output``: what each item prints is sent back with its outcome (calls.Capture).
@@ -177,18 +178,24 @@ def _serve_items(connection: Connection, items: Sequence[Item], header: Dict[str
     connection.send(("ready", failure, capture.take() if failure is not None else None))
     if failure is not None:
         return
-    runner = calls.ItemRunner(prefetched, header, index, resolver, functions, failed)
+    meter = calls.Meter() if measure else None  # here: /proc/self is this sub-process
+    runner = calls.ItemRunner(prefetched, header, index, resolver, functions, failed, meter)
 
-    def run(position: int) -> Tuple[int, bytes, Any]:
+    def run(position: int) -> Tuple[int, bytes, Any, Any]:
         outcome = runner.run(items[position])
-        return position, outcome, capture.take()  # what it printed (and the initializer before)
+        # what it printed (and the initializer before), and what it used
+        return position, outcome, capture.take(), runner.usage
 
-    while True:
-        task = connection.recv()
-        if task is None:
-            return
-        start, stop = task
-        connection.send([run(position) for position in range(start, stop)])
+    try:
+        while True:
+            task = connection.recv()
+            if task is None:
+                return
+            start, stop = task
+            connection.send([run(position) for position in range(start, stop)])
+    finally:
+        if meter is not None:
+            meter.close()
 
 
 def _libc_prctl() -> Any:
@@ -245,7 +252,7 @@ def _kill(process: _SubProcess) -> None:
 
 def _start(count: int, items: Sequence[Item], header: Dict[str, Any], index: int,
            prefetched: calls.Prefetched, resolver: Resolver,
-           capture_output: bool = False) -> List[_SubProcess]:
+           capture_output: bool = False, measure: bool = False) -> List[_SubProcess]:
     calls.flush_output()  # what is buffered now must not be written once by every sub-process
     parent, prctl = os.getpid(), _libc_prctl()
     started: List[_SubProcess] = []
@@ -266,7 +273,8 @@ def _start(count: int, items: Sequence[Item], header: Dict[str, Any], index: int
                     for other in started:
                         other.connection.close()
                     _die_with(parent, prctl)
-                    _serve_items(theirs, items, header, index, prefetched, resolver, capture_output)
+                    _serve_items(theirs, items, header, index, prefetched, resolver, capture_output,
+                                 measure)
                     status = 0
                     atexit._run_exitfuncs()  # as the worker's own exit: handlers, not threads
                 except MemoryError:
@@ -315,10 +323,12 @@ def _receive(process: _SubProcess) -> Any:
 def run_pool(items: Sequence[Item], header: Dict[str, Any], index: int,
              prefetched: calls.Prefetched, processes: int,
              output: Optional[Dict[int, Any]] = None,
-             resolver: Optional[Resolver] = None) -> List[bytes]:
+             resolver: Optional[Resolver] = None,
+             usage: Optional[List[Any]] = None) -> List[bytes]:
     """The items' outcomes, in order, run on ``processes`` forked sub-processes.
 
     ``output``: filled with what each item printed (worker.run_items's ``output``).
+    ``usage``: extended with each item's usage, in item order (worker.run_items's ``usage``).
     ``resolver``: the upstream results the items' arguments name, read already (no storage I/O
     after the fork); None when they name none.
     Raises SubProcessEnded when one of them ends unasked (the others are killed first).
@@ -326,7 +336,9 @@ def run_pool(items: Sequence[Item], header: Dict[str, Any], index: int,
     count = len(items)
     if resolver is None:
         resolver = Resolver(None)
-    started = _start(processes, items, header, index, prefetched, resolver, output is not None)
+    started = _start(processes, items, header, index, prefetched, resolver, output is not None,
+                     usage is not None)
+    used: List[Any] = [None] * count
     by_connection = {process.connection: process for process in started}
     outcomes: List[Optional[bytes]] = [None] * count
     try:
@@ -357,8 +369,9 @@ def run_pool(items: Sequence[Item], header: Dict[str, Any], index: int,
         busy = {connection for connection in by_connection if hand_out(connection)}
         while busy:
             for connection in wait(list(busy)):
-                for position, outcome, printed in _receive(by_connection[connection]):
+                for position, outcome, printed, item_usage in _receive(by_connection[connection]):
                     outcomes[position] = outcome
+                    used[position] = item_usage
                     if printed is not None and output is not None:
                         output[position] = printed
                 if not hand_out(connection):
@@ -367,12 +380,15 @@ def run_pool(items: Sequence[Item], header: Dict[str, Any], index: int,
     except BaseException:
         _stop(started, kill=True)
         raise
+    if usage is not None:
+        usage.extend(used)
     return outcomes  # type: ignore[return-value]  # every position was sent back
 
 
 def run_items(storage: "Storage", header: Dict[str, Any], items: Sequence[Item], index: int,
               processes: int, output: Optional[Dict[int, Any]] = None,
-              prefetched: Optional[calls.Prefetched] = None) -> List[bytes]:
+              prefetched: Optional[calls.Prefetched] = None,
+              usage: Optional[List[Any]] = None) -> List[bytes]:
     """worker.run_items on ``processes`` processes: one encoded outcome per item, in order.
 
     ``prefetched``: the payloads worker.run_items checked already; None fetches (and checks)
@@ -388,7 +404,7 @@ def run_items(storage: "Storage", header: Dict[str, Any], items: Sequence[Item],
     resolver.preload(items)  # here, before the fork: the sub-processes read no storage
     logger.debug("child %d: running %d items on %d processes", index, len(items), processes)
     try:
-        return run_pool(items, header, index, prefetched, processes, output, resolver)
+        return run_pool(items, header, index, prefetched, processes, output, resolver, usage)
     except SubProcessEnded as ended:
         if ended.exit_status == calls.OOM_EXIT_STATUS:  # its MemoryError, or SIGKILL (128 + 9)
             raise MemoryError from None

@@ -13,7 +13,12 @@ The rules (issue 11): counts are hints, never the truth.
   children finished, and how, comes from ListJobs, DescribeJobs and the result objects.
 - A result object is the truth that a child succeeded. A child with no result fails as
   "succeeded but wrote no result" only when ListJobs/DescribeJobs says SUCCEEDED.
-- A child fails only when ListJobs(FAILED) names it; DescribeJobs of it gives the type.
+- A child fails only when ListJobs(FAILED) names it; DescribeJobs of it gives the type. A
+  failed child whose last attempt exited 137 with no reason (errors.wants_oom_marker) has its
+  out-of-memory marker read from storage (``Needs.markers``, one GET each): the worker writes one
+  before it exits on a MemoryError, which ECS reports with no OutOfMemoryError reason; a marker
+  found goes into the description (``with_marker``) and classify_failure makes it
+  MemoryLimitExceeded, so retry_on_oom acts on it as on the kernel's kill.
 - A finished job with open children is examined on every poll until each is settled.
 - An array job that FAILED before any child existed (the summary is empty and no listing names a
   child) fails each future from the parent's own description.
@@ -40,12 +45,19 @@ from dataclasses import dataclass, field
 from typing import AbstractSet, Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .batchapi import node_index
-from .errors import ABORT_REASON_PREFIX, IntegrityError, is_too_large_reason, is_unplaceable_reason
+from .errors import (
+    ABORT_REASON_PREFIX,
+    OOM_MARKER_FIELD,
+    IntegrityError,
+    is_too_large_reason,
+    is_unplaceable_reason,
+    wants_oom_marker,
+)
 from .jobs import Actions, JobView, Shown, default_child_status
 from .results import Arrival, ReadFailed
 from .statuses import ACTIVE, FINISHED, QUEUED, JobStatus
 
-__all__ = ["Reads", "Needs", "Step", "reconcile", "last_container"]
+__all__ = ["Reads", "Needs", "Step", "reconcile", "last_container", "with_marker"]
 
 MAX_REASON = 250  # CancelJob's reason is free text; keep ours short
 # Listings read only in part: RUNNABLE children are listed for their reasons, which every child
@@ -65,6 +77,8 @@ class Reads:
     stored: Optional[FrozenSet[int]] = None   # storage listing of written results (from stored_from)
     failed_nodes: Optional[List[Mapping[str, Any]]] = None  # ListJobs(multiNodeJobId, FAILED)
     nodes: Dict[int, Mapping[str, Any]] = field(default_factory=dict)  # DescribeJobs of "<id>#<k>"
+    # storage.oom_markers: a failed child's out-of-memory marker, None when it wrote none
+    markers: Dict[int, Optional[Mapping[str, Any]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -78,10 +92,11 @@ class Needs:
     stored_from: int = 0                  # ...of the children from this index on
     failed_nodes: bool = False            # ListJobs(multiNodeJobId, FAILED), every page
     nodes: Tuple[int, ...] = ()           # DescribeJobs of these nodes of a multi-node job
+    markers: Tuple[int, ...] = ()         # GET oom/<index>: failed children's out-of-memory markers
 
     def __bool__(self) -> bool:
         return bool(self.listings or self.children or self.results or self.stored
-                    or self.failed_nodes or self.nodes)
+                    or self.failed_nodes or self.nodes or self.markers)
 
 
 @dataclass(frozen=True)
@@ -169,7 +184,17 @@ def _plain(view: JobView, reads: Reads) -> Step:
             actions.read = (0,)
             actions.changed = True
     elif status is JobStatus.FAILED:
-        actions.failed[0] = description
+        if view.nodes <= 1:
+            unread = _markers_wanted(reads, {0: description})
+            if unread:
+                return Step(Needs(markers=unread))
+        else:
+            main = (description.get("nodeProperties") or {}).get("mainNode", 0)
+            if _no_outcome(description):  # the parent without its main node's outcome
+                if main not in reads.nodes:
+                    return Step(Needs(nodes=(main,)))
+                description = _as_main_node(description, reads.nodes[main])
+        actions.failed[0] = with_marker(description, reads.markers.get(0))
         actions.changed = True
     elif status is JobStatus.RUNNABLE and is_unplaceable_reason(reason):
         _stuck(view, actions, {0: str(reason)}, description)
@@ -178,6 +203,22 @@ def _plain(view: JobView, reads: Reads) -> Step:
     else:
         actions.stuck_since = actions.stuck_reason = None
     return Step(actions=actions)
+
+
+def _no_outcome(description: Mapping[str, Any]) -> bool:
+    """Whether a description says nothing of how its container ended (no exit code, no reason)."""
+    container = last_container(description)
+    return container.get("exitCode") is None and not container.get("reason")
+
+
+def _as_main_node(parent: Mapping[str, Any], main: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A failed multi-node job, typed by its main node: Batch takes the job's end from the main
+    node, but a parent described without it (no attempts, no container) would read as a plain
+    failure where the main node was, say, killed for memory."""
+    if not main:  # Batch did not describe the node: the parent as it is
+        return parent
+    return {**parent, "attempts": main.get("attempts") or [],
+            "container": main.get("container") or parent.get("container") or {}}
 
 
 def _failed_node(view: JobView, reads: Reads, actions: Actions,
@@ -257,8 +298,13 @@ def _array(view: JobView, reads: Reads) -> Step:
     undescribed = tuple(sorted(i for i in failed_listed if i not in reads.children))
     if undescribed:
         return Step(Needs(children=undescribed))
+    unread = _markers_wanted(reads, {index: reads.children.get(index) or item
+                                     for index, item in failed_listed.items()})
+    if unread:  # exit 137 with no reason: the worker's marker says whether it ran out of memory
+        return Step(Needs(markers=unread))
     for index, item in failed_listed.items():
-        failed = actions.failed[index] = reads.children.get(index) or item  # a summary types it too
+        failed = actions.failed[index] = with_marker(reads.children.get(index) or item,
+                                                     reads.markers.get(index))
         actions.shown[index] = Shown(JobStatus.FAILED, failed.get("statusReason"),
                                      last_container(failed).get("exitCode"))
 
@@ -415,6 +461,23 @@ def requested_resources(description: Mapping[str, Any]) -> str:
     if found.get("GPU"):
         parts.append(f"{found['GPU']} GPUs")
     return ", ".join(parts)
+
+
+# -- out-of-memory markers -----------------------------------------------------------------------
+def _markers_wanted(reads: Reads, failed: Mapping[int, Mapping[str, Any]]) -> Tuple[int, ...]:
+    """The failed children whose marker to read: exit 137 with no reason (wants_oom_marker),
+    not read yet this poll. One GET each, only for such children."""
+    return tuple(sorted(index for index, description in failed.items()
+                        if index not in reads.markers and wants_oom_marker(description)))
+
+
+def with_marker(description: Mapping[str, Any],
+                marker: Optional[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """The failed description to classify: with the worker's out-of-memory marker, when one was
+    read, under errors.OOM_MARKER_FIELD (classify_failure then makes it MemoryLimitExceeded)."""
+    if marker is None:
+        return description
+    return {**description, OOM_MARKER_FIELD: dict(marker)}
 
 
 # -- small readers of Batch's shapes -------------------------------------------------------------

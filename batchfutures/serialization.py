@@ -26,6 +26,13 @@ stream, at most calls.OUTPUT_LIMIT characters). It is read apart from the outcom
 (result_output), so decoding an outcome costs what it did; an object without meta["output"]
 (written before issue 18) has none.
 
+The meta's "usage" (issue 22) is what each item used in its container, measured by the worker
+(calls.Meter): one entry per item, in item order, ``[wall_s, cpu_s, peak_mib]`` (peak_mib null
+where memory is not measured: the emulator's thread launcher), or null for an item not measured
+(its function did not load). Absent when no item was measured: an object written before issue 22,
+a refused job, an initializer that failed. Read apart from the outcomes (result_usage), at no
+extra request: it travels in the object the client reads anyway.
+
 With an executor initializer, a function's pickle is ``(initializer, fn)`` made by one dumps
 (dumps_function): cloudpickle gives the functions of one dumps that share a module one globals
 dict when loaded, so what the initializer sets with ``global`` is what the function reads, even
@@ -82,7 +89,7 @@ __all__ = [
     "pack_items", "pack_arguments", "unpack_items", "CALLS", "ARGS", "ARG", "encode_ok",
     "encode_error", "encode_unpicklable",
     "encode_mismatch", "pack_result", "unpack_result", "outcome_result", "decode_outcome",
-    "outcome_kind", "dumps_function", "result_output", "echo_output", "item_functions",
+    "outcome_kind", "dumps_function", "result_output", "result_usage", "echo_output", "item_functions",
 ]
 
 PROTOCOL = pickle.HIGHEST_PROTOCOL
@@ -589,6 +596,25 @@ def result_output(data: Any) -> Dict[int, List[Any]]:
                 if isinstance(printed, list) and len(printed) == 4}
     except Exception:
         return {}
+
+
+def result_usage(data: Any) -> Optional[List[Any]]:
+    """The meta's per-item usage entries (see the module docstring), None when the object has
+    none (written before issue 22, no item measured) or cannot be read. Reads the meta only."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        return None
+    try:
+        view = memoryview(data)
+        if bytes(view[:8]) != RESULT_MAGIC:
+            return None
+        (meta_length,) = _U64.unpack_from(view, 8)
+        meta = bytes(view[16:16 + meta_length])
+        if b'"usage"' not in meta:  # nothing measured: not even the meta is parsed
+            return None
+        usage = json.loads(meta).get("usage")
+    except Exception:
+        return None
+    return usage if isinstance(usage, list) else None
 
 
 def _echo_stream(stream: Any, text: Any, cut: Any, name: str) -> None:

@@ -11,9 +11,12 @@ worker reads its slice and writes its result; the poller lists and reads results
                                                  │
     worker (child i) <── read_child_inputs ──────┘  GET [0, 64 KiB), then GET its own blob
                      ── write_result(job, i) ──> R/runs/<run_id>/jobs/<job_key>/results/<i>
+                     ── write_oom_marker(job, i) > R/runs/<run_id>/jobs/<job_key>/oom/<i>
+                        (only on a MemoryError, exit 137; never a result: see worker.py)
                                                  │
     poller <── list_results (one LIST) ──────────┤
            <── read_result(job, i) ──────────────┘  checks its seal: IntegrityError, else the bytes
+           <── oom_markers(job, [i]) ────────────┘  a FAILED child's, exit 137 with no OOM reason
 
 Every object anyone unpickles is authenticated (signing.py): functions, results and job
 pointers are sealed objects (magic, HMAC-SHA256 tag, payload) whose tag binds them to R itself
@@ -104,10 +107,16 @@ SIZE_VARIABLE = "BATCHFUTURES_MAX_OBJECT_SIZE"  # bytes; overrides MAX_OBJECT_SI
 READ_CHUNK = 1024 * 1024  # bytes fed to the MAC (and copied into the buffer) at a time
 # digits of a result object's name (results/00042): arrays have at most 10,000 children
 RESULT_DIGITS = 5
+# A child that ended on a MemoryError records it at <job>/oom/<i> (sealed as kind "oom"): the
+# client's proof that an exit status 137 with no OutOfMemoryError reason was out of memory.
+OOM_FOLDER = "oom"
+OOM_KIND = "oom"
+_MARKER_GETS = 8  # the poller reads this many markers one GET each; more: one LIST first
 _U64 = struct.Struct("<Q")
 _PAIR = struct.Struct("<2Q")
 _T = TypeVar("_T")
 logger = logging.getLogger("batchfutures")
+_OPENED: Dict[str, "Storage"] = {}  # root URL -> the Storage from_url last made for it
 
 try:  # tenacity >= 8.3: stop before a wait that would end past the budget's seconds
     from tenacity import stop_before_delay
@@ -346,12 +355,23 @@ class Storage:
     def from_url(cls, url: str, *, storage_options: Optional[Dict[str, Any]] = None,
                  signer: Optional[Signer] = None,
                  max_object_size: Optional[int] = None) -> "Storage":
-        """The Storage rooted at R of a job URL ``R/runs/<run_id>/jobs/<job_key>`` (the worker's)."""
+        """The Storage rooted at R of a job URL ``R/runs/<run_id>/jobs/<job_key>`` (the worker's).
+
+        The last one made for each root is kept (``opened``): the worker's out-of-memory marker
+        is written with it, its key already loaded, when memory is short."""
         root, sep, _ = url.rpartition("/runs/")
         if not sep or not root:
             raise ValueError(f"{url!r} is not a batchfutures job URL (R/runs/<run>/jobs/<key>)")
-        return cls(root, storage_options=storage_options, signer=signer,
-                   max_object_size=max_object_size)
+        storage = cls(root, storage_options=storage_options, signer=signer,
+                      max_object_size=max_object_size)
+        _OPENED[storage.root_url] = storage
+        return storage
+
+    @staticmethod
+    def opened(url: str) -> Optional["Storage"]:
+        """The Storage ``from_url`` last made for the root of job URL ``url``, if any."""
+        root, sep, _ = url.rpartition("/runs/")
+        return _OPENED.get(root.rstrip("/")) if sep else None
 
     @property
     def signer(self) -> Signer:
@@ -757,6 +777,63 @@ class Storage:
 
     def has_result(self, job_url: str, index: int) -> bool:
         return self.object_exists(self.result_url(job_url, index))
+
+    # -- out-of-memory markers ---------------------------------------------------------------
+    def oom_marker_url(self, job_url: str, index: int) -> str:
+        """Where child ``index`` records that it ran out of memory: beside ``results/``, never in
+        it, so a marker is never listed, read or kept as a result."""
+        return f"{job_url}/{OOM_FOLDER}/{int(index):0{RESULT_DIGITS}d}"
+
+    def write_oom_marker(self, job_url: str, index: int, attempt: Optional[str] = None) -> None:
+        """Record that child ``index`` (its Batch attempt ``attempt``, AWS_BATCH_JOB_ATTEMPT)
+        ended on a MemoryError: a sealed object of a few dozen bytes (written when memory is
+        short; the caller tolerates its failure). A later attempt's marker replaces an earlier
+        one's; a result is never touched."""
+        url = self.oom_marker_url(job_url, index)
+        payload = json.dumps({"attempt": attempt, "time": round(time.time(), 3)},
+                             separators=(",", ":")).encode()
+        self.put_bytes(url, self.signer.seal(OOM_KIND, self.name_of(url), payload,
+                                             root=self.mac_root))
+
+    def read_oom_marker(self, job_url: str, index: int) -> Optional[Dict[str, Any]]:
+        """Child ``index``'s out-of-memory marker (``{"attempt": "1" | None, "time": epoch}``),
+        None when there is none; IntegrityError when its seal does not check (JSON, never a
+        pickle, is read from it)."""
+        url = self.oom_marker_url(job_url, index)
+        data = self._read_sealed(url, OOM_KIND)
+        if data is None:
+            return None
+        try:
+            marker = json.loads(bytes(data).decode())
+        except ValueError:
+            marker = None
+        if not isinstance(marker, dict):
+            raise IntegrityError(f"the out-of-memory marker {self.name_of(url)} is not a marker")
+        return marker
+
+    def list_oom_markers(self, job_url: str) -> Set[int]:
+        """Indices of the children of the job that recorded an out-of-memory marker."""
+        return {index for index in map(_result_index, self._names(f"{job_url}/{OOM_FOLDER}"))
+                if index is not None}
+
+    def oom_markers(self, job_url: str, indices: Sequence[int]) -> Dict[int, Optional[Dict[str, Any]]]:
+        """The poller's read of the markers of failed children: index -> marker or None. A marker
+        whose seal does not check counts as none (logged): it cannot make a failure an OOM.
+        Other read errors propagate (the poll is made again). Past a few indices one listing
+        says which markers exist, and only those are read."""
+        found: Dict[int, Optional[Dict[str, Any]]] = {}
+        present = self.list_oom_markers(job_url) if len(indices) > _MARKER_GETS else None
+        for index in indices:
+            if present is not None and index not in present:
+                found[index] = None
+                continue
+            try:
+                found[index] = self.read_oom_marker(job_url, index)
+            except IntegrityError as error:
+                logger.warning("batchfutures: ignoring the out-of-memory marker of child %d of "
+                               "%s: %s", index, job_url, error)
+                found[index] = None
+        return found
 
     def object_exists(self, url: str) -> bool:
         """Whether an object (not a folder) is there; one GET of its first byte on S3.

@@ -53,6 +53,11 @@ _JOB_NAME_BAD = re.compile(r"[^A-Za-z0-9_-]+")
 # What would fail the same way again exits: an out-of-memory kill, a timeout (Batch itself does
 # not retry those) and a termination this client asked for. An exception raised by the function
 # is an outcome, not a failure: the worker exits 0. At most 5 rules (Batch's limit).
+# Batch's own retries see exit codes and reasons only. A worker's MemoryError is exit 137 with no
+# reason (its out-of-memory marker is in storage, which Batch cannot read): no rule matches, so
+# Batch retries it like a crash within `retries`; an `onExitCode: 137` EXIT rule would also stop
+# the retries of every plain SIGKILL. The client classifies it as MemoryLimitExceeded from the
+# marker once the attempts are spent (docs/errors.md, "Retries").
 RETRY_RULES = [
     {"onReason": "OutOfMemoryError*", "action": "EXIT"},
     {"onStatusReason": "Job attempt duration exceeded timeout*", "action": "EXIT"},

@@ -19,6 +19,8 @@
          last calls.OUTPUT_LIMIT characters of each (calls.Capture), for the client to print
          (an argument that is another call's result is read from that call's result object)
       -> one outcome per item: value | exception + traceback | unpicklable | mismatch
+         and its usage (issue 22: calls.Meter, wall/CPU seconds and peak MiB of the item, also
+         per item on the inner pool), in the result's JSON meta "usage", no extra request
       -> write <job_url>/results/<i> once, atomically and only if absent, with the kept
          output in its output section (serialization.pack_result); exit 0
 
@@ -27,7 +29,10 @@ outcome, not a container failure: the worker still exits 0. A MemoryError, from 
 while pickling its result, means the container ran out of memory: the worker writes one line to
 stderr and ends with exit status 137 without writing a result, as the kernel's OOM killer would
 (the local emulator caps memory with RLIMIT_DATA, so there an over-limit allocation surfaces as
-MemoryError). A result already written by an earlier attempt is kept: a retry never overwrites
+MemoryError). No kernel killed it, so Batch gives no OutOfMemoryError reason: before it exits,
+``_out_of_memory`` records an out-of-memory marker (storage.write_oom_marker, <job_url>/oom/<i>,
+signed; never a result), from which the client classifies the exit as MemoryLimitExceeded.
+A result already written by an earlier attempt is kept: a retry never overwrites
 a finished result. The worker's own messages go to stderr through the "batchfutures" logger.
 Once the result is written the process ends (``os._exit`` after the atexit handlers), so a
 non-daemon thread left running by the function cannot keep the job alive.
@@ -80,6 +85,8 @@ NODE_POLL_INTERVAL = 0.25  # the main node's look for the other nodes' results (
 # stops the nodes still running), so a node that wrote its result usually exits SUCCEEDED.
 NODE_EXIT_GRACE = 1.0
 _OOM_LINE = b"batchfutures.worker: MemoryError: out of memory; exiting with status 137 like the OOM killer\n"
+_OOM_MARKER_FAILED = (b"batchfutures.worker: could not record the out-of-memory marker; the "
+                      b"client will see a plain exit status 137\n")
 
 
 def _never() -> bool:
@@ -113,8 +120,18 @@ def _process_context() -> Context:
     return Context(os.environ)
 
 
-def _out_of_memory() -> None:
-    """Die as an out-of-memory kill would: no result, exit status 137."""
+def _out_of_memory(job_url: Optional[str] = None) -> None:
+    """Die as an out-of-memory kill would: no result, exit status 137.
+
+    Before it exits, it records the out-of-memory marker of this child (storage.write_oom_marker,
+    at ``<job_url>/oom/<i>``, beside the results and never one): the kernel's kill gives Batch
+    an ``OutOfMemoryError`` reason, a MemoryError does not (on AWS, or under the emulator's
+    cgroups), so the marker is what lets the client classify this exit 137 as
+    MemoryLimitExceeded and retry_on_oom act on it. Memory is short: the frames that failed are
+    gone (``main`` calls this after its ``except`` block), the stderr line is preallocated, the
+    marker is a few dozen bytes written with the Storage the attempt already made (its key
+    loaded), and any failure to write it (MemoryError included) leaves a plain exit 137.
+    """
     try:
         for stream in (sys.stdout, sys.stderr):
             try:
@@ -122,8 +139,34 @@ def _out_of_memory() -> None:
             except Exception:
                 pass
         os.write(2, _OOM_LINE)  # preallocated, no logging machinery: memory is short
+        if job_url:
+            _record_out_of_memory(job_url, os.environ)
     finally:
         os._exit(OOM_EXIT_STATUS)
+
+
+def _record_out_of_memory(job_url: str, environ: Mapping[str, str]) -> None:
+    """_out_of_memory's marker, best effort: never raises."""
+    try:
+        from .storage import Storage
+
+        raw = environ.get("AWS_BATCH_JOB_NODE_INDEX") or environ.get("AWS_BATCH_JOB_ARRAY_INDEX")
+        index = int(raw or 0)
+        storage = Storage.opened(job_url)
+        if storage is None:  # the attempt failed before it made one: make it as run_child does
+            from .awsclients import worker_storage_options
+            from .storage import size_limit
+
+            storage = Storage.from_url(
+                job_url, signer=_job_signer(environ),
+                storage_options=worker_storage_options(dict(environ)) or None,
+                max_object_size=size_limit(environ))
+        storage.write_oom_marker(job_url, index, environ.get("AWS_BATCH_JOB_ATTEMPT"))
+    except BaseException:  # noqa: B036 - a MemoryError too: then it is a plain exit 137
+        try:
+            os.write(2, _OOM_MARKER_FAILED)
+        except BaseException:  # noqa: B036
+            pass
 
 
 def _item_count(header: Dict[str, Any], index: int) -> int:
@@ -134,12 +177,15 @@ def _item_count(header: Dict[str, Any], index: int) -> int:
 
 def run_items(storage: "Storage", header: Dict[str, Any], blob: Union[bytes, bytearray],
               index: int, context: Optional[Context] = None,
-              output: Optional[Dict[int, Any]] = None) -> List[bytes]:
+              output: Optional[Dict[int, Any]] = None,
+              usage: Optional[List[Any]] = None) -> List[bytes]:
     """Run child ``index``'s items; one encoded outcome per item. MemoryError propagates, and
     so does IntegrityError: a seal that fails refuses the whole child, before anything ran.
 
     ``output``: a dict to fill with what each item printed (item position -> [stdout, stderr,
     chars cut of each]), for the items that printed; None: nothing is kept (only the log has it).
+    ``usage``: a list to fill with each item's ``[wall_s, cpu_s, peak_mib or None]`` (None for
+    an item not measured), in item order; left empty when no item ran.
     """
     context = context or _process_context()
 
@@ -170,17 +216,18 @@ def run_items(storage: "Storage", header: Dict[str, Any], blob: Union[bytes, byt
     processes = pool.processes_for(len(items), context.environ) if context.fork else 1
     if processes > 1:  # a job of N vCPUs: the items on N processes, the initializer in each
         return pool.run_items(storage, header, items, index, processes, output=output,
-                              prefetched=prefetched)
+                              prefetched=prefetched, usage=usage)
     capture = calls.Capture(output is not None and context.fork)
     try:
-        return _run_here(storage, prefetched, header, items, index, context, capture, output)
+        return _run_here(storage, prefetched, header, items, index, context, capture, output,
+                         usage)
     finally:
         capture.close()
 
 
 def _run_here(storage: "Storage", prefetched: calls.Prefetched, header: Dict[str, Any],
               items: Sequence[calls.Item], index: int, context: Context, capture: calls.Capture,
-              output: Optional[Dict[int, Any]]) -> List[bytes]:
+              output: Optional[Dict[int, Any]], usage: Optional[List[Any]] = None) -> List[bytes]:
     """run_items in this process: the upstream results read (their seals checked), the
     initializer, then the items one by one; every payload in ``prefetched`` had its seal checked."""
     resolver = Resolver(storage, header.get("redirects"))
@@ -189,14 +236,21 @@ def _run_here(storage: "Storage", prefetched: calls.Prefetched, header: Dict[str
     if failure is not None:
         capture.keep(output, 0)
         return [failure] * len(items)
-    runner = calls.ItemRunner(prefetched, header, index, resolver, functions, failed)
+    meter = calls.Meter(thread=not context.fork) if usage is not None else None
+    runner = calls.ItemRunner(prefetched, header, index, resolver, functions, failed, meter)
     outcomes: List[bytes] = []
-    for item in items:
-        context.check()
-        try:
-            outcomes.append(runner.run(item))
-        finally:  # what was printed since the last item (its own output) is this item's
-            capture.keep(output, len(outcomes) - 1)
+    try:
+        for item in items:
+            context.check()
+            try:
+                outcomes.append(runner.run(item))
+                if usage is not None:
+                    usage.append(runner.usage)
+            finally:  # what was printed since the last item (its own output) is this item's
+                capture.keep(output, len(outcomes) - 1)
+    finally:
+        if meter is not None:
+            meter.close()
     return outcomes
 
 
@@ -278,10 +332,11 @@ def _run_and_record(storage: "Storage", job_url: str, index: int, attempt: Optio
         "pid": os.getpid(), "worker": serialization.payload_stamp(),
     }
     output: Optional[Dict[int, Any]] = None
+    usage: List[Any] = []
     try:
         header, blob = storage.read_child_inputs(job_url, child)
         output = {} if header.get("output") else None  # echo_output=True: keep what items print
-        outcomes = run_items(storage, header, blob, child, context, output)
+        outcomes = run_items(storage, header, blob, child, context, output, usage)
         del blob
     except IntegrityError as refused:  # raised before any item ran
         logger.error("child %d: refusing this job (nothing unverified was unpickled, nothing ran): "
@@ -290,6 +345,8 @@ def _run_and_record(storage: "Storage", job_url: str, index: int, attempt: Optio
         outcomes, output = [], None
     calls.flush_output()
     meta["finished"] = time.time()
+    if outcomes and any(entry is not None for entry in usage):  # per item, in item order
+        meta["usage"] = (usage + [None] * len(outcomes))[:len(outcomes)]
     context.check()  # a killed attempt's thread must not record a result after its end
     if not storage.write_result(job_url, index, serialization.pack_result(outcomes, meta, output)):
         logger.info("child %d: another attempt wrote its result first; kept that one", index)
@@ -318,7 +375,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         return run(args[0], os.environ)
     except MemoryError:
-        _out_of_memory()
+        pass  # out of the except block: the failed frames (and what they held) are freed
+    _out_of_memory(args[0])
     return 1  # not reached: _out_of_memory() does not return
 
 

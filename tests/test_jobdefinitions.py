@@ -195,9 +195,15 @@ def register(batch, name, **container):
     container = {"image": "img:1", "command": ["python", "-m", "batchfutures.worker"],
                  "resourceRequirements": [{"type": "VCPU", "value": "1"},
                                           {"type": "MEMORY", "value": "2048"}], **container}
-    return batch.batch.register_job_definition(
+    registered = batch.batch.register_job_definition(
         jobDefinitionName=name, type="container", containerProperties=container,
-        propagateTags=True, tags={"aws:cloudformation:stack-name": "bf", "batchfutures:stack": "bf"})
+        propagateTags=True, tags={"batchfutures:stack": "bf"})
+    # as the stack's CloudFormation leaves it: with aws: tags, which only AWS may set (the API
+    # refuses them from a caller), so they are written into the emulator's record
+    definitions = batch.batch.definitions
+    definitions.set_tags(definitions.resolve(registered["jobDefinitionArn"]),
+                         {"aws:cloudformation:stack-name": "bf", "batchfutures:stack": "bf"})
+    return registered
 
 
 def test_definition_with_secrets_registers_a_copy_once(batch):

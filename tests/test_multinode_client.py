@@ -15,7 +15,13 @@ from botocore.validate import ParamValidator
 
 import batchfutures
 from batchfutures import BatchExecutor, LocalEnvironment, serialization
-from batchfutures.errors import ConfigurationError, RemoteError
+from batchfutures.errors import (
+    ConfigurationError,
+    JobFailedError,
+    MemoryLimitExceeded,
+    RemoteError,
+    classify_failure,
+)
 from batchfutures.futures import BatchFuture
 from batchfutures.jobs import JobStatus, TrackedJob, combine_node_results
 from batchfutures.nodes import NodeInfo, node
@@ -478,3 +484,30 @@ def test_a_node_that_dies_fails_the_call_at_once_and_the_job_is_terminated(three
             time.sleep(0.2)
             job = three_vcpus.batch.describe_jobs(jobs=[died.job_id])["jobs"][0]
     assert job["status"] == "FAILED" and "node 1 of 2 failed" in job["statusReason"]
+
+
+def test_a_failed_multinode_job_without_its_outcome_is_typed_from_its_main_node():
+    """Batch takes a multi-node job's end from its main node; a parent described without it
+    (no attempts, no container) is typed by describing the main node: here, an OOM kill."""
+    job, _ = multinode_job(3)
+    bare = {"jobId": "mnp-1", "status": "FAILED", "statusReason": "Essential container in task exited",
+            "nodeProperties": {"numNodes": 3, "mainNode": 0}}
+    view, reads = job.view(1.0), Reads(bare)
+    assert reconcile(view, reads).needs.nodes == (0,)
+    reads.nodes[0] = oom_node(0)
+    step = reconcile(view, reads)
+    assert not step.needs
+    error = classify_failure(step.actions.failed[0], job_id="mnp-1", memory_mib=2048)
+    assert isinstance(error, MemoryLimitExceeded) and error.exit_code == 137
+    # the plain parent alone would have been a plain failure
+    assert type(classify_failure(bare, job_id="mnp-1")) is JobFailedError
+
+
+def test_a_failed_multinode_job_with_its_outcome_reads_no_node():
+    job, future = multinode_job(2)
+    with_outcome = {"jobId": "mnp-1", "status": "FAILED",
+                    "statusReason": "Essential container in task exited",
+                    "nodeProperties": {"numNodes": 2, "mainNode": 0},
+                    "attempts": [{"container": {"exitCode": 3}}]}
+    assert settle_from(job, with_outcome, {}) == []
+    assert future.done()

@@ -31,6 +31,7 @@ from .model import (
 )
 from .records import DefinitionStore, QueueStore, read_checked
 from .schema import Fields, Json, Nullable, Str
+from .tagging import check_tags
 
 DEFAULT_DEFINITION = "batchfutures-worker"
 DEFAULT_BODY: Dict[str, Any] = {
@@ -102,6 +103,15 @@ class Definitions:
         self.store.write(definition["jobDefinitionName"], definition["revision"],
                          dict(definition, status=status))
 
+    def set_tags(self, definition: Dict[str, Any], tags: Dict[str, str]) -> None:
+        """A revision's tags (TagResource, UntagResource): written into its record."""
+        with self._lock:
+            current = self.resolve(definition["jobDefinitionArn"], active_only=False) or definition
+            updated = dict(current, tags=dict(tags))
+            if not tags:
+                del updated["tags"]
+            self.store.write(definition["jobDefinitionName"], definition["revision"], updated)
+
 
 class Queues:
     """The job queues of a folder (records.QueueStore), shared by every instance on it.
@@ -118,13 +128,15 @@ class Queues:
 
     def create(self, name: str, state: str = "ENABLED", priority: int = 1,
                actions: Optional[List[Dict[str, Any]]] = None,
-               policy: Optional[str] = None) -> bool:
+               policy: Optional[str] = None, tags: Optional[Dict[str, str]] = None) -> bool:
         """A new queue; False when one of that name exists."""
         record: Dict[str, Any] = {"state": state, "priority": priority,
                                   "jobStateTimeLimitActions": list(actions or []),
                                   "order": time.time_ns()}
         if policy:
             record["schedulingPolicyArn"] = policy
+        if tags:
+            record["tags"] = dict(tags)
         return self.store.create(name, record)
 
     def resolve(self, reference: str) -> Optional[str]:
@@ -148,6 +160,13 @@ class Queues:
         policy = self._record(name).get("schedulingPolicyArn")
         return policy if isinstance(policy, str) and policy else None  # (the schema lets it pass)
 
+    def tags(self, name: str) -> Dict[str, str]:
+        tags = self._record(name).get("tags")
+        return dict(tags) if isinstance(tags, dict) else {}
+
+    def set_tags(self, name: str, tags: Dict[str, str]) -> None:
+        self.store.write(name, dict(self._record(name), tags=dict(tags)))
+
     def update(self, name: str, state: Optional[str], priority: Optional[int],
                actions: Optional[List[Dict[str, Any]]] = None, policy: Optional[str] = None) -> None:
         record = dict(self._record(name))
@@ -168,7 +187,7 @@ class Queues:
             "status": "VALID", "statusReason": "JobQueue Healthy", "priority": queue["priority"],
             "computeEnvironmentOrder": [{
                 "order": 1, "computeEnvironment": compute_environment_arn(self.compute_environment)}],
-            "jobQueueType": "ECS", "tags": {},
+            "jobQueueType": "ECS", "tags": self.tags(name),
         }
         if queue.get("jobStateTimeLimitActions"):
             detail["jobStateTimeLimitActions"] = [dict(a) for a in queue["jobStateTimeLimitActions"]]
@@ -298,8 +317,9 @@ def resolve_resources(properties: Dict[str, Any], overrides: Dict[str, Any]
 def check_scheduling_policy(fairshare: Optional[Dict[str, Any]],
                             tags: Optional[Dict[str, str]]) -> Optional[str]:
     """The ClientException message for a fair-share policy Batch refuses, or None."""
-    if tags is not None and len(tags) > 50:
-        return f"tags takes at most 50 tags, got {len(tags)}"
+    problem = check_tags(tags)
+    if problem:
+        return problem
     if not fairshare:
         return None
     decay = fairshare.get("shareDecaySeconds")

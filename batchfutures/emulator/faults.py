@@ -38,7 +38,7 @@ from .model import client_error
 THROTTLED = "TooManyRequestsException"
 SERVER_ERROR = "ServerException"
 # CloudWatch Logs is another service, with its own quotas: not Batch's account budget
-_NOT_BATCH = frozenset({"GetLogEvents", "FilterLogEvents"})
+_NOT_BATCH = frozenset({"GetLogEvents", "FilterLogEvents", "DescribeLogStreams", "DescribeLogGroups"})
 
 
 class TokenBucket:

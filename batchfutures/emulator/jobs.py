@@ -141,7 +141,7 @@ class Unit:
         "current", "cancelled", "terminated",
         # not persisted: the scheduler's working state
         "unmet", "dependents", "handle", "deadline", "tick", "stop_reason", "kill_pending",
-        "reserved", "runnable_since", "host_loss_in", "host_loss_at",
+        "reserved", "runnable_since", "runnable_at", "host_loss_in", "host_loss_at",
     )
 
     def __init__(self, job: "Job", index: Optional[int]) -> None:
@@ -165,6 +165,7 @@ class Unit:
         self.kill_pending: Optional[KillReason] = None  # to apply once the process exists
         self.reserved = 0.0
         self.runnable_since: Optional[float] = None  # held RUNNABLE for a reason, since (monotonic)
+        self.runnable_at: Optional[int] = None  # when it last became RUNNABLE (epoch ms)
         self.host_loss_in: Optional[float] = None  # a fault: seconds after RUNNING the host goes
         self.host_loss_at: Optional[float] = None
 

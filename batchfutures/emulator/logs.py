@@ -1,4 +1,5 @@
-"""CloudWatch-Logs-shaped reading of the emulator's log files: GetLogEvents, FilterLogEvents.
+"""CloudWatch-Logs-shaped reading of the emulator's log files: GetLogEvents, FilterLogEvents,
+DescribeLogStreams, DescribeLogGroups.
 
 Batch names an attempt's stream `<job definition name>/default/<task id>` in the group
 `/aws/batch/job`; here the stream is the file `<folder>/logs/<job definition name>/default/<task
@@ -12,6 +13,10 @@ stream's events all carry its file's modification time), with CloudWatch's unstr
 patterns: terms that must all appear, "quoted phrases", ?terms of which one must appear, -terms
 that must not, and %regular expression%. JSON (`{...}`) and space-delimited (`[...]`) patterns
 are refused as not emulated. Its token names the stream and byte offset to go on from.
+
+DescribeLogStreams lists the group's streams (the files), by name or by last event time (a
+file's modification time), with a prefix (not with LastEventTime, as CloudWatch refuses);
+its token names the last stream of the page. DescribeLogGroups knows the one group.
 """
 
 from __future__ import annotations
@@ -26,13 +31,15 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Protocol, Tuple
 
 from ..workdir import inside, open_private
-from .model import LOG_GROUP, client_error, validate_request
+from .model import ACCOUNT, LOG_GROUP, REGION, client_error, validate_request
 
 if TYPE_CHECKING:  # pragma: no cover
     from .faults import FaultInjector
 
 GROUP = LOG_GROUP
 DEFAULT_LIMIT = 10_000
+DESCRIBE_LIMIT = 50  # DescribeLogStreams and DescribeLogGroups: at most (and by default) 50
+GROUP_ARN = f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:{GROUP}"
 MAX_BYTES = 1024 * 1024  # CloudWatch returns at most 1 MB of events per call
 _PART = re.compile(r"^[A-Za-z0-9_.\-]+$")
 _TOKEN = re.compile(r"^([fb])/(\d+)$")
@@ -176,6 +183,89 @@ class LogsService:
                         "nextToken": _write_token(forward, position)}
         return {"events": events, "searchedLogStreams": []}
 
+    def describe_log_streams(self, **params: Any) -> Dict[str, Any]:
+        operation = "DescribeLogStreams"
+        if self._service is not None:
+            self._service.faults.maybe_raise(operation)
+        validate_request(operation, params, service="logs")
+        name, identifier = params.get("logGroupName"), params.get("logGroupIdentifier")
+        if (name is None) == (identifier is None):
+            raise client_error("Specify either logGroupName or logGroupIdentifier, but not both.",
+                               "InvalidParameterException", 400, operation)
+        _check_group(name or identifier, operation)
+        prefix = params.get("logStreamNamePrefix")
+        by_time = params.get("orderBy") == "LastEventTime"
+        if by_time and prefix is not None:
+            raise client_error("Cannot order by LastEventTime with a logStreamNamePrefix.",
+                               "InvalidParameterException", 400, operation)
+        limit = _describe_limit(params.get("limit"), operation)
+        descending = bool(params.get("descending"))
+        streams = sorted(((stamp if by_time else 0, stream, path)
+                          for stamp, stream, path in self._streams(None, prefix)),
+                         key=lambda item: (item[0], item[1]), reverse=descending)
+        if params.get("nextToken"):  # the streams after the token's, in this order
+            after = _read_page_token(params["nextToken"], by_time, descending, operation)
+            streams = [s for s in streams
+                       if ((s[0], s[1]) < after if descending else (s[0], s[1]) > after)]
+        page = streams[:limit]
+        found = [self._stream_detail(stream, path) for _, stream, path in page]
+        response: Dict[str, Any] = {"logStreams": [f for f in found if f is not None]}
+        if len(streams) > limit:
+            last = page[-1]
+            response["nextToken"] = _page_token(by_time, descending, (last[0], last[1]))
+        return response
+
+    def _stream_detail(self, stream: str, path: Path) -> Optional[Dict[str, Any]]:
+        """A LogStream: its times from the file (every event carries the modification time)."""
+        try:
+            found = os.lstat(path)
+        except OSError:
+            return None  # deleted since it was listed (the job's record expired)
+        stamp = int(found.st_mtime * 1000)
+        detail: Dict[str, Any] = {
+            "logStreamName": stream,
+            "creationTime": min(stamp, int(found.st_ctime * 1000)),
+            "arn": f"{GROUP_ARN}:log-stream:{stream}",
+            "storedBytes": 0,  # CloudWatch has reported 0 here since 2019
+        }
+        if found.st_size:
+            detail.update(firstEventTimestamp=stamp, lastEventTimestamp=stamp,
+                          lastIngestionTime=stamp)
+        return detail
+
+    def describe_log_groups(self, **params: Any) -> Dict[str, Any]:
+        operation = "DescribeLogGroups"
+        if self._service is not None:
+            self._service.faults.maybe_raise(operation)
+        validate_request(operation, params, service="logs")
+        prefix, pattern = params.get("logGroupNamePrefix"), params.get("logGroupNamePattern")
+        identifiers = params.get("logGroupIdentifiers")
+        if sum(value is not None for value in (prefix, pattern, identifiers)) > 1:
+            raise client_error("Only one of logGroupNamePrefix, logGroupNamePattern and "
+                               "logGroupIdentifiers may be specified.",
+                               "InvalidParameterException", 400, operation)
+        _describe_limit(params.get("limit"), operation)
+        if params.get("nextToken"):  # no answer ever has one: the one group fits any page
+            raise client_error("The specified nextToken is invalid.",
+                               "InvalidParameterException", 400, operation)
+        wanted = ((prefix is None or GROUP.startswith(prefix))
+                  and (pattern is None or pattern.lower() in GROUP.lower())
+                  and (identifiers is None or any(i in (GROUP, GROUP_ARN, f"{GROUP_ARN}:*")
+                                                  for i in identifiers))
+                  and ACCOUNT in (params.get("accountIdentifiers") or [ACCOUNT])
+                  and params.get("logGroupClass", "STANDARD") == "STANDARD")
+        if not wanted:
+            return {"logGroups": []}
+        try:
+            created = int(os.stat(self.folder).st_ctime * 1000)
+        except OSError:
+            created = 0
+        return {"logGroups": [{
+            "logGroupName": GROUP, "creationTime": created, "metricFilterCount": 0,
+            "arn": f"{GROUP_ARN}:*", "logGroupArn": GROUP_ARN, "storedBytes": 0,
+            "logGroupClass": "STANDARD",
+        }]}
+
     def _spans(self, handle: IO[bytes], offset: int, size: int, forward: bool
                ) -> List[Tuple[int, int, bytes]]:
         """(start, end, line) of the next lines from `offset`, in reading order."""
@@ -291,6 +381,36 @@ def _read_token(token: str, operation: str) -> Tuple[bool, Tuple[str, int, int]]
     if offset < 0:  # the stream's start in this direction
         offset = 0 if forward else 2 ** 62
     return forward, (stream, stamp, offset)
+
+
+def _describe_limit(limit: Optional[int], operation: str) -> int:
+    if limit is None:
+        return DESCRIBE_LIMIT
+    if not 1 <= limit <= DESCRIBE_LIMIT:
+        raise client_error(f"1 validation error detected: Value '{limit}' at 'limit' failed to "
+                           f"satisfy constraint: Member must have value less than or equal to "
+                           f"{DESCRIBE_LIMIT}", "InvalidParameterException", 400, operation)
+    return limit
+
+
+def _page_token(by_time: bool, descending: bool, last: Tuple[int, str]) -> str:
+    text = json.dumps({"o": "t" if by_time else "n", "d": descending, "t": last[0], "s": last[1]})
+    return base64.urlsafe_b64encode(text.encode()).decode("ascii")
+
+
+def _read_page_token(token: str, by_time: bool, descending: bool, operation: str) -> Tuple[int, str]:
+    """(stamp, stream) of the last stream of the page before; the token must come from a
+    request with the same order."""
+    try:
+        found = json.loads(base64.urlsafe_b64decode(token.encode("ascii")))
+        stamp, stream = found["t"], found["s"]
+        if (found["o"] != ("t" if by_time else "n") or found["d"] is not descending
+                or not isinstance(stamp, int) or not isinstance(stream, str)):
+            raise ValueError(token)
+    except (ValueError, KeyError, TypeError):
+        raise client_error("The specified nextToken is invalid.",
+                           "InvalidParameterException", 400, operation) from None
+    return stamp, stream
 
 
 def _pattern(pattern: str, operation: str) -> Callable[[str], bool]:

@@ -297,6 +297,7 @@ class Scheduler:
         node = spec.node(unit.index if unit.job.is_multinode else None)
         now = now_ms()
         unit.tick = self._tick_no
+        unit.runnable_at = now
         self.changed = True
         # a multi-node job's nodes run together: all of their vCPUs must fit at once
         too_big = (spec.total_vcpus() > self.max_vcpus + 1e-9 or (node["gpus"] or 0) > self.host_gpus
@@ -310,6 +311,20 @@ class Scheduler:
         unit.job.move(unit, JobStatus.RUNNABLE, now, None)
         place = -1 if unit.is_main_node else unit.index or 0  # a main node starts first
         heapq.heappush(self._heap, (spec.seq, place, next(self._order), unit))
+
+    def front_of_queue(self, queue: str, limit: int) -> List[Unit]:
+        """The first `limit` RUNNABLE units of `queue`'s own jobs, in the order they would start
+        (lock held): submission order, a main node first; jobs held RUNNABLE for a reason keep
+        their place, as on Batch (where they block the queue's head)."""
+        units = {id(entry[3]): entry[3] for entry in self._heap}
+        units.update((id(unit), unit) for unit in self._stuck)
+        found = [u for u in units.values()
+                 if u.status == JobStatus.RUNNABLE and u.job.spec.queue == queue]
+
+        def place(unit: Unit) -> Tuple[int, int]:
+            return (unit.job.spec.seq or 0, -1 if unit.is_main_node else unit.index or 0)
+
+        return heapq.nsmallest(limit, found, key=place)
 
     # -- RUNNABLE -> STARTING: vCPUs, in submission order ------------------------------------
     def _dispatch(self) -> List[Tuple[Unit, LaunchRequest]]:

@@ -341,13 +341,15 @@ CHUNK_RECORD = Fields({
     "start": Int(0, MAX_ARRAY_SIZE),
     "units": ListOf(UNIT, CHUNK),
 }, required=frozenset({"start", "units"}))
-CONTROL_REQUEST = Fields({"jobId": NAME, "action": Str(32), "reason": Nullable(TEXT)},
+CONTROL_REQUEST = Fields({"jobId": NAME, "action": Str(32), "reason": Nullable(TEXT),
+                          "tags": Nullable(MapOf(Str(256), 50))},
                          required=frozenset({"jobId", "action"}))
 QUEUE_RECORD = Fields({
     "state": Str(choices=frozenset({"ENABLED", "DISABLED"})),
     "priority": Int(-MAX_INT, MAX_INT),
     "jobStateTimeLimitActions": Nullable(ListOf(Json(), 5)),
     "order": Nullable(Int(0, MAX_INT)),
+    "tags": Nullable(MapOf(Str(256), 50)),
 }, required=frozenset({"state"}))
 DEFINITION_RECORD = Fields({
     "jobDefinitionName": Str(128, pattern=QUEUE_NAME),

@@ -12,7 +12,11 @@ does (`ClientError` with code ClientException), and hands jobs to the scheduler:
     describe_jobs, list_jobs <─ JobTable.find / in_queue <─ jobs.describe / summary
     cancel_jobs, terminate_jobs: CancelJob/TerminateJob per job, one answer per job
     describe_compute_environments, *_scheduling_policies ─> catalog.py
-    logs.get_log_events, logs.filter_log_events ─> LogsService (logs.py): <folder>/logs/...
+    list_tags_for_resource, tag_resource, untag_resource ─> the job's record (its owner writes
+        it), the definition's or queue's file; tag rules in tagging.py
+    get_job_queue_snapshot <─ Scheduler.front_of_queue (+ other instances' RUNNABLE jobs)
+    logs.get_log_events, filter_log_events, describe_log_streams, describe_log_groups
+        ─> LogsService (logs.py): <folder>/logs/...
 
 This module is the API facade: botocore's validation, Batch's own checks, rendering, and the
 fault profile (faults.py). What a job id means, own or foreign, alive, recovered or forgotten,
@@ -62,6 +66,7 @@ from .model import (
     client_error,
     compute_environment_arn,
     job_arn,
+    queue_arn,
     scheduling_policy_arn,
     validate_request,
 )
@@ -78,6 +83,7 @@ from .submission import (
     check_request,
 )
 from .table import EXIT_REASON, JobTable
+from .tagging import MAX_TAGS, check_keys, check_tags, tagged, untagged
 from .threads import NullMonitor, ThreadLauncher
 
 logger = logging.getLogger("batchfutures")
@@ -89,6 +95,10 @@ MAX_BULK_STOP = 50  # CancelJobs, TerminateJobs
 MAX_REASON = 1024  # characters of a CancelJob/TerminateJob reason
 MAX_DEPENDENCIES = 20
 SHUTDOWN_REASON = "batchfutures emulator: shut down (pid {pid}) before the job finished"
+FRONT_OF_QUEUE = 100  # GetJobQueueSnapshot: the first 100 RUNNABLE jobs
+LOGS_OPERATIONS = {"GetLogEvents": "get_log_events", "FilterLogEvents": "filter_log_events",
+                   "DescribeLogStreams": "describe_log_streams",
+                   "DescribeLogGroups": "describe_log_groups"}
 
 
 class Isolation(enum.Enum):
@@ -251,10 +261,8 @@ class BatchEmulator:
 
     def invoke(self, operation: str, params: Dict[str, Any]) -> Dict[str, Any]:
         """Call an operation by its API name ("SubmitJob", "GetLogEvents"), as a server would."""
-        if operation == "GetLogEvents":
-            return self.logs.get_log_events(**params)
-        if operation == "FilterLogEvents":
-            return self.logs.filter_log_events(**params)
+        if operation in LOGS_OPERATIONS:
+            return getattr(self.logs, LOGS_OPERATIONS[operation])(**params)
         method = _OPERATIONS.get(operation)
         if method is None:
             raise client_error(f"The emulator does not implement {operation}", operation=operation)
@@ -292,12 +300,16 @@ class BatchEmulator:
         policy = params.get("schedulingPolicyArn")
         if policy is not None and self.policies.resolve(policy) is None:
             raise Rejected(f"Scheduling policy {policy} does not exist")
+        problem = check_tags(params.get("tags"))
+        if problem:
+            raise Rejected(problem)
         with self._lock:
             problem = check_time_limit_actions(params.get("jobStateTimeLimitActions"))
             if problem:
                 raise Rejected(problem)
             if not self.queues.create(name, params.get("state") or "ENABLED", params.get("priority") or 1,
-                                      params.get("jobStateTimeLimitActions"), policy):
+                                      params.get("jobStateTimeLimitActions"), policy,
+                                      params.get("tags")):
                 raise Rejected(f"Object already exists: job queue {name}")
             detail = self.queues.detail(name)
         return {"jobQueueName": name, "jobQueueArn": detail["jobQueueArn"]}
@@ -407,6 +419,9 @@ class BatchEmulator:
             check_environment(properties.get("environment"))
             resolve_resources(properties, {})
         check_common(params.get("retryStrategy"), params.get("timeout"))
+        problem = check_tags(params.get("tags"))
+        if problem:
+            raise Rejected(problem)
         body = {key: value for key, value in params.items() if key != "jobDefinitionName"}
         if body.get("retryStrategy"):
             body["retryStrategy"] = normalized(body["retryStrategy"])
@@ -450,6 +465,116 @@ class BatchEmulator:
             raise Rejected(f"Job definition {params['jobDefinition']} does not exist")
         self.definitions.set_status(definition, "INACTIVE")
         return {}
+
+    # -- tags: ListTagsForResource, TagResource, UntagResource --------------------------------
+    @_api("ListTagsForResource")
+    def list_tags_for_resource(self, params: Dict[str, Any]) -> Dict[str, Any]:
+        return {"tags": self._resource(params["resourceArn"]).tags()}
+
+    @_api("TagResource")
+    def tag_resource(self, params: Dict[str, Any]) -> Dict[str, Any]:
+        added = params["tags"]
+        problem = check_tags(added)
+        if problem:
+            raise Rejected(problem)
+        resource = self._resource(params["resourceArn"])
+        with self._lock:
+            tags = tagged(resource.tags(), added)
+            if len(tags) > MAX_TAGS:
+                raise Rejected(f"tags: a resource takes at most {MAX_TAGS} tags; it would have "
+                               f"{len(tags)}")
+            resource.set(tags)
+        return {}
+
+    @_api("UntagResource")
+    def untag_resource(self, params: Dict[str, Any]) -> Dict[str, Any]:
+        keys = params["tagKeys"]
+        problem = check_keys(keys)
+        if problem:
+            raise Rejected(problem)
+        resource = self._resource(params["resourceArn"])
+        with self._lock:
+            resource.set(untagged(resource.tags(), keys))
+        return {}
+
+    def _resource(self, arn: str) -> "_Tagged":
+        """The taggable resource an ARN names: a job (not a child or node), a job definition
+        revision, a job queue; ClientException for any other ARN."""
+        job_id = arn_resource(arn, "job")
+        if job_id is not None:
+            found = self.table.find(job_id) if ":" not in job_id and "#" not in job_id else None
+            if found is None or job_arn(found[0].job_id) != arn:
+                raise Rejected(f"Resource {arn} not found")
+            return _JobTags(self, found[0])
+        name = arn_resource(arn, "job-definition")
+        if name is not None:
+            definition = (self.definitions.resolve(name, active_only=False)
+                          if ":" in name else None)
+            if definition is None or definition["jobDefinitionArn"] != arn:
+                raise Rejected(f"Resource {arn} not found")
+            return _DefinitionTags(self, definition)
+        queue = arn_resource(arn, "job-queue")
+        if queue is not None:
+            if self.queues.resolve(queue) != queue or queue_arn(queue) != arn:
+                raise Rejected(f"Resource {arn} not found")
+            return _QueueTags(self, queue)
+        raise Rejected(f"Resource {arn} is not a job, job definition or job queue ARN of this "
+                       "account and Region")
+
+    def _set_job_tags(self, job: Job, tags: Dict[str, str]) -> None:
+        """A job's tags, in its record: written by its owner (this instance, another of this
+        process, or, through <folder>/control, another process); the record itself when its
+        owner is gone."""
+        if self.table.is_own(job):
+            with self._lock:
+                job.spec.tags = dict(tags)
+                job.touch()
+            return
+        owner = job.owner or []
+        instance = owner[2] if len(owner) > 2 else None
+        if instance is not None and process_alive(owner):
+            other = BatchEmulator._live.get(instance)
+            if other is not None and not other._closed:  # another instance of this process
+                own = other.table.own.get(job.job_id)
+                if own is not None:
+                    other._set_job_tags(own, tags)
+                    return
+            elif int(owner[0]) != os.getpid():  # another process: its owner writes the record
+                self.store.send_control(instance, {"action": "tag", "jobId": job.job_id,
+                                                   "tags": dict(tags)})
+                return
+        self.table.retag(job.job_id, tags)  # its owner is gone (or closed): nobody writes it
+
+    # -- GetJobQueueSnapshot -----------------------------------------------------------------
+    @_api("GetJobQueueSnapshot")
+    def get_job_queue_snapshot(self, params: Dict[str, Any]) -> Dict[str, Any]:
+        """The queue's first RUNNABLE jobs in the order they would start: this instance's (in
+        its scheduler's order), then other instances' (in submission order)."""
+        queue = self.queues.resolve(params["jobQueue"])
+        if queue is None:
+            raise Rejected(f"Job queue {params['jobQueue']} does not exist")
+        now = now_ms()
+        with self._lock:
+            front = [(u.job_id, u.runnable_at or u.created or u.job.spec.created)
+                     for u in self.scheduler.front_of_queue(queue, FRONT_OF_QUEUE)]
+        if len(front) < FRONT_OF_QUEUE:
+            others: List[Tuple[Tuple[int, str, int], str, int]] = []
+            for job in self.table.in_queue(queue):
+                if self.table.is_own(job):
+                    continue
+                with self._lock:
+                    units = ([job.units[i] for i in sorted(job.by_status[JobStatus.RUNNABLE])]
+                             if job.has_children else
+                             [u for u in job.units if u.status == JobStatus.RUNNABLE])
+                    for unit in units[:FRONT_OF_QUEUE]:
+                        others.append(((job.spec.created, job.job_id, unit.index or 0),
+                                       unit.job_id, unit.created or job.spec.created))
+            others.sort(key=lambda item: item[0])
+            front += [(job_id, since) for _, job_id, since in others[:FRONT_OF_QUEUE - len(front)]]
+        return {"frontOfQueue": {
+            "jobs": [{"jobArn": job_arn(job_id), "earliestTimeAtPosition": since}
+                     for job_id, since in front],
+            "lastUpdatedAt": now}}
 
     # -- SubmitJob ---------------------------------------------------------------------------
     @_api("SubmitJob")
@@ -675,6 +800,10 @@ class BatchEmulator:
         """Every 0.25 s on the scheduler's thread: requests from other processes, TTL, waits."""
         for request in self.store.take_control(self.instance_id):
             found = self.table.find(str(request.get("jobId", "")))
+            if request.get("action") == "tag":  # TagResource/UntagResource of another process
+                if found is not None and self.table.is_own(found[0]) and found[1] is None:
+                    self._set_job_tags(found[0], dict(request.get("tags") or {}))
+                continue
             try:
                 action = StopAction(request.get("action"))
             except ValueError:
@@ -751,6 +880,49 @@ def _policy_detail(record: Dict[str, Any]) -> Dict[str, Any]:
         if isinstance(record.get(key), dict):
             detail[key] = record[key]
     return detail
+
+
+class _Tagged:
+    """A taggable resource: its tags, and how to replace them."""
+
+    def tags(self) -> Dict[str, str]:
+        raise NotImplementedError
+
+    def set(self, tags: Dict[str, str]) -> None:
+        raise NotImplementedError
+
+
+class _JobTags(_Tagged):
+    def __init__(self, emulator: BatchEmulator, job: Job) -> None:
+        self.emulator, self.job = emulator, job
+
+    def tags(self) -> Dict[str, str]:
+        return dict(self.job.spec.tags or {})
+
+    def set(self, tags: Dict[str, str]) -> None:
+        self.emulator._set_job_tags(self.job, tags)
+
+
+class _DefinitionTags(_Tagged):
+    def __init__(self, emulator: BatchEmulator, definition: Dict[str, Any]) -> None:
+        self.emulator, self.definition = emulator, definition
+
+    def tags(self) -> Dict[str, str]:
+        return dict(self.definition.get("tags") or {})
+
+    def set(self, tags: Dict[str, str]) -> None:
+        self.emulator.definitions.set_tags(self.definition, tags)
+
+
+class _QueueTags(_Tagged):
+    def __init__(self, emulator: BatchEmulator, name: str) -> None:
+        self.emulator, self.name = emulator, name
+
+    def tags(self) -> Dict[str, str]:
+        return self.emulator.queues.tags(self.name)
+
+    def set(self, tags: Dict[str, str]) -> None:
+        self.emulator.queues.set_tags(self.name, tags)
 
 
 def _close_at_exit(ref: "weakref.ref[BatchEmulator]") -> None:

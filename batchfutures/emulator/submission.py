@@ -7,8 +7,9 @@ import re
 from typing import Any, Dict, List, Optional
 
 from .catalog import Rejected, resolve_resources
-from .jobs import JobSpec
+from .jobs import MAX_TAGS, JobSpec
 from .retries import check_strategy, normalized
+from .tagging import check_tags
 
 MAX_REQUEST_BYTES = 30 * 1024
 MAX_ARRAY_SIZE = 10_000
@@ -26,6 +27,10 @@ def check_request(params: Dict[str, Any]) -> None:
         raise Rejected(f"jobName {name!r} is invalid: up to 128 letters (uppercase and "
                        "lowercase), numbers, hyphens and underscores, starting with a letter "
                        "or number")
+    # Batch's tag rules for each tag (the count is checked as the job propagates its tags)
+    problem = check_tags(params.get("tags"), limit=None)
+    if problem:
+        raise Rejected(problem)
 
 
 def check_array_size(params: Dict[str, Any]) -> Optional[int]:
@@ -117,7 +122,9 @@ def build_spec(params: Dict[str, Any], definition: Dict[str, Any], *, job_id: st
         definition_name=definition["jobDefinitionName"],
         retry_strategy=normalized(strategy),
         timeout=(timeout or {}).get("attemptDurationSeconds"),
-        tags=dict(params.get("tags") or {}),
+        # the job's tags: SubmitJob's, with its definition's when it propagates them (unless
+        # there are too many: the job then fails as it leaves SUBMITTED, see too_many_tags)
+        tags=tags if len(tags) <= MAX_TAGS else dict(params.get("tags") or {}),
         propagate_tags=propagate,
         share_identifier=params.get("shareIdentifier"),
         scheduling_priority=params.get("schedulingPriorityOverride",

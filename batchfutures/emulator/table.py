@@ -14,6 +14,7 @@ All reads and writes of records go through records.py (`RecordStore`, `Persister
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
@@ -103,6 +104,21 @@ class JobTable:
             unit = job.unit(int(index))
             return (job, unit) if unit is not None else None
         return job, None
+
+    def retag(self, job_id: str, tags: Dict[str, str]) -> None:
+        """A foreign job's tags, written into its record (its owner is gone: nobody else
+        writes it)."""
+        try:
+            loaded = self.store.load(job_id)
+        except BadRecord:
+            return
+        if loaded is None:
+            return
+        record = loaded[0]
+        record["spec"]["tags"] = dict(tags)
+        self.store.write(job_id, json.dumps(record, separators=(",", ":")), {})
+        with self._foreign_lock:
+            self._foreign.pop(job_id, None)
 
     def in_queue(self, queue: str) -> List[Job]:
         """Every job of `queue` not yet forgotten, own and foreign."""

@@ -326,42 +326,45 @@ def test_a_wrong_secret_is_refused_and_the_cli_says_so(endpoint, aws):
     assert done.returncode != 0 and "InvalidSignatureException" in done.stderr
 
 
-# -- what the CLI's users also call, not emulated yet ------------------------------------------
-@pytest.mark.xfail(strict=True, raises=CliError,
-                   reason="emulator gap: CloudWatch Logs DescribeLogStreams is not "
-                   "emulated (UnknownOperationException); `aws logs describe-log-streams` is how "
-                   "CLI users find a job's stream")
+# -- what the CLI's users also call: finding streams and groups, tags, the queue's front ------
 def test_describe_log_streams_lists_a_jobs_stream(aws, definition):
     job_id = submit(aws, "cli-streams", definition)
     stream = wait_for(aws, job_id, {"SUCCEEDED"})["container"]["logStreamName"]
     streams = aws("logs", "describe-log-streams", "--log-group-name", GROUP,
                   "--log-stream-name-prefix", stream)["logStreams"]
     assert [s["logStreamName"] for s in streams] == [stream]
+    newest = aws("logs", "describe-log-streams", "--log-group-name", GROUP, "--order-by",
+                 "LastEventTime", "--descending", "--page-size", "2")["logStreams"]  # pages
+    assert stream in [s["logStreamName"] for s in newest]
+    stamps = [s["lastEventTimestamp"] for s in newest if "lastEventTimestamp" in s]
+    assert stamps == sorted(stamps, reverse=True)
+    with pytest.raises(CliError) as refused:  # as CloudWatch: no time order within a prefix
+        aws("logs", "describe-log-streams", "--log-group-name", GROUP, "--order-by",
+            "LastEventTime", "--log-stream-name-prefix", stream)
+    assert "(InvalidParameterException)" in refused.value.stderr
 
 
-@pytest.mark.xfail(strict=True, raises=CliError,
-                   reason="emulator gap: CloudWatch Logs DescribeLogGroups is not "
-                   "emulated (UnknownOperationException); Batch's jobs log to /aws/batch/job")
 def test_describe_log_groups_lists_batchs_group(aws):
     groups = aws("logs", "describe-log-groups", "--log-group-name-prefix", "/aws/batch/")
     assert GROUP in [g["logGroupName"] for g in groups["logGroups"]]
 
 
-@pytest.mark.xfail(strict=True, raises=CliError,
-                   reason="emulator gap: Batch ListTagsForResource (and TagResource/"
-                   "UntagResource) are not emulated (UnknownOperationException), though "
-                   "DescribeJobs shows a job's tags")
 def test_list_tags_for_resource_shows_a_jobs_tags(aws, definition):
     answer = aws("batch", "submit-job", "--job-name", "cli-tags", "--job-queue", QUEUE,
                  "--job-definition", definition, "--tags", "team=cli")
     assert describe(aws, answer["jobId"])["tags"] == {"team": "cli"}
     assert aws("batch", "list-tags-for-resource", "--resource-arn", answer["jobArn"]) == {
         "tags": {"team": "cli"}}
+    aws("batch", "tag-resource", "--resource-arn", answer["jobArn"], "--tags", "stage=test")
+    aws("batch", "untag-resource", "--resource-arn", answer["jobArn"], "--tag-keys", "team")
+    assert aws("batch", "list-tags-for-resource", "--resource-arn", answer["jobArn"]) == {
+        "tags": {"stage": "test"}}
+    assert describe(aws, answer["jobId"])["tags"] == {"stage": "test"}
+    with pytest.raises(CliError) as refused:  # aws: keys are AWS's own
+        aws("batch", "tag-resource", "--resource-arn", answer["jobArn"], "--tags", "aws:x=y")
+    assert "(ClientException)" in refused.value.stderr and "aws:" in refused.value.stderr
 
 
-@pytest.mark.xfail(strict=True, raises=CliError,
-                   reason="emulator gap: Batch GetJobQueueSnapshot is not emulated "
-                   "(UnknownOperationException)")
 def test_get_job_queue_snapshot_shows_the_front_of_the_queue(aws, definition):
     job_id = submit(aws, "cli-snapshot", definition, "--container-overrides",
                     "resourceRequirements=[{type=VCPU,value=8},{type=MEMORY,value=128}]")
