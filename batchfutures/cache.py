@@ -26,7 +26,6 @@ import hashlib
 import io
 import json
 import logging
-import os
 import threading
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
@@ -209,7 +208,7 @@ class CallCache:
 
     def settle_follower(self, future: BatchFuture, outcome: Outcome) -> None:
         if outcome[0] or not isinstance(outcome[1], concurrent.futures.CancelledError):
-            future._cached = outcome[0]  # not run for itself: it took the first call's outcome
+            future._mark_cached(outcome[0])  # not run for itself: it took the first call's outcome
             settle(future, *outcome)
         else:
             future.cancel()
@@ -228,7 +227,7 @@ class CallCache:
         """One LIST of the function's index folder; a GET of each index object not read yet."""
         storage = self._storage
         try:
-            names = [n for n in storage._names(self._folder(function_digest))
+            names = [n for n in storage.list_names(self._folder(function_digest))
                      if not n.startswith(".")]
         except Exception as error:  # the cache only saves work: a failed read is a miss
             logger.warning("batchfutures: cannot list the cache of %s: %s", function_digest, error)
@@ -372,15 +371,15 @@ def forget_runs(storage: Any, run_ids: Iterable[str]) -> int:
         return 0
     removed = 0
     root = storage.url(CACHE_FOLDER)
-    if storage.local and os.path.islink(storage._path(root)):
+    if storage.is_link(root):
         return 0  # never through a symbolic link (as cleanup.remove)
-    for function_digest in storage._names(root):
+    for function_digest in storage.list_names(root):
         if function_digest.startswith(".") or "/" in function_digest:
             continue
         folder = f"{root}/{function_digest}"
-        if storage.local and os.path.islink(storage._path(folder)):
+        if storage.is_link(folder):
             continue
-        for name in storage._names(folder):
+        for name in storage.list_names(folder):
             if name.partition(".")[0] in runs:
                 storage.delete(f"{folder}/{name}")
                 removed += 1

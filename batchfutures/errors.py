@@ -37,7 +37,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import pickle
-from typing import Any, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional
+
+from .jobdetail import last_attempt, resources
 
 __all__ = [
     "BatchError",
@@ -261,22 +263,6 @@ def is_too_large_reason(reason: Optional[str]) -> bool:
     return bool(reason) and str(reason).startswith(RESOURCES_TOO_LARGE_PREFIX)
 
 
-def _last_attempt(job: Mapping[str, Any]) -> Mapping[str, Any]:
-    attempts = job.get("attempts") or []
-    return attempts[-1] if attempts else {}
-
-
-def _memory_mib(job: Mapping[str, Any]) -> Optional[int]:
-    for requirement in (job.get("container") or {}).get("resourceRequirements") or []:
-        if requirement.get("type") == "MEMORY":
-            try:
-                return int(float(requirement["value"]))
-            except (KeyError, ValueError):
-                return None
-    memory = (job.get("container") or {}).get("memory")
-    return int(memory) if memory else None
-
-
 # A failed job's log tail in an error message is cut to its last 64 KiB (the lines are the
 # user's, one CloudWatch event may be 256 KiB and the emulator's lines are unbounded).
 LOG_TAIL_BYTES = 64 * 1024
@@ -307,7 +293,7 @@ def wants_oom_marker(job: Mapping[str, Any]) -> bool:
     The worker exits 137 on a MemoryError without a kernel kill, so ECS (and the emulator under
     cgroups) gives no reason; a plain SIGKILL is exit 137 too, and leaves no marker.
     """
-    attempt = _last_attempt(job)
+    attempt = last_attempt(job)
     container = attempt.get("container") or job.get("container") or {}
     if container.get("exitCode") != OOM_EXIT_CODE:
         return False
@@ -354,19 +340,20 @@ def classify_failure(
     as a kernel kill's ``OutOfMemoryError`` reason makes it.
     """
     job_id = job_id or job.get("jobId")
-    attempt = _last_attempt(job)
+    attempt = last_attempt(job)
     container = attempt.get("container") or job.get("container") or {}
     status_reason = job.get("statusReason") or attempt.get("statusReason")
     attempt_reason = attempt.get("statusReason") or status_reason or ""
     container_reason = container.get("reason") or ""
     exit_code = container.get("exitCode")
     log_tail = cut_log_tail(log_tail)
-    fields = dict(job_id=job_id, status_reason=status_reason, exit_code=exit_code, log_tail=log_tail)
+    fields: Dict[str, Any] = dict(job_id=job_id, status_reason=status_reason, exit_code=exit_code,
+                                  log_tail=log_tail)
     tail = f"\nLast lines of its log:\n{log_tail}" if log_tail else ""
 
     reasons = [text.lower() for text in (status_reason or "", attempt_reason, container_reason)]
     if any(text.startswith(_OOM_PREFIX) for text in reasons):
-        memory = _memory_mib(job) or memory_mib
+        memory = resources(job.get("container") or {}).memory_mib or memory_mib
         limit = f"{memory} MiB" if memory else "its memory setting"
         return MemoryLimitExceeded(
             f"Batch job {job_id} was killed for using more than {limit} of memory "
@@ -416,7 +403,7 @@ def classify_failure(
         )
     marker = oom_marker if oom_marker is not None else job.get(OOM_MARKER_FIELD)
     if marker is not None and wants_oom_marker(job) and oom_marker_applies(job, marker):
-        memory = _memory_mib(job) or memory_mib
+        memory = resources(job.get("container") or {}).memory_mib or memory_mib
         limit = f"{memory} MiB" if memory else "its memory setting"
         return MemoryLimitExceeded(
             f"Batch job {job_id} ran out of memory with {limit}: its worker raised MemoryError "

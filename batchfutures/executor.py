@@ -129,7 +129,7 @@ class _MapJob:
         for indices in run_children:
             if self.per_child:
                 future = BatchFuture(session)
-                future._cache_key = (function_digest, tuple(digests[i] for i in indices))
+                future._set_cache_key((function_digest, tuple(digests[i] for i in indices)))
                 cache.register([(digests[i], k) for k, i in enumerate(indices)], future)
                 place.update((i, (future, k)) for k, i in enumerate(indices))
                 child_futures.append([future])
@@ -137,7 +137,7 @@ class _MapJob:
                 group = []
                 for i in indices:
                     future = BatchFuture(session)
-                    future._cache_key = (function_digest, (digests[i],))
+                    future._set_cache_key((function_digest, (digests[i],)))
                     cache.register([(digests[i], None)], future)
                     place[i] = (future, None)
                     group.append(future)
@@ -153,7 +153,7 @@ class _MapJob:
                 out.extend(next(children))
             elif self.per_child:
                 slots = Follower(BatchFuture(session), len(indices))
-                slots.future._cached = True
+                slots.future._mark_cached()
                 for slot, i in enumerate(indices):
                     self._resolve(i, hits, follows, place, functools.partial(slots.fill, slot))
                 out.append(slots.future)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
-from typing import Any, Optional, Protocol
+from typing import Any, List, Optional, Protocol, Sequence, Tuple
 
 __all__ = ["BatchFuture", "FutureCore", "BoundJob"]
 
@@ -51,14 +51,6 @@ class BoundJob(Protocol):
 class BatchFuture(concurrent.futures.Future):
     """The future of one call run by AWS Batch (or the local emulator)."""
 
-    # class defaults: with cache=False (the default) no future pays for them
-    _cached = False
-    # cache=True: (function digest, call digest of each item it covers, None if not cacheable)
-    _cache_key: Optional[Any] = None
-    # the worker's [wall_s, cpu_s, peak_mib] of the call, set just before it resolves (issue 22);
-    # kept as read from the result object's JSON: a Usage is made only when asked for
-    _usage: Optional[Any] = None
-
     def __init__(self, core: Optional[FutureCore] = None) -> None:
         super().__init__()
         self._core = core
@@ -67,6 +59,14 @@ class BatchFuture(concurrent.futures.Future):
         self._status: Optional[str] = None
         self._status_reason: Optional[str] = None
         self._exit_code: Optional[int] = None
+        # Every attribute set later is made here: an instance whose dict gains a key after the
+        # first ones no longer shares its keys with the others (~700 bytes more per future)
+        self._item: Optional[int] = None
+        self._usage: Optional[Any] = None
+        self._cached = False
+        self._cache_key: Optional[Any] = None
+        self._upstream: Optional[List["BatchFuture"]] = None
+        self._upstream_at: Optional[List[Tuple[str, Optional[int]]]] = None
 
     # -- what Batch says about the call ---------------------------------------------------
     @property
@@ -164,6 +164,35 @@ class BatchFuture(concurrent.futures.Future):
             self._status_reason = reason
         if exit_code is not None:
             self._exit_code = exit_code
+
+    # The executor core (session, submission, jobs, cache) records what it learns about the
+    # call through these, never by writing the attributes above itself.
+    def _set_item(self, position: int) -> None:
+        self._item = position
+
+    def _set_upstream(self, futures: Sequence["BatchFuture"],
+                      where: Sequence[Tuple[str, Optional[int]]]) -> None:
+        self._upstream, self._upstream_at = list(futures), list(where)
+
+    def _forget_upstream(self) -> None:
+        """Done: no finished future keeps other calls' results alive."""
+        self._upstream = self._upstream_at = None
+
+    def _set_cache_key(self, key: Any) -> None:
+        self._cache_key = key
+
+    def _mark_cached(self, cached: bool = True) -> None:
+        """The outcome comes from the cache (or from an identical call in flight), not a run."""
+        self._cached = cached
+
+    def _set_usage(self, raw: Any) -> None:
+        """Before it resolves: the worker's usage entry of this call (usage.Usage.from_raw)."""
+        self._usage = raw
+
+    def _wait_again(self) -> None:
+        """Its child waits to run again (a rerun after a dependency's retry): PENDING, as Batch
+        shows a job waiting for its dependencies, without the failed try's reason or exit code."""
+        self._status, self._status_reason, self._exit_code = "PENDING", None, None
 
     def _require_core(self) -> FutureCore:
         if self._core is None:

@@ -56,6 +56,11 @@ class ChildState(enum.Enum):
     SETTLED = "settled"    # every future of it is done (result, failure, cancel, abort)
 
 
+def _same(error: BaseException) -> BaseException:
+    """The one error every future of a child gets (an error_for_each that always gives it)."""
+    return error
+
+
 def settle(future: BatchFuture, ok: bool, value: Any) -> bool:
     """Set a future's outcome unless it is already done (cancelled, aborted, or resolved)."""
     if future.done():
@@ -317,21 +322,21 @@ class TrackedJob:
         self._retry_failed(actions.failed, failure_for)  # those it decides are settled below
         self._wait_for_retried_upstream(actions.failed, failure_for)  # and these wait
         for index, data in actions.results.items():
-            self._guarded(index, lambda index=index, data=data: self._settle_child(index, data))
+            self._guarded(index, functools.partial(self._settle_child, index, data))
         for index, node_data in actions.node_results.items():
-            self._guarded(index, lambda index=index, d=node_data: self._settle_nodes(index, d))
+            self._guarded(index, functools.partial(self._settle_nodes, index, node_data))
         for index, description in actions.failed.items():
-            self._guarded(index, lambda index=index, d=description: self._fail_child(
-                index, lambda: failure_for(index, d)))
+            self._guarded(index, functools.partial(self._fail_child, index,
+                                                   functools.partial(failure_for, index, description)))
         for index in actions.no_result:
-            self._guarded(index, lambda index=index: self._fail_child(
-                index, lambda: no_result_error(index)))
+            self._guarded(index, functools.partial(self._fail_child, index,
+                                                   functools.partial(no_result_error, index)))
         for index in actions.expired:
-            self._guarded(index, lambda index=index: self._fail_child(
-                index, lambda: expired_error(index)))
+            self._guarded(index, functools.partial(self._fail_child, index,
+                                                   functools.partial(expired_error, index)))
         for index, reason in actions.unplaceable.items():
-            self._guarded(index, lambda index=index, reason=reason: self._fail_child(
-                index, lambda: unplaceable_error(index, reason)))
+            self._guarded(index, functools.partial(
+                self._fail_child, index, functools.partial(unplaceable_error, index, reason)))
         self._reading.difference_update(actions.read_done)
         self._reread.update(i for i in actions.reread if i in self._open)
         self._missing.update(i for i in actions.missing if i in self._open)
@@ -365,7 +370,7 @@ class TrackedJob:
         self._open.update(self._waiting)
         self._waiting.clear()
         for index in list(self._open):
-            self._guarded(index, lambda index=index: self._fail_child(index, error_for_each))
+            self._guarded(index, functools.partial(self._fail_child, index, error_for_each))
 
     def _wait_for_retried_upstream(self, failed: Mapping[int, Mapping[str, Any]],
                                    failure_for: Callable[[int, Mapping[str, Any]], BaseException]
@@ -384,9 +389,8 @@ class TrackedJob:
                 self._open.discard(index)
                 self._waiting.add(index)
                 self.states[index] = ChildState.WAITING
-                for future in self.children[index]:  # as Batch shows a job waiting for its
-                    future._status, future._status_reason = JobStatus.PENDING.value, None
-                    future._exit_code = None          # dependencies
+                for future in self.children[index]:
+                    future._wait_again()
 
     def ready_reruns(self) -> List[int]:
         """On the poller thread: the waiting children whose upstreams are all done, to run again.
@@ -448,7 +452,8 @@ class TrackedJob:
             if final is None:  # resubmitted: the new job (its futures are bound to it) settles them
                 self._settled(index)
             else:
-                self._guarded(index, lambda index=index, e=final: self._fail_child(index, lambda: e))
+                self._guarded(index, functools.partial(self._fail_child, index,
+                                                       functools.partial(_same, final)))
 
     # -- internals -----------------------------------------------------------------------------
     def _show(self, index: int, shown: Shown) -> None:
@@ -516,7 +521,7 @@ class TrackedJob:
                 if position in printed and not future.done():
                     serialization.echo_output(printed[position])
                 if position < len(used) and used[position] is not None and not future.done():
-                    future._usage = used[position]
+                    future._set_usage(used[position])
                 settle(future, ok, value)
 
     def _settle_nodes(self, index: int, node_data: Sequence[StoredResult]) -> None:
@@ -529,7 +534,7 @@ class TrackedJob:
         used = node_usage(node_data)
         for future in self.children[index]:
             if used is not None and not future.done():
-                future._usage = used
+                future._set_usage(used)
             settle(future, ok, value)
 
     def _fail_child(self, index: int, error_for_each: Callable[[], BaseException]) -> None:

@@ -362,9 +362,9 @@ def failed_calls(storage: Any, info: JobInfo, *, limit: int = MAX_RESULTS_READ) 
             report.calls_read += 1
             if serialization.outcome_kind(outcome) == serialization.OK:
                 continue
-            _, error = serialization.outcome_result(outcome)
+            _, raised = serialization.outcome_result(outcome)
             report.failed.append(FailedCall(child * chunksize + position, child,
-                                            type(error).__name__, str(error)))
+                                            type(raised).__name__, str(raised)))
     return report
 
 

@@ -339,7 +339,7 @@ def run_pool(items: Sequence[Item], header: Dict[str, Any], index: int,
     started = _start(processes, items, header, index, prefetched, resolver, output is not None,
                      usage is not None)
     used: List[Any] = [None] * count
-    by_connection = {process.connection: process for process in started}
+    by_connection: Dict[Any, _SubProcess] = {process.connection: process for process in started}
     outcomes: List[Optional[bytes]] = [None] * count
     try:
         failure: Optional[bytes] = None

@@ -371,7 +371,7 @@ class _CallableModule(types.ModuleType):
     """Importing this module makes it the package's ``progress`` attribute (the import system
     sets it), hiding the function of the same name: calling the module calls the function."""
 
-    def __call__(self, futures: Iterable[T], **options: Any) -> List[T]:
+    def __call__(self, futures: Iterable[F], **options: Any) -> List[F]:
         return progress(futures, **options)
 
 

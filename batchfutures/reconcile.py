@@ -53,11 +53,12 @@ from .errors import (
     is_unplaceable_reason,
     wants_oom_marker,
 )
+from .jobdetail import last_container, resources
 from .jobs import Actions, JobView, Shown, default_child_status
 from .results import Arrival, ReadFailed
 from .statuses import ACTIVE, FINISHED, QUEUED, JobStatus
 
-__all__ = ["Reads", "Needs", "Step", "reconcile", "last_container", "with_marker"]
+__all__ = ["Reads", "Needs", "Step", "reconcile", "with_marker"]
 
 MAX_REASON = 250  # CancelJob's reason is free text; keep ours short
 # Listings read only in part: RUNNABLE children are listed for their reasons, which every child
@@ -447,19 +448,15 @@ def _stuck(view: JobView, actions: Actions, stuck: Dict[int, str],
 
 
 def requested_resources(description: Mapping[str, Any]) -> str:
-    """What the job asked for, as Batch holds it: "4 vCPUs, 8192 MiB memory, 1 GPU"."""
-    container = description.get("container") or {}
-    found = {item.get("type"): item.get("value")
-             for item in container.get("resourceRequirements") or [] if isinstance(item, Mapping)}
-    vcpus = found.get("VCPU", container.get("vcpus"))
-    memory = found.get("MEMORY", container.get("memory"))
+    """What the job asked for, as Batch holds it: "4 vCPUs, 8192 MiB memory, 1 GPUs"."""
+    asked = resources(description.get("container") or {})
     parts = []
-    if vcpus is not None:
-        parts.append(f"{vcpus} vCPUs")
-    if memory is not None:
-        parts.append(f"{memory} MiB memory")
-    if found.get("GPU"):
-        parts.append(f"{found['GPU']} GPUs")
+    if asked.vcpus is not None:
+        parts.append(f"{asked.vcpus:g} vCPUs")
+    if asked.memory_mib is not None:
+        parts.append(f"{asked.memory_mib} MiB memory")
+    if asked.gpus:
+        parts.append(f"{asked.gpus} GPUs")
     return ", ".join(parts)
 
 
@@ -507,9 +504,3 @@ def _listed(view: JobView, reads: Reads, status: JobStatus) -> Sequence[Tuple[in
     return found
 
 
-def last_container(description: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The container of the job's last attempt (where exitCode and reason are), else its own."""
-    attempts = description.get("attempts") or []
-    if attempts and attempts[-1].get("container"):
-        return attempts[-1]["container"]
-    return description.get("container") or {}

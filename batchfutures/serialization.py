@@ -674,35 +674,35 @@ def outcome_result(encoded: bytes) -> Tuple[bool, Any]:
     if kind == ERROR:
         _, payload, type_name, repr_text, tb_text = fields
         try:
-            error = cloudpickle.loads(payload)
-            if not isinstance(error, BaseException):
-                raise TypeError(f"expected an exception, got {type(error).__name__}")
-        except Exception as failure:  # e.g. the exception's class does not exist on the client
+            raised = cloudpickle.loads(payload)
+            if not isinstance(raised, BaseException):
+                raise TypeError(f"expected an exception, got {type(raised).__name__}")
+        except Exception as not_loaded:  # e.g. the exception's class does not exist on the client
             return False, _remote_error(
                 f"the function raised {type_name}: {repr_text}, which could not be loaded here "
-                f"({_reason(failure)})", tb_text)
-        error.__cause__ = RemoteTraceback(f'\n"""\n{tb_text}"""')
-        return False, error
+                f"({_reason(not_loaded)})", tb_text)
+        raised.__cause__ = RemoteTraceback(f'\n"""\n{tb_text}"""')
+        return False, raised
     if kind == DEPENDENCY:
         from .errors import DependencyFailedError
 
         _, upstream_job_id, inner = fields
         _, cause = outcome_result(inner)
-        failure = DependencyFailedError(
+        dependency = DependencyFailedError(
             f"an argument of this call is the result of {upstream_job_id}, which failed: {cause!r}",
             job_id=upstream_job_id, status_reason="a dependency failed")
-        failure.__cause__ = cause
-        return False, failure
+        dependency.__cause__ = cause
+        return False, dependency
     if kind == INITIALIZER:
         from .errors import InitializerFailedError
 
         _, described, inner = fields
         _, cause = outcome_result(inner)
-        failure = InitializerFailedError(
+        initializer = InitializerFailedError(
             f"{described}, the executor's initializer, raised {cause!r} in this call's worker "
             f"process, so its items did not run")
-        failure.__cause__ = cause
-        return False, failure
+        initializer.__cause__ = cause
+        return False, initializer
     if kind == MISMATCH:
         from .errors import EnvironmentMismatchError
 

@@ -26,7 +26,7 @@ import threading
 import time
 import uuid
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from . import batchapi, logs, serialization
 from .cache import CallCache, has_future
@@ -123,14 +123,15 @@ def _clean_local_storage_once(env: Any) -> None:
 
 def settle_cached(future: BatchFuture, outcome: Tuple[bool, Any]) -> None:
     """A call found in the cache: resolved from the stored result, without a job."""
-    future._cached = True
+    future._mark_cached()
     if outcome[0]:
-        future._status = "SUCCEEDED"
+        future._update("SUCCEEDED")
     settle(future, *outcome)
 
 
-def _forget_upstream(future: BatchFuture) -> None:
-    future._upstream = future._upstream_at = None  # no done future keeps other calls' results
+def _forget_upstream(future: "concurrent.futures.Future[Any]") -> None:
+    if isinstance(future, BatchFuture):
+        future._forget_upstream()
 
 
 class Upstream:
@@ -180,8 +181,9 @@ class Upstream:
                 raise ConfigurationError(
                     f"a call may depend on at most {MAX_DEPENDENCIES} Batch jobs (Batch's limit); "
                     f"gather the inputs in one map_futures call, or wait for some first")
-        return FutureRef(job.job_url, value._child, getattr(value, "_item", 0),
-                         job.child_id(value._child), nodes=getattr(job, "nodes", 1))
+        child = value._child if value._child is not None else 0  # bound with its job
+        return FutureRef(job.job_url, child, value._item or 0, job.child_id(child),
+                         nodes=getattr(job, "nodes", 1))
 
     def settle_dependent(self, future: BatchFuture) -> None:
         """The dependent's fate when an argument already failed or was cancelled."""
@@ -199,7 +201,7 @@ class Upstream:
 
     def cancel_with_upstream(self, dependents: List[BatchFuture], child: Optional[int] = None) -> None:
         """Cancelling an upstream future cancels what depends on it (a submit, or map child)."""
-        def cancel(done: BatchFuture) -> None:
+        def cancel(done: "concurrent.futures.Future[Any]") -> None:
             if done.cancelled():
                 for dependent in dependents:
                     dependent.cancel()
@@ -214,9 +216,9 @@ class Upstream:
         when the upstream was retried, a rerun once it is done (reruns.py)."""
         upstream = self.futures_by_child.get(child)
         if upstream:
-            future._upstream = list(upstream)
             # where each one's result is as its FutureRef says: a rerun redirects moved ones
-            future._upstream_at = [(u._job.job_url, u._child) for u in upstream]
+            future._set_upstream(upstream, [(u._job.job_url if u._job is not None else "", u._child)
+                                            for u in upstream])
             future.add_done_callback(_forget_upstream)
 
     def depends_on(self, size: int) -> List[Dict[str, str]]:
@@ -349,7 +351,7 @@ class Session:
         if leader is not None:
             cache.follow(leader, functools.partial(cache.settle_follower, future))
             return True
-        future._cache_key = (function_digest, (digest,))
+        future._set_cache_key((function_digest, (digest,)))
         cache.register([(digest, None)], future)
         return False
 
@@ -459,8 +461,8 @@ class Session:
     def log_group(self, description: Dict[str, Any]) -> str:
         return logs.log_group_of(description, self.env.log_group)
 
-    def log_tail(self, description: Dict[str, Any]) -> Optional[str]:
-        description = self._main_node_of(description)
+    def log_tail(self, description: Mapping[str, Any]) -> Optional[str]:
+        description = self._main_node_of(dict(description))
         return logs.job_log_tail(self.env.logs, description, self.env.log_group,
                                  lines=LOG_TAIL_LINES)
 

@@ -570,7 +570,8 @@ class Storage:
             self.fs.invalidate_cache(path)  # s3fs caches listings; other processes write
         return bool(self._retried(self.fs.exists, path))
 
-    def _names(self, url: str) -> List[str]:
+    def list_names(self, url: str) -> List[str]:
+        """The names in the folder at ``url`` (one LIST on S3; [] when there is none)."""
         path = self._path(url)
         if self.local:  # fsspec's ls strips and rebuilds every path: 5 us an entry, per poll
             try:
@@ -587,6 +588,10 @@ class Storage:
             return [entry.rstrip("/").rpartition("/")[2] for entry in entries]
         return self._retried(names)
 
+    def is_link(self, url: str) -> bool:
+        """Whether ``url`` is a symbolic link on local storage (never followed by a removal)."""
+        return self.local and os.path.islink(self._path(url))
+
     def _names_after(self, url: str, after: str) -> List[str]:
         """The names in a folder that sort after ``after``: ListObjectsV2 with StartAfter, through
         s3fs's own paging and retries (its ``ls`` has no StartAfter)."""
@@ -594,7 +599,7 @@ class Storage:
 
         list_pages = getattr(self.fs, "_list_pages", None)
         if list_pages is None:  # an s3fs without it: the whole folder
-            return [name for name in self._names(url) if name > after]
+            return [name for name in self.list_names(url) if name > after]
         bucket, key, _ = self.fs.split_path(self._path(url))
         prefix = key.rstrip("/") + "/"
 
@@ -813,7 +818,7 @@ class Storage:
 
     def list_oom_markers(self, job_url: str) -> Set[int]:
         """Indices of the children of the job that recorded an out-of-memory marker."""
-        return {index for index in map(_result_index, self._names(f"{job_url}/{OOM_FOLDER}"))
+        return {index for index in map(_result_index, self.list_names(f"{job_url}/{OOM_FOLDER}"))
                 if index is not None}
 
     def oom_markers(self, job_url: str, indices: Sequence[int]) -> Dict[int, Optional[Dict[str, Any]]]:
@@ -868,7 +873,7 @@ class Storage:
             after = self.name_of(self.result_url(job_url, start - 1))
             names = self._names_after(folder, after.rpartition("/")[2])
         else:
-            names = self._names(folder)
+            names = self.list_names(folder)
         return {index for index in map(_result_index, names)
                 if index is not None and index >= start}
 
@@ -923,7 +928,7 @@ class Storage:
 
     def run_job_keys(self, run_id: str) -> List[str]:
         """The job keys a run holds payloads for (``R/runs/<run_id>/jobs/<job_key>``)."""
-        return sorted(name for name in self._names(self.url("runs", run_id, "jobs"))
+        return sorted(name for name in self.list_names(self.url("runs", run_id, "jobs"))
                       if not name.startswith("."))
 
     def split_job_url(self, job_url: str) -> Optional[Tuple[str, str]]:

@@ -368,7 +368,7 @@ class Submitter:
             logger.warning("batchfutures: could not record the storage pointer of job %s", job_id)
         for group in job.futures:  # where each future's outcome sits in its child's result
             for position, future in enumerate(group):
-                future._item = position
+                future._set_item(position)
         tracked = TrackedJob(job_id, job_url, job.futures, array=len(job.blobs) > 1,
                              memory_mib=memory, nodes=job.settings.nodes,
                              item_counts=job.item_counts if job.per_child else None,

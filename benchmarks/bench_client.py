@@ -54,7 +54,8 @@ class RequestCounter:
     """Counts Storage's primitive requests (every LIST, GET and PUT goes through these) made
     on the calling thread: map() submits there; the poller's result reads are not counted."""
 
-    METHODS = {"_names": "LIST", "_names_after": "LIST", "get_bytes": "GET", "put_bytes": "PUT"}
+    METHODS = {"list_names": "LIST", "_names_after": "LIST", "get_bytes": "GET",
+               "_read_verified": "GET", "put_bytes": "PUT"}
 
     def __init__(self) -> None:
         from batchfutures.storage import Storage

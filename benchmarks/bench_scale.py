@@ -84,10 +84,15 @@ def _storage_class() -> Any:
             self._request("LIST", max(1, math.ceil(len(found) / PAGE)))
             return found
 
-        def _names(self, url: str) -> List[str]:
-            names = super()._names(url)
+        def list_names(self, url: str) -> List[str]:
+            names = super().list_names(url)
             self._request("LIST", max(1, math.ceil(len(names) / PAGE)))
             return names
+
+        def _read_verified(self, url: str, make: Any, start: Optional[int] = None,
+                           end: Optional[int] = None) -> Any:
+            self._request("GET")  # every sealed object (results, pointers) is read here
+            return super()._read_verified(url, make, start, end)
 
         def delete(self, url: str) -> None:
             self._request("DELETE")
