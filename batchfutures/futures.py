@@ -114,8 +114,10 @@ class BatchFuture(concurrent.futures.Future):
         raw = self._usage
         if raw is None or not self.done():
             return None
-        from .usage import Usage
+        from .usage import ChildUsage, Usage
 
+        if isinstance(raw, ChildUsage):
+            return raw.at(self._item or 0)
         return Usage.from_raw(raw)
 
     def log(self) -> str:
@@ -185,9 +187,12 @@ class BatchFuture(concurrent.futures.Future):
         """The outcome comes from the cache (or from an identical call in flight), not a run."""
         self._cached = cached
 
-    def _set_usage(self, raw: Any) -> None:
-        """Before it resolves: the worker's usage entry of this call (usage.Usage.from_raw)."""
+    def _set_usage(self, raw: Any, position: Optional[int] = None) -> None:
+        """Before it resolves: the worker's usage of this call: its child's packed usage
+        (usage.ChildUsage) and its position there, or one entry (usage.Usage.from_raw)."""
         self._usage = raw
+        if position is not None:
+            self._item = position
 
     def _wait_again(self) -> None:
         """Its child waits to run again (a rerun after a dependency's retry): PENDING, as Batch

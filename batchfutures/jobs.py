@@ -39,6 +39,7 @@ from . import reruns, serialization, signing
 from .errors import BatchError, IntegrityError, RemoteError, add_note
 from .futures import BatchFuture
 from .statuses import JobStatus
+from .usage import ChildUsage
 
 logger = logging.getLogger("batchfutures")
 
@@ -515,13 +516,14 @@ class TrackedJob:
         else:
             # future.usage (issue 22): each item's entry from the meta, set before its future
             # resolves (a done callback sees it); None for objects written before
-            used = serialization.result_usage(data) or ()
+            entries = serialization.result_usage(data)
+            packed = ChildUsage(entries) if entries else None  # one array for the child's items
             for position, (future, (ok, value)) in enumerate(
                     zip(self.children[index], decode_result(data, count))):
                 if position in printed and not future.done():
                     serialization.echo_output(printed[position])
-                if position < len(used) and used[position] is not None and not future.done():
-                    future._set_usage(used[position])
+                if packed is not None and position < len(packed) and not future.done():
+                    future._set_usage(packed, position)
                 settle(future, ok, value)
 
     def _settle_nodes(self, index: int, node_data: Sequence[StoredResult]) -> None:

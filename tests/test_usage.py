@@ -19,7 +19,16 @@ import pytest
 
 from batchfutures import BatchExecutor, LocalEnvironment, MemoryLimitExceeded, serialization
 from batchfutures.calls import Meter
-from batchfutures.usage import JobUsage, Totals, Usage, advice, memory_text, run_seconds, suggest_memory
+from batchfutures.usage import (
+    ChildUsage,
+    JobUsage,
+    Totals,
+    Usage,
+    advice,
+    memory_text,
+    run_seconds,
+    suggest_memory,
+)
 
 MIB = 1024 * 1024
 
@@ -295,3 +304,12 @@ def test_a_multi_node_calls_usage_is_its_nodes_together():
     assert combined == [3.0, 4.0, 250.0]
     assert node_usage([None, serialization.pack_result([], {})]) is None
     assert node_usage([node([1.0, 0.5, None])]) == [1.0, 0.5, None]
+
+
+def test_a_childs_usage_is_packed_once_and_read_per_position():
+    packed = ChildUsage([[0.5, 0.25, 300.0], [1.0, 0.0, None], None, "junk"])
+    assert len(packed) == 4
+    assert packed.at(0) == Usage(0.5, 0.25, 300.0)
+    assert packed.at(1) == Usage(1.0, 0.0, None)  # the peak unknown (the thread launcher)
+    assert packed.at(2) is None and packed.at(3) is None  # not measured
+    assert packed.at(4) is None and packed.at(-1) is None
