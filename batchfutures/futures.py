@@ -48,6 +48,19 @@ class BoundJob(Protocol):
         ...
 
 
+class _Rare:
+    """What only some futures have: a cache key and its verdict (cache=True), the futures given
+    as arguments (kept while the call waits). One slot on every future, this only on those."""
+
+    __slots__ = ("cache_key", "cached", "upstream", "upstream_at")
+
+    def __init__(self) -> None:
+        self.cache_key: Optional[Any] = None
+        self.cached = False
+        self.upstream: Optional[List["BatchFuture"]] = None
+        self.upstream_at: Optional[List[Tuple[str, Optional[int]]]] = None
+
+
 class BatchFuture(concurrent.futures.Future):
     """The future of one call run by AWS Batch (or the local emulator)."""
 
@@ -60,13 +73,11 @@ class BatchFuture(concurrent.futures.Future):
         self._status_reason: Optional[str] = None
         self._exit_code: Optional[int] = None
         # Every attribute set later is made here: an instance whose dict gains a key after the
-        # first ones no longer shares its keys with the others (~700 bytes more per future)
+        # first ones no longer shares its keys with the others (~700 bytes more per future).
+        # What few calls have (cache=True, futures as arguments) shares one slot (_Rare).
         self._item: Optional[int] = None
         self._usage: Optional[Any] = None
-        self._cached = False
-        self._cache_key: Optional[Any] = None
-        self._upstream: Optional[List["BatchFuture"]] = None
-        self._upstream_at: Optional[List[Tuple[str, Optional[int]]]] = None
+        self._rare: Optional[_Rare] = None
 
     # -- what Batch says about the call ---------------------------------------------------
     @property
@@ -102,7 +113,7 @@ class BatchFuture(concurrent.futures.Future):
     def cached(self) -> bool:
         """True when the result came from the cache (``cache=True``) instead of a run of its
         own: a call that succeeded before, or an identical call in flight it followed."""
-        return self._cached
+        return self._rare is not None and self._rare.cached
 
     @property
     def usage(self) -> Optional[Any]:
@@ -172,20 +183,42 @@ class BatchFuture(concurrent.futures.Future):
     def _set_item(self, position: int) -> None:
         self._item = position
 
+    def _rare_fields(self) -> "_Rare":
+        if self._rare is None:
+            self._rare = _Rare()
+        return self._rare
+
     def _set_upstream(self, futures: Sequence["BatchFuture"],
                       where: Sequence[Tuple[str, Optional[int]]]) -> None:
-        self._upstream, self._upstream_at = list(futures), list(where)
+        rare = self._rare_fields()
+        rare.upstream, rare.upstream_at = list(futures), list(where)
 
     def _forget_upstream(self) -> None:
         """Done: no finished future keeps other calls' results alive."""
-        self._upstream = self._upstream_at = None
+        if self._rare is not None:
+            self._rare.upstream = self._rare.upstream_at = None
 
     def _set_cache_key(self, key: Any) -> None:
-        self._cache_key = key
+        self._rare_fields().cache_key = key
 
     def _mark_cached(self, cached: bool = True) -> None:
         """The outcome comes from the cache (or from an identical call in flight), not a run."""
-        self._cached = cached
+        self._rare_fields().cached = cached
+
+    @property
+    def _cache_key(self) -> Optional[Any]:
+        """cache=True: (function digest, the call digest of each item it covers)."""
+        return self._rare.cache_key if self._rare is not None else None
+
+    @property
+    def _upstream(self) -> Optional[List["BatchFuture"]]:
+        """The futures given to this call as arguments, while it waits."""
+        return self._rare.upstream if self._rare is not None else None
+
+    @property
+    def _upstream_at(self) -> Optional[List[Tuple[str, Optional[int]]]]:
+        """Where each of them was when the call was sent (its job URL and child)."""
+        return self._rare.upstream_at if self._rare is not None else None
 
     def _set_usage(self, raw: Any, position: Optional[int] = None) -> None:
         """Before it resolves: the worker's usage of this call: its child's packed usage

@@ -63,7 +63,7 @@ def test_a_cancelled_upstream_fails_its_item():
 # -- which failures wait for a rerun ---------------------------------------------------------------
 def dependent(*upstreams):
     future = BatchFuture()
-    future._upstream = list(upstreams)
+    future._set_upstream(list(upstreams), [("", None)] * len(upstreams))
     return future
 
 
@@ -102,8 +102,8 @@ def test_redirects_name_only_the_upstreams_that_moved_once_each():
     a, a_first = moved_upstream(("s3://b/runs/r/jobs/first", 2), ("s3://b/runs/r/jobs/retry", 0))
     b, b_first = moved_upstream(("s3://b/runs/r/jobs/first", 1), ("s3://b/runs/r/jobs/first", 1))
     one, two = BatchFuture(), BatchFuture()
-    one._upstream, one._upstream_at = [a, b], [a_first, b_first]
-    two._upstream, two._upstream_at = [a], [a_first]
+    one._set_upstream([a, b], [a_first, b_first])
+    two._set_upstream([a], [a_first])
     assert redirects_of([one, two]) == [
         ("s3://b/runs/r/jobs/first", 2, "s3://b/runs/r/jobs/retry", 0)]
     assert redirects_of([BatchFuture()]) == []
