@@ -61,6 +61,7 @@ from .jobs import (
 from .launcher import client_python_path
 from .model import task_arn
 from .outcomes import AttemptEnd, attempt_outcome
+from .placement import Ask, Host, fits_now, never_fits, queue_key
 
 logger = logging.getLogger("batchfutures")
 
@@ -75,10 +76,13 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _vcpus(unit: Unit) -> float:
-    """The vCPUs one unit holds while it runs (a node's own, in a multi-node job)."""
+def ask_of(unit: Unit) -> Ask:
+    """What one unit asks of the host (a node's own, in a multi-node job)."""
     spec = unit.job.spec
-    return float(spec.node(unit.index)["vcpus"] or 1) if unit.job.is_multinode else spec.vcpus or 1.0
+    node = spec.node(unit.index if unit.job.is_multinode else None)
+    vcpus = float(node["vcpus"] or 1) if unit.job.is_multinode else spec.vcpus or 1.0
+    return Ask(vcpus=vcpus, total_vcpus=spec.total_vcpus(), memory_mib=node["memory"],
+               gpus=node["gpus"] or 0)
 
 
 class Scheduler:
@@ -104,8 +108,7 @@ class Scheduler:
         self._queue_actions = queue_actions
         self._stuck: List[Unit] = []  # RUNNABLE with a reason that keeps them there
         self.max_vcpus = float(max_vcpus)
-        self.host_memory_mib = host_memory_mib
-        self.host_gpus = host_gpus
+        self.host = Host(max_vcpus=self.max_vcpus, memory_mib=host_memory_mib, gpus=host_gpus)
         self.compute_environment = compute_environment
         self.logs_folder = Path(logs_folder)
         self._on_change = on_change
@@ -177,7 +180,7 @@ class Scheduler:
             heapq.heappop(self._heap)  # cancelled while queued
         if self._heap:
             unit = self._heap[0][3]  # strict FIFO: only the head can start next
-            if self.used_vcpus + _vcpus(unit) <= self.max_vcpus + 1e-9:
+            if fits_now(ask_of(unit), self.used_vcpus, self.host):
                 return TICK
         deadlines = [d for u in self._running for d in (u.deadline, u.host_loss_at) if d is not None]
         if deadlines:
@@ -294,23 +297,18 @@ class Scheduler:
 
     def _queue(self, unit: Unit) -> None:
         spec = unit.job.spec
-        node = spec.node(unit.index if unit.job.is_multinode else None)
         now = now_ms()
         unit.tick = self._tick_no
         unit.runnable_at = now
         self.changed = True
-        # a multi-node job's nodes run together: all of their vCPUs must fit at once
-        too_big = (spec.total_vcpus() > self.max_vcpus + 1e-9 or (node["gpus"] or 0) > self.host_gpus
-                   or (node["memory"] and self.host_memory_mib
-                       and node["memory"] > self.host_memory_mib))
-        if too_big:  # as Batch: stays RUNNABLE, saying why, until cancelled or terminated
+        if never_fits(ask_of(unit), self.host):  # as Batch: RUNNABLE, saying why, until stopped
             unit.job.move(unit, JobStatus.RUNNABLE, now, MISCONFIGURED)
             unit.runnable_since = time.monotonic()
             self._stuck.append(unit)
             return
         unit.job.move(unit, JobStatus.RUNNABLE, now, None)
-        place = -1 if unit.is_main_node else unit.index or 0  # a main node starts first
-        heapq.heappush(self._heap, (spec.seq, place, next(self._order), unit))
+        seq, place = queue_key(spec.seq, unit.index, unit.is_main_node)
+        heapq.heappush(self._heap, (seq, place, next(self._order), unit))
 
     def front_of_queue(self, queue: str, limit: int) -> List[Unit]:
         """The first `limit` RUNNABLE units of `queue`'s own jobs, in the order they would start
@@ -321,10 +319,8 @@ class Scheduler:
         found = [u for u in units.values()
                  if u.status == JobStatus.RUNNABLE and u.job.spec.queue == queue]
 
-        def place(unit: Unit) -> Tuple[int, int]:
-            return (unit.job.spec.seq or 0, -1 if unit.is_main_node else unit.index or 0)
-
-        return heapq.nsmallest(limit, found, key=place)
+        return heapq.nsmallest(limit, found, key=lambda unit: queue_key(
+            unit.job.spec.seq, unit.index, unit.is_main_node))
 
     # -- RUNNABLE -> STARTING: vCPUs, in submission order ------------------------------------
     def _dispatch(self) -> List[Tuple[Unit, LaunchRequest]]:
@@ -339,9 +335,10 @@ class Scheduler:
                 continue
             if unit.tick == self._tick_no:
                 break  # became RUNNABLE in this tick: next tick
-            need = _vcpus(unit)
-            if self.used_vcpus + need > self.max_vcpus + 1e-9:
+            ask = ask_of(unit)
+            if not fits_now(ask, self.used_vcpus, self.host):
                 break
+            need = ask.vcpus
             heapq.heappop(self._heap)
             self.used_vcpus += need
             unit.reserved = need
