@@ -282,11 +282,21 @@ def test_shutdown_cancel_futures_cancels_queued_calls_and_their_jobs(tmp_path):
     assert jobs and all(j["status"] in ("FAILED", "RUNNABLE") for j in jobs)
 
 
+def wait_for_path(path):
+    """Run until ``path`` exists: the test says when the call may end (never a guessed sleep)."""
+    import os
+    import time
+
+    while not os.path.exists(path):
+        time.sleep(0.02)
+
+
 @pytest.mark.slow
 def test_cancel_succeeds_only_before_the_call_starts(tmp_path):
-    env = LocalEnvironment(tmp_path, max_vcpus=1)
+    env = LocalEnvironment(tmp_path / "work", max_vcpus=1)
+    gate = tmp_path / "gate"
     with BatchExecutor(env) as executor:
-        running = executor.submit(time.sleep, 2)
+        running = executor.submit(wait_for_path, str(gate))  # holds the one vCPU until the gate
         wait_until(running.running)
         assert running.cancel() is False
         queued = executor.submit(square, 3)
@@ -294,7 +304,8 @@ def test_cancel_succeeds_only_before_the_call_starts(tmp_path):
         wait_until(lambda: queued.job_id is not None)
         assert queued.cancel() is True
         wait_until(lambda: env.batch.describe_jobs(jobs=[queued.job_id])["jobs"][0]["status"] == "FAILED")
-        assert running.result() is None
+        gate.write_text("")
+        assert running.result(timeout=60) is None
 
 
 # -- failures ----------------------------------------------------------------------------------
