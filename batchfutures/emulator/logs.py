@@ -73,11 +73,16 @@ class LogsService:
         self.folder = Path(folder)
         self._service = service  # the emulator, for its fault injector
 
-    def get_log_events(self, **params: Any) -> Dict[str, Any]:
-        operation = "GetLogEvents"
+    def _begin(self, operation: str, params: Dict[str, Any]) -> None:
+        """What every call does first: the fault profile's injected errors, then botocore's
+        validation of the request."""
         if self._service is not None:
             self._service.faults.maybe_raise(operation)
         validate_request(operation, params, service="logs")
+
+    def get_log_events(self, **params: Any) -> Dict[str, Any]:
+        operation = "GetLogEvents"
+        self._begin(operation, params)
         group = params.get("logGroupName") or params.get("logGroupIdentifier")
         stream = params["logStreamName"]
         _check_group(group, operation)
@@ -116,14 +121,8 @@ class LogsService:
 
     def filter_log_events(self, **params: Any) -> Dict[str, Any]:
         operation = "FilterLogEvents"
-        if self._service is not None:
-            self._service.faults.maybe_raise(operation)
-        validate_request(operation, params, service="logs")
-        name, identifier = params.get("logGroupName"), params.get("logGroupIdentifier")
-        if (name is None) == (identifier is None):
-            raise client_error("Specify either logGroupName or logGroupIdentifier, but not both.",
-                               "InvalidParameterException", 400, operation)
-        _check_group(name or identifier, operation)
+        self._begin(operation, params)
+        _one_group(params, operation)
         names, prefix = params.get("logStreamNames"), params.get("logStreamNamePrefix")
         if names is not None and prefix is not None:
             raise client_error("logStreamNames and logStreamNamePrefix cannot both be specified.",
@@ -185,14 +184,8 @@ class LogsService:
 
     def describe_log_streams(self, **params: Any) -> Dict[str, Any]:
         operation = "DescribeLogStreams"
-        if self._service is not None:
-            self._service.faults.maybe_raise(operation)
-        validate_request(operation, params, service="logs")
-        name, identifier = params.get("logGroupName"), params.get("logGroupIdentifier")
-        if (name is None) == (identifier is None):
-            raise client_error("Specify either logGroupName or logGroupIdentifier, but not both.",
-                               "InvalidParameterException", 400, operation)
-        _check_group(name or identifier, operation)
+        self._begin(operation, params)
+        _one_group(params, operation)
         prefix = params.get("logStreamNamePrefix")
         by_time = params.get("orderBy") == "LastEventTime"
         if by_time and prefix is not None:
@@ -235,9 +228,7 @@ class LogsService:
 
     def describe_log_groups(self, **params: Any) -> Dict[str, Any]:
         operation = "DescribeLogGroups"
-        if self._service is not None:
-            self._service.faults.maybe_raise(operation)
-        validate_request(operation, params, service="logs")
+        self._begin(operation, params)
         prefix, pattern = params.get("logGroupNamePrefix"), params.get("logGroupNamePattern")
         identifiers = params.get("logGroupIdentifiers")
         if sum(value is not None for value in (prefix, pattern, identifiers)) > 1:
@@ -348,6 +339,15 @@ class LogsService:
         lines = _lines(data)[-limit:] if limit else []
         start = offset - sum(len(line) + 1 for line in lines)
         return start, offset, lines
+
+
+def _one_group(params: Dict[str, Any], operation: str) -> None:
+    """A call that names its group by name or by identifier, exactly one of them, and ours."""
+    name, identifier = params.get("logGroupName"), params.get("logGroupIdentifier")
+    if (name is None) == (identifier is None):
+        raise client_error("Specify either logGroupName or logGroupIdentifier, but not both.",
+                           "InvalidParameterException", 400, operation)
+    _check_group(name or identifier, operation)
 
 
 def _check_group(group: Optional[str], operation: str) -> None:
