@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import pickle
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, Optional
 
 from .jobdetail import last_attempt, resources
 
@@ -352,17 +352,21 @@ def classify_failure(
     tail = f"\nLast lines of its log:\n{log_tail}" if log_tail else ""
 
     reasons = [text.lower() for text in (status_reason or "", attempt_reason, container_reason)]
-    if any(text.startswith(_OOM_PREFIX) for text in reasons):
+    def out_of_memory(what: Callable[[str], str]) -> MemoryLimitExceeded:
+        """The kernel's kill and the worker's marker alike: ``what(limit)`` says which."""
         memory = resources(job.get("container") or {}).memory_mib or memory_mib
         limit = f"{memory} MiB" if memory else "its memory setting"
         return MemoryLimitExceeded(
-            f"Batch job {job_id} was killed for using more than {limit} of memory "
-            f"({container_reason or status_reason}). Raise the limit, for example "
+            f"Batch job {job_id} {what(limit)}. Raise the limit, for example "
             f"executor.with_settings(memory=\"{_suggest_memory(memory)}\"), or use less memory "
             f"per call (a smaller chunksize).{tail}",
             memory_mib=memory,
             **fields,
         )
+
+    if any(text.startswith(_OOM_PREFIX) for text in reasons):
+        return out_of_memory(lambda limit: f"was killed for using more than {limit} of memory "
+                                           f"({container_reason or status_reason})")
     if any(text.startswith(_TIMEOUT_PREFIX) for text in reasons[:2]):
         seconds = (job.get("timeout") or {}).get("attemptDurationSeconds")
         limit = f"{seconds} s" if seconds else "its timeout"
@@ -403,17 +407,10 @@ def classify_failure(
         )
     marker = oom_marker if oom_marker is not None else job.get(OOM_MARKER_FIELD)
     if marker is not None and wants_oom_marker(job) and oom_marker_applies(job, marker):
-        memory = resources(job.get("container") or {}).memory_mib or memory_mib
-        limit = f"{memory} MiB" if memory else "its memory setting"
-        return MemoryLimitExceeded(
-            f"Batch job {job_id} ran out of memory with {limit}: its worker raised MemoryError "
-            f"and exited with code {exit_code}, recording so in storage (Batch gives no "
-            f"OutOfMemoryError reason when the kernel did not kill it). Raise the limit, for "
-            f"example executor.with_settings(memory=\"{_suggest_memory(memory)}\"), or use "
-            f"less memory per call (a smaller chunksize).{tail}",
-            memory_mib=memory,
-            **fields,
-        )
+        return out_of_memory(lambda limit: (
+            f"ran out of memory with {limit}: its worker raised MemoryError and exited with "
+            f"code {exit_code}, recording so in storage (Batch gives no OutOfMemoryError reason "
+            f"when the kernel did not kill it)"))
     what = f"exited with code {exit_code}" if exit_code is not None else "failed"
     detail = f" ({container_reason})" if container_reason and container_reason != status_reason else ""
     return JobFailedError(
