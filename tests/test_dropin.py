@@ -9,6 +9,7 @@ import pickle
 import sys
 import textwrap
 import threading
+import time
 
 import pytest
 
@@ -235,7 +236,14 @@ def test_job_shows_the_array_and_each_child(local_env):
     with BatchExecutor(local_env) as ex:
         futures = ex.map_futures(_maybe_crash, range(4))
         concurrent.futures.wait(futures, timeout=120)
-        info = ex.job(futures[0].job_id.split(":")[0])
+        # A future resolves when its result is stored, which can be before Batch shows the
+        # child (and so the parent) ended: as on AWS, the job's own view lags the futures.
+        job_id = futures[0].job_id.split(":")[0]
+        deadline = time.monotonic() + 60
+        info = ex.job(job_id)
+        while info.status not in ("SUCCEEDED", "FAILED") and time.monotonic() < deadline:
+            time.sleep(0.05)
+            info = ex.job(job_id)
     assert info.is_array and info.size == 4 and info.status == "FAILED"
     by_index = {child.index: child for child in info.children}
     assert by_index[2].status == "FAILED" and by_index[2].exit_code == 3
