@@ -36,8 +36,8 @@ _EXPORTS = {
     "DependencyFailedError": "errors",
     "IntegrityError": "errors",
     "progress": "progress",
-    "node": "nodes",
-    "NodeInfo": "nodes",
+    "node": "worker.nodes",
+    "NodeInfo": "worker.nodes",
 }
 
 __all__ = [
@@ -90,9 +90,9 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from .executor import BatchExecutor
     from .futures import BatchFuture
-    from .nodes import NodeInfo, node
     from .progress import progress
     from .settings import JobSettings, parse_memory
+    from .worker.nodes import NodeInfo, node
 
 
 def register_joblib() -> None:

@@ -106,7 +106,7 @@ class Environment:
     def max_vcpus_at_once(self) -> float:
         """The vCPUs this environment's jobs can use at once (an executor's ``_max_workers``
         divides it by a job's vCPUs)."""
-        from .emulator import host
+        from .emulator.runtime import host
 
         return float(host.cpu_count())
 
@@ -225,7 +225,7 @@ class LocalEnvironment(Environment):
     def gpus(self) -> int:
         """GPUs jobs may use: as given, else the machine's (detected once)."""
         if self._gpus is None:
-            from .emulator.host import gpu_count
+            from .emulator.runtime.host import gpu_count
 
             self._gpus = gpu_count()
         return self._gpus
@@ -280,13 +280,13 @@ class LocalEnvironment(Environment):
     def max_memory_mib(self) -> Optional[int]:
         """The most memory a job can be placed with here: the machine's (validate_settings
         refuses more)."""
-        from .emulator import host
+        from .emulator.runtime import host
 
         return host.memory_mib()
 
     def validate_settings(self, settings: JobSettings) -> None:
         """Refuse a job this machine can never place (it would wait RUNNABLE forever)."""
-        from .emulator import host
+        from .emulator.runtime import host
 
         vcpus = self.max_vcpus if self.max_vcpus is not None else host.cpu_count()
         if settings.nodes > 1 and settings.nodes * settings.vcpus > vcpus:  # all nodes at once
@@ -313,7 +313,7 @@ class LocalEnvironment(Environment):
 
     def max_vcpus_at_once(self) -> float:
         """``max_vcpus``, or the machine's CPUs."""
-        from .emulator import host
+        from .emulator.runtime import host
 
         return float(self.max_vcpus if self.max_vcpus is not None else host.cpu_count())
 

@@ -97,7 +97,7 @@ def build_request(settings: JobSettings, *, name: str, job_queue: str, job_defin
     ]
     if settings.gpus:
         resources.append({"type": "GPU", "value": str(settings.gpus)})
-    # the worker runs a child's items on this many processes (batchfutures.pool)
+    # the worker runs a child's items on this many processes (batchfutures.worker.pool)
     given = dict(settings.environment)
     given.setdefault("BATCHFUTURES_VCPUS", _number(settings.vcpus))
     given.update(signing_environment or {})

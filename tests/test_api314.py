@@ -11,7 +11,7 @@ from loopback_proxy import Answer, Forward, LoopbackProxy
 from s3server import emulator_endpoint, emulator_environment
 
 from batchfutures import BatchExecutor, JobAbortedError, LocalEnvironment
-from batchfutures.emulator import host
+from batchfutures.emulator.runtime import host
 from batchfutures.environments import FALLBACK_MAX_VCPUS, queue_max_vcpus
 
 

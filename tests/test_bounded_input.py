@@ -15,8 +15,9 @@ import tracemalloc
 
 import pytest
 
-from batchfutures import BatchExecutor, LocalEnvironment, batchapi, cli, logs
-from batchfutures.emulator.logs import LogsService
+from batchfutures import BatchExecutor, LocalEnvironment, batchapi, logs
+from batchfutures.cli import app as cli
+from batchfutures.emulator.logservice import LogsService
 from batchfutures.errors import LOG_TAIL_BYTES, ConfigurationError, JobFailedError, classify_failure
 from batchfutures.settings import JobSettings
 

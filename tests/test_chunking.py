@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from batchfutures import BatchExecutor, chunking, pool, serialization
+from batchfutures import BatchExecutor, chunking, serialization
+from batchfutures.worker import pool
 
 
 @pytest.mark.parametrize("vcpus, expected", [(1, 1), (0.25, 1), (2, 2), (2.5, 2), (16, 16)])

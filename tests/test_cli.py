@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from botocore.exceptions import ClientError
 
-from batchfutures import BatchExecutor, LocalEnvironment, cleanup, cli, jobview
+from batchfutures import BatchExecutor, LocalEnvironment, cleanup, jobview
+from batchfutures.cli import app as cli
 from batchfutures.errors import ConfigurationError, JobFailedError, JobMetadataExpired
 
 DAY = 86400.0

@@ -15,7 +15,8 @@ import textwrap
 
 import pytest
 
-from batchfutures import calls, pool, serialization
+from batchfutures import serialization
+from batchfutures.worker import calls, pool
 
 slow = pytest.mark.slow
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from batchfutures.emulator import BatchEmulator, schema
-from batchfutures.emulator.jobs import EXITED, Job, JobSpec, JobStatus, describe, summary
+from batchfutures.emulator.jobstate import EXITED, Job, JobSpec, JobStatus, describe, summary
 from batchfutures.emulator.records import (
     BadRecord,
     DefinitionStore,

@@ -442,7 +442,7 @@ def test_batchfutures_checks_bucket_probe_passes_under_the_client_policy_only(st
     import boto3
 
     from batchfutures import AWSBatchEnvironment
-    from batchfutures.checks import run_checks
+    from batchfutures.cli.checks import run_checks
 
     def verdicts(user: str):
         variables = as_user(user)

@@ -11,15 +11,15 @@ from importlib import metadata
 
 import pytest
 
-from batchfutures.errors import EnvironmentMismatchError
-from batchfutures.setup_resources import (
+from batchfutures.cli.setup_resources import (
     IMAGE_PLATFORMS,
     PINNED,
     client_versions,
     dockerfile_path,
     image_commands,
 )
-from batchfutures.storagelib import S3FS_MINIMUM, check_storage_library, parse_version
+from batchfutures.errors import EnvironmentMismatchError
+from batchfutures.worker.storagelib import S3FS_MINIMUM, check_storage_library, parse_version
 
 
 def pip_script():

@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from batchfutures import pool
+from batchfutures.worker import pool
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ import time
 import pytest
 from botocore.exceptions import ClientError
 
-from batchfutures.emulator.logs import LogsService
+from batchfutures.emulator.logservice import LogsService
 from batchfutures.logs import (
     follow,
     follow_job,

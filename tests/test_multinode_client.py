@@ -24,10 +24,10 @@ from batchfutures.errors import (
 )
 from batchfutures.futures import BatchFuture
 from batchfutures.jobs import JobStatus, TrackedJob, combine_node_results
-from batchfutures.nodes import NodeInfo, node
 from batchfutures.reconcile import Reads, reconcile
 from batchfutures.settings import JobSettings
 from batchfutures.submission import build_request
+from batchfutures.worker.nodes import NodeInfo, node
 
 MODEL = get_session().get_service_model("batch")
 

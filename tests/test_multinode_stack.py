@@ -21,8 +21,8 @@ from batchfutures import AWSBatchEnvironment, BatchExecutor, node
 from batchfutures.emulator import BatchEmulator
 from batchfutures.errors import ConfigurationError
 from batchfutures.jobdefinitions import multinode_definition_from
-from batchfutures.nodes import task_address
 from batchfutures.submission import multinode_queue
+from batchfutures.worker.nodes import task_address
 
 REGION = "us-east-1"
 # what ECS answers at ${ECS_CONTAINER_METADATA_URI_V4} for a container of an awsvpc task

@@ -191,7 +191,7 @@ def test_on_aws_a_memory_error_fails_as_memory_limit_exceeded_and_is_retried(tmp
                                                                               s3_endpoint):
     from s3server import emulator_endpoint, emulator_environment, new_bucket
 
-    from batchfutures.emulator import cgroups
+    from batchfutures.emulator.runtime import cgroups
 
     if cgroups.detect() is None:
         pytest.skip("needs cgroups (root on Linux): under RLIMIT the emulator gives the reason")

@@ -15,16 +15,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import pytest
 from test_worker import make_job, results, run_worker
 
-from batchfutures import (
-    BatchExecutor,
-    InitializerFailedError,
-    RemoteError,
-    calls,
-    pool,
-    serialization,
-    worker,
-)
+from batchfutures import BatchExecutor, InitializerFailedError, RemoteError, serialization
 from batchfutures.storage import Storage
+from batchfutures.worker import calls, pool
+from batchfutures.worker import main as worker
 
 needs_fork = pytest.mark.skipif(not pool.FORK_AVAILABLE, reason="the pool forks on Linux only")
 

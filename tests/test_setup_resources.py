@@ -38,8 +38,7 @@ import pytest
 import yaml
 
 import batchfutures
-from batchfutures.errors import ConfigurationError
-from batchfutures.setup_resources import (
+from batchfutures.cli.setup_resources import (
     DEFAULT_REPOSITORY,
     dockerfile_path,
     image_commands,
@@ -49,6 +48,7 @@ from batchfutures.setup_resources import (
     template_path,
     template_text,
 )
+from batchfutures.errors import ConfigurationError
 
 pytestmark = pytest.mark.filterwarnings(  # moto says so when it skips the bucket policy
     "ignore:Tried to parse AWS.*BucketPolicy:UserWarning")
@@ -498,7 +498,7 @@ def test_fargate_outputs(aws, network, template):
 
 def test_stack_outputs_pass_batchfutures_check(stack, moto_url, monkeypatch, capsys):
     """docs/aws.md's step: the three variables from the outputs, then `batchfutures check`."""
-    from batchfutures.cli import main
+    from batchfutures.cli.app import main
 
     for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                        "AWS_DEFAULT_REGION": REGION, "AWS_ENDPOINT_URL": moto_url,

@@ -18,7 +18,6 @@ import time
 import pytest
 
 from batchfutures import BatchExecutor, LocalEnvironment, MemoryLimitExceeded, serialization
-from batchfutures.calls import Meter
 from batchfutures.usage import (
     ChildUsage,
     JobUsage,
@@ -29,6 +28,7 @@ from batchfutures.usage import (
     run_seconds,
     suggest_memory,
 )
+from batchfutures.worker.calls import Meter
 
 MIB = 1024 * 1024
 

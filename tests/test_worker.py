@@ -14,9 +14,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import pytest
 import s3server
 
-from batchfutures import EnvironmentMismatchError, RemoteError, calls, serialization, worker
+from batchfutures import EnvironmentMismatchError, RemoteError, serialization
 from batchfutures.serialization import RemoteTraceback
 from batchfutures.storage import Storage
+from batchfutures.worker import calls
+from batchfutures.worker import main as worker
 
 # moto S3 fixtures (tests/s3server.py), registered for this module
 moto_server, aws_env, s3_bucket, s3_root = (
@@ -258,7 +260,7 @@ def test_usage_and_bad_index(local):
     job = make_job(local, [[(abs, (-1,), {})]])
     env_index = run_worker(job, index=None, argv=[sys.executable, "-c", (
         "import os, sys; os.environ['AWS_BATCH_JOB_ARRAY_INDEX'] = 'x'; "
-        "from batchfutures import worker; sys.exit(worker.main([sys.argv[1]]))"), job])
+        "from batchfutures.worker import main as worker; sys.exit(worker.main([sys.argv[1]]))"), job])
     assert env_index.returncode == 2 and "AWS_BATCH_JOB_ARRAY_INDEX" in env_index.stderr
 
 
@@ -351,7 +353,7 @@ def test_a_second_run_does_not_overwrite_the_first_result(storage, tmp_path):
 @pytest.mark.slow
 def test_worker_does_not_import_boto3_for_local_storage(local):
     job = make_job(local, [[(abs, (-1,), {})]])
-    probe = ("import sys; from batchfutures import worker; code = worker.main([sys.argv[1]]); "
+    probe = ("import sys; from batchfutures.worker import main as worker; code = worker.main([sys.argv[1]]); "
              "print(sorted(m for m in ('boto3', 'botocore', 's3fs') if m in sys.modules)); "
              "sys.exit(code)")
     done = run_worker(job, argv=[sys.executable, "-c", probe, job])

@@ -7,7 +7,7 @@ import json
 from typing import Any, Callable, Dict, List, Optional
 
 from .catalog import Rejected
-from .jobs import Job, Unit
+from .jobstate import Job, Unit
 
 
 def token(position: Any) -> str:

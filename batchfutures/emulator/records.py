@@ -43,7 +43,7 @@ from . import schema
 from .schema import RecordProblem
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .jobs import Job
+    from .jobstate import Job
 
 logger = logging.getLogger("batchfutures")
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, FrozenSet, Mapping, Optional, Pattern, Sequence, Tuple, Union
 
 from ..statuses import JobStatus
-from .jobs import CHUNK
+from .jobstate import CHUNK
 
 MAX_RECORD_BYTES = 64 * 1024 * 1024  # a chunk of 500 children of 10 attempts is far below this
 MAX_ARRAY_SIZE = 10_000  # Batch's limits, as SubmitJob enforces them

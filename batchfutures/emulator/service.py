@@ -38,9 +38,6 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
-from . import cgroups as cgroups_module
-from . import host
-from .attempts import AttemptLauncher, AttemptMonitor
 from .catalog import (
     DEFAULT_DEFINITION,
     NAME,
@@ -54,12 +51,20 @@ from .catalog import (
     compute_environment_detail,
     resolve_resources,
 )
-from .container import Scratch
 from .faults import FaultInjector, FaultProfile
-from .jobs import FINAL, STATUSES, DependencyKind, Job, JobStatus, Target, Unit, describe, summary
-from .launcher import ProcessLauncher
+from .jobstate import (
+    FINAL,
+    STATUSES,
+    DependencyKind,
+    Job,
+    JobStatus,
+    Target,
+    Unit,
+    describe,
+    summary,
+)
 from .listing import job_filter, token, untoken
-from .logs import LogsService
+from .logservice import LogsService
 from .model import (
     arn_resource,
     as_boto3_returns,
@@ -70,11 +75,17 @@ from .model import (
     scheduling_policy_arn,
     validate_request,
 )
-from .monitor import MemoryMonitor
 from .records import QueueStore, owner_token, process_alive
 from .retries import normalized
-from .scheduler import Scheduler, now_ms
-from .submission import (
+from .runtime import cgroups as cgroups_module
+from .runtime import host
+from .runtime.attempts import AttemptLauncher, AttemptMonitor
+from .runtime.container import Scratch
+from .runtime.launcher import ProcessLauncher
+from .runtime.monitor import MemoryMonitor
+from .runtime.scheduler import Scheduler, now_ms
+from .runtime.threads import NullMonitor, ThreadLauncher
+from .submitjob import (
     build_spec,
     check_array_size,
     check_common,
@@ -84,7 +95,6 @@ from .submission import (
 )
 from .table import EXIT_REASON, JobTable
 from .tagging import MAX_TAGS, check_keys, check_tags, tagged, untagged
-from .threads import NullMonitor, ThreadLauncher
 
 logger = logging.getLogger("batchfutures")
 

@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple
 
 from ..workdir import inside
-from .jobs import FINAL, Job, JobStatus, Unit
-from .logs import stream_path
+from .jobstate import FINAL, Job, JobStatus, Unit
+from .logservice import stream_path
 from .model import arn_resource
 from .records import BadRecord, Persister, RecordStore, job_texts, process_alive
-from .scheduler import now_ms
+from .runtime.scheduler import now_ms
 
 logger = logging.getLogger("batchfutures")
 

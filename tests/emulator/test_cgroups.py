@@ -14,7 +14,7 @@ import pytest
 from botocore.config import Config
 from emulator_harness import py, wait_until
 
-from batchfutures.emulator import cgroups
+from batchfutures.emulator.runtime import cgroups
 from batchfutures.emulator.server import EmulatorServer
 
 OOM = "OutOfMemoryError: Container killed due to memory usage"

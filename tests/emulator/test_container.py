@@ -93,7 +93,7 @@ def test_a_command_that_cannot_start_fails_the_attempt(emu, tmp_path):
 def test_an_emptied_scratch_folder_is_kept_for_a_later_attempt_and_anything_else_removed(tmp_path):
     import os
 
-    from batchfutures.emulator.container import Scratch
+    from batchfutures.emulator.runtime.container import Scratch
 
     scratch = Scratch(tmp_path, [123, "456"])
     first = scratch.make("task-1")

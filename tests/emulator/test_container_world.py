@@ -84,7 +84,7 @@ def report():  # the function each attempt runs: what the interpreter looks like
         "argv0": sys.argv[0], "argc": len(sys.argv), "orig_argv": sys.orig_argv[:3],
         "path_tail": sys.path[1:], "path0_is_cwd": sys.path[0] == os.getcwd(),
         "env": sorted(k for k in os.environ if not k.startswith("AWS_BATCH_JOB_ID")),
-        "worker_imported": "batchfutures.worker" in sys.modules,
+        "main_imported": "batchfutures.worker.__main__" in sys.modules,
         "cwd_parent": os.path.dirname(os.path.dirname(os.getcwd())),
         "stdin": os.readlink("/proc/self/fd/0"),
     }
@@ -99,7 +99,7 @@ def test_a_forked_attempt_is_indistinguishable_from_python_m_batchfutures_worker
         with BatchExecutor(env) as executor:
             found[forked] = executor.submit(report).result(timeout=120)
     forked, execd = found[True], found[False]
-    assert execd["main_name"] == "batchfutures.worker"
+    assert execd["main_name"] == "batchfutures.worker.__main__"  # -m of a package runs its __main__
     assert forked["cwd_parent"].endswith("scratch") and execd["cwd_parent"].endswith("scratch")
     for result in (forked, execd):
         result.pop("cwd_parent")

@@ -129,7 +129,7 @@ def test_calls_from_many_threads_at_once(make_emulator):
 @pytest.mark.parametrize("path", ["setpriv+prlimit", "setpriv+prlimit(2)", "preexec_fn"])
 def test_every_launch_path_sets_the_memory_limit_and_the_death_signal(make_emulator, monkeypatch,
                                                                       path, isolation):
-    from batchfutures.emulator import launcher
+    from batchfutures.emulator.runtime import launcher
 
     if path != "setpriv+prlimit":
         monkeypatch.setattr(launcher, "_prlimit_path", None)

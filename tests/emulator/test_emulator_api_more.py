@@ -13,7 +13,7 @@ from botocore.exceptions import ClientError
 from emulator_harness import QUEUE, py, wait_until
 from model_check import check_output
 
-from batchfutures.emulator.jobs import MAIN_NODE_EXITED, MISCONFIGURED
+from batchfutures.emulator.jobstate import MAIN_NODE_EXITED, MISCONFIGURED
 from batchfutures.emulator.server import EmulatorServer
 
 pytestmark = pytest.mark.slow  # emulators and job processes

@@ -161,7 +161,7 @@ def test_exit_status_137_is_out_of_memory_only_where_the_worker_says_so(isolated
 @pytest.mark.slow
 def test_limits_hold_without_setpriv_too(make_emulator, monkeypatch):
     # without util-linux's setpriv the launcher sets the limits between fork and exec instead
-    from batchfutures.emulator import launcher
+    from batchfutures.emulator.runtime import launcher
 
     monkeypatch.setattr(launcher, "_setpriv_path", None)
     emu = make_emulator(isolation="rlimit")

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from batchfutures import BatchExecutor, LocalEnvironment
-from batchfutures.emulator import forkserver
+from batchfutures.emulator.runtime import forkserver
 
 # Standard-library modules a test process is unlikely to have imported already.
 UNUSUAL = ("colorsys", "tabnanny", "netrc", "sched", "graphlib", "zipapp", "plistlib")
@@ -120,17 +120,18 @@ def test_the_server_preloads_every_batchfutures_module_the_worker_imports():
     import json
     import subprocess
 
-    import batchfutures.worker
+    import batchfutures.worker.main
 
-    tree = ast.parse(open(batchfutures.worker.__file__).read())
+    tree = ast.parse(open(batchfutures.worker.main.__file__).read())
     wanted = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
+        if isinstance(node, ast.ImportFrom) and node.level in (1, 2):
+            package = "batchfutures.worker" if node.level == 1 else "batchfutures"
             names = [node.module] if node.module else [a.name for a in node.names]
-            wanted.update(f"batchfutures.{name}" for name in names)
+            wanted.update(f"{package}.{name}" for name in names)
     done = subprocess.run(
         [sys.executable, "-c", "import importlib, json, sys\n"
-         "from batchfutures.emulator import forkserver\n"
+         "from batchfutures.emulator.runtime import forkserver\n"
          "for name in forkserver.WORKER_IMPORTS: importlib.import_module(name)\n"
          "print(json.dumps(sorted(sys.modules)))"],
         capture_output=True, text=True, check=True)
@@ -143,7 +144,7 @@ def test_the_workers_code_is_compiled_once_and_used_while_its_file_is_unchanged(
     worker = forkserver.WorkerCode()
     worker.refresh()
     compiled, spec = worker.current()
-    assert compiled.co_filename == spec.origin and spec.name == forkserver.WORKER_MODULE
+    assert compiled.co_filename == spec.origin and spec.name == forkserver.WORKER_MAIN
     worker.refresh()
     assert worker.current()[0] is compiled  # not compiled again
     worker.stamp = (0, 0)  # as if the file changed since: the child runs it as -m does

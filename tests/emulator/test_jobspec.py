@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from batchfutures.emulator import schema
-from batchfutures.emulator.jobs import NODE_FIELDS, SPEC_FIELDS, Job, JobSpec, JobStatus
+from batchfutures.emulator.jobstate import NODE_FIELDS, SPEC_FIELDS, Job, JobSpec, JobStatus
 
 
 def spec(**fields):

@@ -5,7 +5,7 @@ import os
 import pytest
 
 from batchfutures import BatchExecutor, ConfigurationError, LocalEnvironment
-from batchfutures.emulator import host
+from batchfutures.emulator.runtime import host
 
 
 @pytest.mark.slow

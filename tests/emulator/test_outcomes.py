@@ -2,8 +2,8 @@
 
 import pytest
 
-from batchfutures.emulator.attempts import KillReason, docker_exit_code
-from batchfutures.emulator.outcomes import AttemptEnd, attempt_outcome
+from batchfutures.emulator.runtime.attempts import KillReason, docker_exit_code
+from batchfutures.emulator.runtime.outcomes import AttemptEnd, attempt_outcome
 
 EXITED = "Essential container in task exited"
 OOM = "OutOfMemoryError: Container killed due to memory usage"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from batchfutures.emulator.placement import Ask, Host, fits_now, never_fits, queue_key
+from batchfutures.emulator.runtime.placement import Ask, Host, fits_now, never_fits, queue_key
 
 HOST = Host(max_vcpus=4.0, memory_mib=8192, gpus=1)
 

@@ -15,7 +15,7 @@ from emulator_harness import QUEUE, Harness, wait_until
 
 from batchfutures import BatchExecutor, LocalEnvironment, serialization, signing
 from batchfutures.emulator import BatchEmulator
-from batchfutures.emulator.jobs import TIMEOUT_REASON
+from batchfutures.emulator.jobstate import TIMEOUT_REASON
 from batchfutures.emulator.service import Launcher
 from batchfutures.errors import JobFailedError
 from batchfutures.storage import Storage

@@ -7,7 +7,7 @@ import re
 from typing import Any, Dict, List, Optional
 
 from .catalog import Rejected, resolve_resources
-from .jobs import MAX_TAGS, JobSpec
+from .jobstate import MAX_TAGS, JobSpec
 from .retries import check_strategy, normalized
 from .tagging import check_tags
 

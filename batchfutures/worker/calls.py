@@ -45,12 +45,12 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from . import serialization
-from .dependencies import Resolver, UpstreamFailed, has_refs
-from .errors import IntegrityError
+from .. import serialization
+from ..dependencies import Resolver, UpstreamFailed, has_refs
+from ..errors import IntegrityError
 
 if TYPE_CHECKING:
-    from .storage import Storage
+    from ..storage import Storage
 
 __all__ = ["OOM_EXIT_STATUS", "OUTPUT_LIMIT", "Item", "Prefetched", "payload_urls", "ItemRunner", "Capture",
            "Meter", "load_failure", "load_bundles", "run_initializer", "flush_output"]

@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
+from ..jobstate import EXITED, HOST_TERMINATED, OOM_REASON, START_FAILED, TIMEOUT_REASON
 from .attempts import KillReason
-from .jobs import EXITED, HOST_TERMINATED, OOM_REASON, START_FAILED, TIMEOUT_REASON
 
 
 @dataclass(frozen=True)

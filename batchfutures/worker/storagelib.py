@@ -5,7 +5,7 @@ retried or duplicated attempt never replaces a result already read; s3fs sends i
 2024.12.0 on (``pipe_file(mode="create")``). An older s3fs would fall back to a check-then-write,
 which two attempts can race, so the worker refuses to run on one:
 
-    from batchfutures.storagelib import check_storage_library
+    from batchfutures.worker.storagelib import check_storage_library
     check_storage_library(job_url)     # EnvironmentMismatchError for s3:// with an old s3fs
 
 The worker image pins the client's own versions (`batchfutures image`, templates/Dockerfile);
@@ -18,7 +18,7 @@ import re
 from importlib import metadata
 from typing import Optional, Tuple
 
-from .errors import EnvironmentMismatchError
+from ..errors import EnvironmentMismatchError
 
 __all__ = ["S3FS_MINIMUM", "check_storage_library", "parse_version", "s3fs_version"]
 

@@ -58,13 +58,15 @@ from typing import IO, Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from .attempts import AttemptHandle, LaunchRequest
 
-WORKER_MODULE = "batchfutures.worker"
+WORKER_MODULE = "batchfutures.worker"  # the package `-m` names
+WORKER_MAIN = WORKER_MODULE + ".__main__"  # what `-m` runs as __main__, never imported here
 # What the worker imports, at its top or inside its functions, on every attempt of a file:// job
 # (pool.py brings multiprocessing.connection): all of it without side effects at import.
 WORKER_IMPORTS = (
     "batchfutures.serialization", "batchfutures.storage", "batchfutures.signing",
-    "batchfutures.awsclients", "batchfutures.nodes", "batchfutures.dependencies",
-    "batchfutures.calls", "batchfutures.pool", "batchfutures.storagelib", WORKER_MODULE,
+    "batchfutures.awsclients", "batchfutures.dependencies", "batchfutures.worker.nodes",
+    "batchfutures.worker.calls", "batchfutures.worker.pool", "batchfutures.worker.storagelib",
+    "batchfutures.worker.main",
 )
 
 # Standard-library modules never preloaded: side effects at import (printing, a browser, the
@@ -151,9 +153,9 @@ def _fresh_sys_path(cwd: str, python_path: str, base: List[str]) -> List[str]:
 
 
 class WorkerCode:
-    """The worker module's code, compiled once in the server for every attempt (`-m` would
-    read it again each time, and compile it where no .pyc may be written), while its file is
-    unchanged (size and mtime, as a .pyc is checked)."""
+    """The code of the worker's ``__main__.py``, compiled once in the server for every attempt
+    (`-m` would read it again each time, and compile it where no .pyc may be written), while
+    its file is unchanged (size and mtime, as a .pyc is checked)."""
 
     def __init__(self) -> None:
         self.spec: Any = None
@@ -171,12 +173,12 @@ class WorkerCode:
     def refresh(self) -> None:
         """In the server: (re)compile when the file changed since."""
         try:
-            spec = importlib.util.find_spec(WORKER_MODULE)
+            spec = importlib.util.find_spec(WORKER_MAIN)
             stamp = self._stamp(spec.origin) if spec is not None and spec.origin else None
             if stamp is None or spec is None or spec.loader is None:
                 self.code = None
             elif stamp != self.stamp or self.code is None:
-                self.code = spec.loader.get_code(WORKER_MODULE)  # type: ignore[attr-defined]
+                self.code = spec.loader.get_code(WORKER_MAIN)  # type: ignore[attr-defined]
             self.spec, self.stamp = spec, stamp
         except Exception:  # the child then runs the module as -m does, and meets the error there
             self.code = None
@@ -247,12 +249,8 @@ def _child(request: Dict[str, Any], server_fds: Tuple[int, ...], base_path: List
 
             limit = int(memory) * 1024 * 1024
             resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
-        # As `python -m`: a fresh __main__ runs the worker's code; batchfutures.worker itself is
-        # not imported (the server preloaded it only for what it imports).
-        sys.modules.pop(WORKER_MODULE, None)
-        package = sys.modules.get(WORKER_MODULE.rpartition(".")[0])
-        if package is not None and hasattr(package, "worker"):
-            delattr(package, "worker")
+        # As `python -m`: a fresh __main__ runs the package's __main__.py, which the server
+        # never imported (it would have run); the package and what it imports are preloaded.
         import types
 
         sys.modules["__main__"] = types.ModuleType("__main__")
@@ -483,7 +481,7 @@ class ForkServer:
             if self._python_path:
                 env["PYTHONPATH"] = self._python_path
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "batchfutures.emulator.forkserver"], env=env,
+                [sys.executable, "-m", "batchfutures.emulator.runtime.forkserver"], env=env,
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 start_new_session=True)
             assert self._process.stdin is not None  # stdin=PIPE

@@ -23,8 +23,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from ._version import __version__
-from .errors import ConfigurationError
+from .._version import __version__
+from ..errors import ConfigurationError
 
 __all__ = [
     "DEFAULT_REPOSITORY",
@@ -62,15 +62,18 @@ _PYTHON_DEFAULT = re.compile(r'(\n  PythonVersion:\n(?:    .*\n)*?    Default: )
 
 def package_dir() -> Path:
     """The installed batchfutures package folder: the worker image's build context."""
-    return Path(__file__).resolve().parent
+    return Path(__file__).resolve().parents[1]
+
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"  # shipped as package data
 
 
 def template_path() -> Path:
-    return package_dir() / "templates" / "batchfutures.yaml"
+    return TEMPLATES / "batchfutures.yaml"
 
 
 def dockerfile_path() -> Path:
-    return package_dir() / "templates" / "Dockerfile"
+    return TEMPLATES / "Dockerfile"
 
 
 def python_minor(python_version: Optional[str] = None) -> str:
@@ -156,7 +159,7 @@ def image_commands(python_version: str | None = None, repository: str | None = N
     own_python = minor == python_minor()
     versions = client_versions() if own_python else {}  # another Python has its own
     if "s3fs" in versions:
-        from .storagelib import S3FS_MINIMUM, parse_version
+        from ..worker.storagelib import S3FS_MINIMUM, parse_version
 
         if parse_version(versions["s3fs"]) < S3FS_MINIMUM:  # the image's build would fail on it
             raise ConfigurationError(

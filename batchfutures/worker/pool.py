@@ -55,12 +55,12 @@ import warnings
 from multiprocessing.connection import Connection, Pipe, wait
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ..dependencies import Resolver
 from . import calls
 from .calls import Item
-from .dependencies import Resolver
 
 if TYPE_CHECKING:
-    from .storage import Storage
+    from ..storage import Storage
 
 __all__ = ["VCPUS_VARIABLE", "SubProcessEnded", "processes_for", "requested_processes",
            "usable_cpus", "parse_cpu_max", "parse_cfs_quota", "run_items", "run_pool"]

@@ -37,13 +37,11 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 
-from ..errors import time_limit_status_reason  # one wording, read back by classify_failure
-from . import container, retries
-from .attempts import AttemptHandle, AttemptLauncher, AttemptMonitor, KillReason, LaunchRequest, cleanup_done
-from .cgroups import Cgroups
-from .dependencies import Dependencies
-from .faults import FaultInjector
-from .jobs import (
+from ...errors import time_limit_status_reason  # one wording, read back by classify_failure
+from .. import retries
+from ..dependson import Dependencies
+from ..faults import FaultInjector
+from ..jobstate import (
     ACTIVE,
     BEFORE_START,
     CHILD_FAILED,
@@ -58,8 +56,18 @@ from .jobs import (
     Unit,
     too_many_tags,
 )
+from ..model import task_arn
+from . import container
+from .attempts import (
+    AttemptHandle,
+    AttemptLauncher,
+    AttemptMonitor,
+    KillReason,
+    LaunchRequest,
+    cleanup_done,
+)
+from .cgroups import Cgroups
 from .launcher import client_python_path
-from .model import task_arn
 from .outcomes import AttemptEnd, attempt_outcome
 from .placement import Ask, Host, fits_now, never_fits, queue_key
 

@@ -201,7 +201,7 @@ class ThreadLauncher:
     def _run(self, attempt: ThreadAttempt, job_url: str, env: Dict[str, str],
              log: IO[bytes]) -> Callable[[], None]:
         """The attempt's work in this thread; returns its report (`attempt.end(status)`)."""
-        from .. import worker
+        from ...worker import main as worker
 
         status = 1
         self._logs.attach(log)

@@ -100,10 +100,10 @@ def image_python_path() -> List[str]:
     a fresh interpreter (no PYTHONPATH, neutral directory) cannot import it by itself."""
     with _package_lock:
         if not _package_path:
-            folder = str(Path(__file__).resolve().parents[2])
+            folder = str(Path(__file__).resolve().parents[3])
             env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
             try:
-                done = subprocess.run([sys.executable, "-c", "import batchfutures.worker"],
+                done = subprocess.run([sys.executable, "-c", "import batchfutures.worker.main"],
                                       env=env, cwd=os.path.abspath(os.sep), capture_output=True,
                                       timeout=60)
                 found = done.returncode == 0

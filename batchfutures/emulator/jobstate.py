@@ -24,7 +24,7 @@ from ..statuses import JobStatus
 from .model import job_arn, queue_arn
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .attempts import AttemptHandle, KillReason
+    from .runtime.attempts import AttemptHandle, KillReason
 
 
 class DependencyKind(enum.Enum):

@@ -1,4 +1,4 @@
-"""The container command: ``python -m batchfutures.worker <job_url>``.
+"""What the container command runs: ``python -m batchfutures.worker <job_url>`` (__main__.py).
 
     AWS_BATCH_JOB_ARRAY_INDEX = i (absent: 0, a plain job)
     (a node of a multi-node job: i = AWS_BATCH_JOB_NODE_INDEX; it runs child 0's items and
@@ -52,7 +52,7 @@ mapping given (threads share os.environ), the items run in this thread (no forke
 calls os._exit (``run`` returns the exit status; a MemoryError propagates), and once
 ``cancelled()`` is true (the attempt was killed) no further item runs and no result is written.
 
-    python -m batchfutures.worker <url>  ->  main: logging, run(url, os.environ) -> _exit(status)
+    python -m batchfutures.worker <url>  ->  main: logging, run(url, os.environ) -> exit_process(status)
     ThreadLauncher (emulator)            ->  run(url, its env, fork=False, cancelled) -> status
 
 Imports stay light: no boto3 for file:// URLs, s3fs only through fsspec for s3:// URLs.
@@ -68,15 +68,16 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
-from . import calls, pool, serialization
-from .dependencies import Resolver
-from .errors import ConfigurationError, IntegrityError
+from .. import serialization
+from ..dependencies import Resolver
+from ..errors import ConfigurationError, IntegrityError
+from . import calls, pool
 from .storagelib import check_storage_library
 
 if TYPE_CHECKING:
+    from ..signing import Signer
+    from ..storage import Storage
     from .nodes import NodeInfo
-    from .signing import Signer
-    from .storage import Storage
 
 logger = logging.getLogger("batchfutures")
 OOM_EXIT_STATUS = calls.OOM_EXIT_STATUS
@@ -148,14 +149,14 @@ def _out_of_memory(job_url: Optional[str] = None) -> None:
 def _record_out_of_memory(job_url: str, environ: Mapping[str, str]) -> None:
     """_out_of_memory's marker, best effort: never raises."""
     try:
-        from .storage import Storage
+        from ..storage import Storage
 
         raw = environ.get("AWS_BATCH_JOB_NODE_INDEX") or environ.get("AWS_BATCH_JOB_ARRAY_INDEX")
         index = int(raw or 0)
         storage = Storage.opened(job_url)
         if storage is None:  # the attempt failed before it made one: make it as run_child does
-            from .awsclients import worker_storage_options
-            from .storage import size_limit
+            from ..awsclients import worker_storage_options
+            from ..storage import size_limit
 
             storage = Storage.from_url(
                 job_url, signer=_job_signer(environ),
@@ -263,8 +264,8 @@ def run_child(job_url: str, index: int, attempt: Optional[str] = None,
     the job and stops the nodes still running (BATCHFUTURES_NODE_WAIT bounds the wait, in
     seconds; unset, the job's timeout does).
     """
-    from .awsclients import worker_storage_options  # the S3 guards the client set for the job
-    from .storage import Storage, size_limit
+    from ..awsclients import worker_storage_options  # the S3 guards the client set for the job
+    from ..storage import Storage, size_limit
 
     context = context or _process_context()
     storage = Storage.from_url(job_url, signer=_job_signer(context.environ),
@@ -283,7 +284,7 @@ def run_child(job_url: str, index: int, attempt: Optional[str] = None,
 
 def _job_signer(environ: Mapping[str, str]) -> "Signer":
     """signing.job_signer's choice of key, made from ``environ`` (a thread's is not os.environ)."""
-    from . import signing
+    from .. import signing
 
     if environ is os.environ:
         return signing.job_signer()
@@ -325,7 +326,7 @@ def _wait_for_other_nodes(storage: "Storage", job_url: str, node: "NodeInfo",
 def _run_and_record(storage: "Storage", job_url: str, index: int, attempt: Optional[str],
                     child: int, context: Context) -> None:
     """Run child ``child``'s items and write the result at ``index``."""
-    from . import serialization, signing
+    from .. import serialization, signing
 
     meta: Dict[str, Any] = {
         "index": index, "attempt": attempt, "started": time.time(), "host": socket.gethostname(),
@@ -420,7 +421,7 @@ def run(job_url: str, environ: Mapping[str, str], *, fork: bool = True,
         return 1
 
 
-def _exit(code: int) -> None:
+def exit_process(code: int) -> None:
     """End the container once its result is recorded, whatever threads the function left.
 
     A plain interpreter exit first joins every non-daemon thread, so a thread the user's code
@@ -435,6 +436,3 @@ def _exit(code: int) -> None:
         calls.flush_output()
         os._exit(code)
 
-
-if __name__ == "__main__":
-    _exit(main())

@@ -19,7 +19,7 @@ import enum
 from collections import deque
 from typing import Callable, ContextManager, Deque, List, Optional, Tuple, Union
 
-from .jobs import FINAL, DependencyKind, Dependent, Job, JobStatus, Unit
+from .jobstate import FINAL, DependencyKind, Dependent, Job, JobStatus, Unit
 
 
 class Outcome(enum.Enum):

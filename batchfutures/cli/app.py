@@ -34,7 +34,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
-from ._version import __version__
+from .._version import __version__
 
 logger = logging.getLogger("batchfutures")
 
@@ -125,7 +125,7 @@ def _square(x: int) -> int:
 
 
 def _environment(args: argparse.Namespace) -> Any:
-    from .environments import LocalEnvironment, resolve_environment
+    from ..environments import LocalEnvironment, resolve_environment
 
     if args.workdir is None:
         return resolve_environment(None)
@@ -152,7 +152,7 @@ def _command_prefix(args: argparse.Namespace) -> str:
 
 # -- demo ---------------------------------------------------------------------------------------
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .executor import BatchExecutor
+    from ..executor import BatchExecutor
 
     env = _environment(args)
     count, chunksize = args.items, args.chunksize
@@ -183,8 +183,8 @@ def _demo_dry_run(env: Any, count: int, chunksize: int) -> int:
     """What the demo would send: its SubmitJob request and the objects, nothing sent."""
     import json
 
-    from .errors import DryRunResult
-    from .executor import BatchExecutor
+    from ..errors import DryRunResult
+    from ..executor import BatchExecutor
 
     with BatchExecutor(env, dry_run=True) as executor:
         error = executor.map_futures(_square, range(count), chunksize=chunksize)[0].exception()
@@ -210,7 +210,7 @@ TEXT_LIST_LIMIT = 20  # failed children / calls the text view lists; table and j
 
 
 def _print_status(info: Any, failures: Any, output: OutputFormat, usage: Any = None) -> None:
-    from .jobview import duration
+    from ..jobview import duration
 
     if output is OutputFormat.JSON:
         data = info.as_dict()
@@ -296,7 +296,7 @@ def _watch_line(info: Any) -> str:
 
 def _watch(env: Any, args: argparse.Namespace) -> Any:
     """Refresh Batch's counts per status until the job ends; the final description."""
-    from . import jobview
+    from .. import jobview
 
     interactive = sys.stdout.isatty() and args.output is OutputFormat.TEXT
     last = None
@@ -321,7 +321,7 @@ def _watch(env: Any, args: argparse.Namespace) -> Any:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from . import jobview
+    from .. import jobview
 
     env = _environment(args)
     if args.watch:
@@ -344,8 +344,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 def _stream_lines(logs: Any, group: str, stream: str, cursor: Any) -> Iterator[str]:
     """Lines after ``cursor`` (a `logs.Cursor`, moved on as pages are read), yielded as each
     page of GetLogEvents arrives: the log is printed as it is read, never held whole."""
-    from . import batchapi
-    from . import logs as logreader
+    from .. import batchapi
+    from .. import logs as logreader
 
     try:
         yield from logreader.lines_after(logs, group, stream, cursor)
@@ -356,9 +356,9 @@ def _stream_lines(logs: Any, group: str, stream: str, cursor: Any) -> Iterator[s
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from . import jobview
-    from . import logs as logreader
-    from .logs import Cursor
+    from .. import jobview
+    from .. import logs as logreader
+    from ..logs import Cursor
 
     env = _environment(args)
     info = jobview.describe(env.batch, args.job, log_group=env.log_group, children=False)
@@ -409,7 +409,7 @@ def _value_json(value: Any) -> Any:
 
 
 def cmd_result(args: argparse.Namespace) -> int:
-    from .executor import BatchExecutor
+    from ..executor import BatchExecutor
 
     env = _environment(args)
     executor = BatchExecutor(env)
@@ -471,7 +471,7 @@ def cmd_result(args: argparse.Namespace) -> int:
 
 # -- cancel -------------------------------------------------------------------------------------
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from . import batchapi, jobview
+    from .. import batchapi, jobview
 
     env = _environment(args)
     info = jobview.describe(env.batch, args.job, children=False)
@@ -485,8 +485,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 # -- jobs ---------------------------------------------------------------------------------------
 def _our_jobs(env: Any) -> List[Dict[str, Any]]:
-    from . import batchapi
-    from .statuses import STATUS_ORDER
+    from .. import batchapi
+    from ..statuses import STATUS_ORDER
 
     found: List[Dict[str, Any]] = []
     for status in STATUS_ORDER:
@@ -508,7 +508,7 @@ def job_matches(job: Dict[str, Any], status: Optional[str]) -> bool:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    from .statuses import STATUS_ORDER
+    from ..statuses import STATUS_ORDER
 
     env = _environment(args)
     jobs = [job for job in _our_jobs(env) if job_matches(job, args.status)]
@@ -546,7 +546,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 # -- cleanup ------------------------------------------------------------------------------------
 def cmd_cleanup(args: argparse.Namespace) -> int:
-    from . import cleanup
+    from .. import cleanup
 
     env = _environment(args)
     storage = env.storage
@@ -705,7 +705,7 @@ def build_parser() -> argparse.ArgumentParser:
     cancel.add_argument("--reason", default="no reason given",
                         help="why, recorded in the job's status reason")
 
-    from .statuses import STATUS_ORDER
+    from ..statuses import STATUS_ORDER
 
     jobs = command("jobs", "list this library's jobs in the queue", cmd_jobs)
     jobs.add_argument("--status", choices=STATUS_ORDER, type=str.upper,
@@ -740,7 +740,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
 # -- errors -------------------------------------------------------------------------------------
 def classify(error: BaseException) -> "tuple[ExitCode, str]":
     """The exit code and the one-line message for an error a command raised."""
-    from .errors import BatchError, ConfigurationError, JobMetadataExpired
+    from ..errors import BatchError, ConfigurationError, JobMetadataExpired
 
     if isinstance(error, CLIError):
         return error.code, str(error)
