@@ -14,7 +14,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from batchfutures import BatchExecutor, LocalEnvironment, cleanup, jobview
-from batchfutures.cli import app as cli
+from batchfutures.cli import app, jobcommands, output
 from batchfutures.errors import ConfigurationError, JobFailedError, JobMetadataExpired
 
 DAY = 86400.0
@@ -111,7 +111,7 @@ def live(tmp_path):
 
 # -- the parser, exit codes, matching (pure) ----------------------------------------------------
 def test_every_option_has_help_and_help_shows_exit_codes():
-    parser = cli.build_parser()
+    parser = app.build_parser()
     subparsers = [a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"][0]
     for name, sub in list(subparsers.choices.items()) + [("batchfutures", parser)]:
         for action in sub._actions:
@@ -126,13 +126,13 @@ def test_every_option_has_help_and_help_shows_exit_codes():
     ["status", "-o", "JSON", "J", "--workdir", "w"],
 ])
 def test_global_options_before_or_after_the_command(argv):
-    args = cli.parse_args(argv)
-    assert (args.workdir, args.output, args.job, args.debug) == ("w", cli.OutputFormat.JSON, "J", False)
+    args = app.parse_args(argv)
+    assert (args.workdir, args.output, args.job, args.debug) == ("w", output.OutputFormat.JSON, "J", False)
 
 
 def test_global_defaults():
-    args = cli.parse_args(["jobs"])
-    assert (args.workdir, args.output, args.create, args.debug) == (None, cli.OutputFormat.TEXT,
+    args = app.parse_args(["jobs"])
+    assert (args.workdir, args.output, args.create, args.debug) == (None, output.OutputFormat.TEXT,
                                                                     False, False)
 
 
@@ -142,17 +142,17 @@ def client_error(code, message, status=400):
 
 
 @pytest.mark.parametrize("error, code, text", [
-    (cli.CLIError("x", cli.ExitCode.TIMEOUT), cli.ExitCode.TIMEOUT, "x"),
-    (JobMetadataExpired("gone"), cli.ExitCode.NOT_FOUND, "gone"),
-    (ConfigurationError("bad"), cli.ExitCode.USAGE, "bad"),
-    (JobFailedError("boom"), cli.ExitCode.FAILED, "JobFailedError: boom"),
-    (client_error("ClientException", "Job nope does not exist"), cli.ExitCode.NOT_FOUND,
+    (output.CLIError("x", output.ExitCode.TIMEOUT), output.ExitCode.TIMEOUT, "x"),
+    (JobMetadataExpired("gone"), output.ExitCode.NOT_FOUND, "gone"),
+    (ConfigurationError("bad"), output.ExitCode.USAGE, "bad"),
+    (JobFailedError("boom"), output.ExitCode.FAILED, "JobFailedError: boom"),
+    (client_error("ClientException", "Job nope does not exist"), output.ExitCode.NOT_FOUND,
      "TerminateJob: Job nope does not exist"),
-    (client_error("ServerException", "oops", 500), cli.ExitCode.FAILED, "TerminateJob: oops"),
-    (RuntimeError("odd"), cli.ExitCode.FAILED, "--debug"),
+    (client_error("ServerException", "oops", 500), output.ExitCode.FAILED, "TerminateJob: oops"),
+    (RuntimeError("odd"), output.ExitCode.FAILED, "--debug"),
 ])
 def test_errors_map_to_the_exit_code_table(error, code, text):
-    got_code, message = cli.classify(error)
+    got_code, message = app.classify(error)
     assert got_code == code and text in message
 
 
@@ -164,11 +164,11 @@ def test_errors_map_to_the_exit_code_table(error, code, text):
     ({"status": "SUCCEEDED"}, None, True),
 ])
 def test_jobs_status_matches_children_too(job, status, matches):
-    assert cli.job_matches(job, status) is matches
+    assert jobcommands.job_matches(job, status) is matches
 
 
 def test_table_has_headers_and_aligned_columns():
-    text = cli.render_table(["A", "LONGER"], [["xyz", None], ["1", 2]])
+    text = output.render_table(["A", "LONGER"], [["xyz", None], ["1", 2]])
     assert text.splitlines() == ["A    LONGER", "xyz  -", "1    2"]
 
 
@@ -442,7 +442,7 @@ def test_result_into_a_closed_pipe_ends_quietly(tmp_path):
     errors = reader.stderr.read().decode()
     reader.wait(timeout=60)
     assert first.startswith(b"'xxxx")
-    assert reader.returncode == cli.ExitCode.BROKEN_PIPE
+    assert reader.returncode == output.ExitCode.BROKEN_PIPE
     assert "Traceback" not in errors and "BrokenPipeError" not in errors and errors == ""
 
 

@@ -681,7 +681,7 @@ echo "docker $*" >> "$LOG"
 if [ "$1" = login ]; then read password; echo "stdin $password" >> "$LOG"; fi
 if [ "$1" = buildx ] && [ "$2" = build ]; then
   for last; do :; done
-  test -f "$last/worker.py" && echo "context has worker.py" >> "$LOG"
+  test -f "$last/worker/__main__.py" && echo "context has the worker" >> "$LOG"
 fi
 """
 
@@ -712,7 +712,7 @@ def test_image_script_creates_logs_in_builds_and_pushes(tmp_path, stack, aws):
     # in this order (the password pipe's two ends may log in either order)
     assert step("aws sts get-caller-identity") < step("aws ecr describe-repositories") \
         < step("aws ecr create-repository") < step("aws ecr get-login-password") \
-        < step("docker buildx build") < step("context has worker.py")
+        < step("docker buildx build") < step("context has the worker")
     assert step("docker login") < step("docker buildx build") and len(calls) == 9
     assert f"--repository-name {DEFAULT_REPOSITORY}" in calls[step("aws ecr create-repository")]
     assert calls[step("docker login")].endswith(

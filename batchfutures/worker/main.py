@@ -46,7 +46,7 @@ the refusal in its JSON metadata only (never a pickle), so the client raises Int
 without unpickling. No key at all is a failed container (exit 1) whose log says where the key
 was looked for.
 
-In a thread (the emulator's ``launcher="threads"``, emulator/threads.py) the same code runs
+In a thread (the emulator's ``launcher="threads"``, emulator/runtime/threads.py) the same code runs
 through ``run(job_url, environ, fork=False, cancelled=...)``: the attempt's environment is the
 mapping given (threads share os.environ), the items run in this thread (no forked pool), nothing
 calls os._exit (``run`` returns the exit status; a MemoryError propagates), and once

@@ -1,4 +1,4 @@
-"""The scheduler's placement (emulator/placement.py): pure decisions, one table each."""
+"""The scheduler's placement (emulator/runtime/placement.py): pure decisions, one table each."""
 
 import pytest
 

@@ -1,0 +1,58 @@
+"""The commands about the environment rather than a job: `cleanup` (stored payloads of
+finished runs), `check` (the environment end to end), `template` and `image` (setting up AWS)."""
+
+from __future__ import annotations
+
+import argparse
+
+from .envargs import environment
+from .output import ExitCode, OutputFormat, out, print_json
+
+
+# -- cleanup ------------------------------------------------------------------------------------
+def cmd_cleanup(args: argparse.Namespace) -> int:
+    from .. import cleanup
+
+    env = environment(args)
+    storage = env.storage
+    reports = cleanup.survey(storage, env.batch, horizon_seconds=args.older_than * 3600,
+                             all_finished=args.all)
+    chosen = [r for r in reports if r.decision.remove]
+    if args.output is OutputFormat.JSON:
+        print_json([r.as_dict() for r in reports])
+    else:
+        for report in reports:
+            verb = ("would remove" if args.dry_run else "removing") if report.decision.remove \
+                else "keeping"
+            out(f"{verb} {report.url}: {report.decision.reason}")
+    if not args.dry_run:
+        cleanup.remove(storage, chosen)
+    if args.output is not OutputFormat.JSON:
+        out(f"{len(chosen)} run(s) {'to remove' if args.dry_run else 'removed'}")
+    return ExitCode.OK
+
+
+# -- check, template, image ---------------------------------------------------------------------
+def cmd_check(args: argparse.Namespace) -> int:
+    from .checks import run_checks
+
+    env = environment(args)
+    failures = 0
+    for name, ok, detail in run_checks(env):
+        failures += not ok
+        out(f"{'ok  ' if ok else 'FAIL'} {name}: {detail}")
+    return ExitCode.FAILED if failures else ExitCode.OK
+
+
+def cmd_template(args: argparse.Namespace) -> int:
+    from .setup_resources import template_text
+
+    print(template_text(), end="", flush=True)
+    return ExitCode.OK
+
+
+def cmd_image(args: argparse.Namespace) -> int:
+    from .setup_resources import image_commands
+
+    out(image_commands(python_version=args.python, repository=args.repository, region=args.region))
+    return ExitCode.OK

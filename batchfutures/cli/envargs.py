@@ -1,0 +1,39 @@
+"""The environment a command acts on, from its global options (--workdir, --create), and the
+command line that names that same environment again in the hints a command prints."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+from typing import Any
+
+from .output import CLIError, ExitCode
+
+
+def environment(args: argparse.Namespace) -> Any:
+    """The settings' environment, or the local emulator in --workdir (made with --create)."""
+    from ..environments import LocalEnvironment, resolve_environment
+
+    if args.workdir is None:
+        return resolve_environment(None)
+    path = Path(args.workdir).expanduser()
+    if path.exists() and not path.is_dir():
+        raise CLIError(f"--workdir {args.workdir}: not a folder", ExitCode.USAGE)
+    if not path.exists():
+        if not args.create:
+            raise CLIError(f"--workdir {args.workdir} does not exist (add --create to start a new "
+                           f"local emulator there)", ExitCode.USAGE)
+        try:
+            path.mkdir(parents=True)
+        except OSError as error:
+            raise CLIError(f"--workdir {args.workdir}: cannot create it ({error.strerror})",
+                           ExitCode.USAGE)
+    return LocalEnvironment(path)
+
+
+def command_prefix(args: argparse.Namespace) -> str:
+    """`batchfutures`, with the --workdir this run was given, for commands to copy and paste."""
+    if args.workdir is None:
+        return "batchfutures"
+    return f"batchfutures --workdir {shlex.quote(str(args.workdir))}"

@@ -1,0 +1,104 @@
+"""The package's rooms and what each may import (issue 21; docs/architecture.md draws them).
+
+    core               batchfutures/*.py: the executor, its job-state core, storage, errors
+    worker/            what runs in the container: it needs no executor, poller or emulator
+    cli/               the command; nothing but __main__ imports it
+    emulator/          the Batch API side (service, server, listings, records, the job model)
+    emulator/runtime/  where attempts run; it reads the job model, never the API's front
+
+The graph is read with `ast` (tests/test_import_cycles.py), imports inside functions included,
+so a rule broken only on some path still fails here.
+"""
+
+from __future__ import annotations
+
+from pathlib import PurePath
+from typing import Dict, List, Set, Tuple
+
+import pytest
+from test_import_cycles import imports_of, module_names
+
+PACKAGE = "batchfutures"
+# what the worker may use of the core: storage, seals, pickles, errors; nothing of the client
+WORKER_MAY_IMPORT = {"serialization", "storage", "signing", "awsclients", "dependencies",
+                     "errors", "statuses", "_version"}
+# the emulator's front: what answers requests; the runtime never reaches back into it
+EMULATOR_FRONT = {"service", "server", "listing", "logservice", "table", "submitjob", "auth",
+                  "tagging", "__main__"}
+# the core's vocabulary the emulator shares with the client
+EMULATOR_MAY_IMPORT = {"statuses", "workdir", "errors", "jobdetail", "_version"}
+
+
+def room(module: str) -> str:
+    parts = module.split(".")[1:]
+    if parts[:2] == ["emulator", "runtime"]:
+        return "emulator/runtime"
+    if parts and parts[0] in ("worker", "cli", "emulator"):
+        return parts[0]
+    return "core"
+
+
+def broken_rules(graph: Dict[str, Set[str]]) -> List[Tuple[str, str]]:
+    """The (importer, imported) pairs that cross rooms against the rules above."""
+    broken = []
+    for module, targets in graph.items():
+        here, name = room(module), module.split(".", 1)[-1]
+        for target in targets:
+            there, target_name = room(target), target.split(".", 1)[-1]
+            if here == there:
+                continue
+            allowed = {
+                # the package exports node(); the local environment starts the emulator
+                "core": (there == "worker" and module == PACKAGE and target_name == "worker.nodes")
+                or (there == "cli" and name == "__main__")
+                or (there in ("emulator", "emulator/runtime") and name == "environments"),
+                "worker": there == "core" and target_name in WORKER_MAY_IMPORT,
+                "cli": there in ("core", "worker"),
+                "emulator": there == "emulator/runtime"
+                or (there == "core" and target_name in EMULATOR_MAY_IMPORT),
+                "emulator/runtime": (there == "emulator"
+                                     and target_name.split(".")[-1] not in EMULATOR_FRONT)
+                or (there == "core" and target_name in EMULATOR_MAY_IMPORT)
+                or target_name == "worker.main",  # the threads launcher runs the worker's code
+            }[here]
+            if not allowed:
+                broken.append((module, target))
+    return sorted(broken)
+
+
+@pytest.mark.parametrize("importer, imported, allowed", [
+    ("batchfutures.worker.main", "batchfutures.storage", True),
+    ("batchfutures.worker.main", "batchfutures.executor", False),
+    ("batchfutures.worker.pool", "batchfutures.emulator.jobstate", False),
+    ("batchfutures.cli.app", "batchfutures.executor", True),
+    ("batchfutures.session", "batchfutures.cli.app", False),
+    ("batchfutures.__main__", "batchfutures.cli.app", True),
+    ("batchfutures", "batchfutures.worker.nodes", True),
+    ("batchfutures.executor", "batchfutures.worker.main", False),
+    ("batchfutures.environments", "batchfutures.emulator", True),
+    ("batchfutures.poller", "batchfutures.emulator.runtime.scheduler", False),
+    ("batchfutures.emulator.service", "batchfutures.emulator.runtime.scheduler", True),
+    ("batchfutures.emulator.runtime.scheduler", "batchfutures.emulator.jobstate", True),
+    ("batchfutures.emulator.runtime.scheduler", "batchfutures.emulator.service", False),
+    ("batchfutures.emulator.runtime.threads", "batchfutures.worker.main", True),
+    ("batchfutures.emulator.runtime.threads", "batchfutures.executor", False),
+    ("batchfutures.emulator.table", "batchfutures.statuses", True),
+    ("batchfutures.emulator.table", "batchfutures.storage", False),
+])
+def test_the_rules_between_rooms(importer, imported, allowed):
+    assert (broken_rules({importer: {imported}}) == []) is allowed
+
+
+def test_the_package_keeps_to_its_rooms():
+    modules = module_names()
+    graph = {name: imports_of(name, path, modules) for name, path in modules.items()}
+    assert {room(m) for m in graph} == {"core", "worker", "cli", "emulator", "emulator/runtime"}
+    assert broken_rules(graph) == []
+
+
+def test_no_two_modules_share_a_name():
+    seen: Dict[str, List[str]] = {}
+    for name, path in module_names().items():
+        if PurePath(path).name not in ("__init__.py", "__main__.py"):
+            seen.setdefault(PurePath(path).name, []).append(name)
+    assert {file: names for file, names in seen.items() if len(names) > 1} == {}
