@@ -1,4 +1,4 @@
-"""The container's world: an attempt's command, environment, import path and working directory.
+"""The container's world: an attempt's command, environment, import path, directory and log.
 
 On Batch a job's container has the image's interpreter and packages, Batch's variables, the job
 definition's and the overrides' `environment`, and nothing of the machine that submitted it.
@@ -21,6 +21,13 @@ so an attempt gets:
                  says none of its processes is left, as making and removing a folder costs
                  an inode each time (~0.25 ms on a busy ext4), a rename nothing
 
+    log          <logs folder>/<definition>/default/<task id>, the attempt's log stream,
+                 ended with a newline when the attempt ends (its last line is an event)
+
+`attempt_record` names a new attempt's task and stream, `launch_request` gathers the above for
+the launcher, `prepare` makes its folder and cgroup (outside the emulator's lock), `discard`
+undoes that for an attempt that could not start.
+
 `inherit_client_path=True` (of `BatchEmulator` and `LocalEnvironment`) is the explicit way back
 to the client's world for quick local iteration: the client's sys.path on PYTHONPATH and its
 working directory as the attempt's, so functions of modules that exist only on this machine
@@ -30,6 +37,7 @@ import by reference. It hides what a container on AWS would lack; the default do
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import os
 import re
@@ -38,8 +46,19 @@ import stat
 import subprocess
 import sys
 import threading
+import uuid
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
+
+from ..model import task_arn
+from .attempts import LaunchRequest
+from .launcher import client_python_path
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..jobstate import Unit
+    from .cgroups import Cgroups
+
+logger = logging.getLogger("batchfutures")
 
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -183,3 +202,89 @@ class Scratch:
             pid, _, ticks = name.partition("-")
             if pid.isdigit() and self.root / name != self.mine and not alive([int(pid), ticks]):
                 shutil.rmtree(self.root / name, ignore_errors=True)
+
+
+# -- one attempt's request -------------------------------------------------------------------
+def attempt_record(definition_name: Optional[str], compute_environment: str) -> Dict[str, Any]:
+    """A new attempt's record: its log stream, named for its task, and the task's ARN."""
+    task_id = uuid.uuid4().hex
+    return {"container": {"logStreamName": f"{definition_name}/default/{task_id}",
+                          "taskArn": task_arn(compute_environment, task_id)}}
+
+
+def batch_variables(unit: Unit, compute_environment: str) -> Dict[str, str]:
+    """Batch's AWS_BATCH_* variables for an attempt of `unit` (they override the job's)."""
+    spec = unit.job.spec
+    batch = dict(AWS_BATCH_JOB_ID=unit.job_id, AWS_BATCH_JOB_ATTEMPT=str(unit.attempt_number),
+                 AWS_BATCH_JQ_NAME=spec.queue, AWS_BATCH_CE_NAME=compute_environment)
+    if unit.job.is_array:
+        batch["AWS_BATCH_JOB_ARRAY_INDEX"] = str(unit.index)
+        batch["AWS_BATCH_JOB_ARRAY_SIZE"] = str(spec.array_size)
+    if unit.job.is_multinode:  # every node on this machine: the main node is 127.0.0.1
+        batch.update(AWS_BATCH_JOB_NODE_INDEX=str(unit.index),
+                     AWS_BATCH_JOB_NUM_NODES=str(spec.num_nodes),
+                     AWS_BATCH_JOB_MAIN_NODE_INDEX=str(spec.main_node))
+        if not unit.is_main_node:  # as Batch: only the other nodes are told its address
+            batch["AWS_BATCH_JOB_MAIN_NODE_PRIVATE_IPV4_ADDRESS"] = "127.0.0.1"
+    return batch
+
+
+def import_path_and_directory(inherit_client_path: bool, in_processes: bool) -> Tuple[List[str], str]:
+    """What an attempt adds to its import path, and its working directory ("": a scratch
+    folder, made by `prepare`)."""
+    if inherit_client_path:  # the explicit way back to the client's world
+        return [client_python_path()], os.getcwd()
+    return (image_python_path() if in_processes else []), ""
+
+
+def log_file(logs_folder: Path, stream: str) -> Path:
+    return Path(logs_folder).joinpath(*stream.split("/"))
+
+
+def launch_request(unit: Unit, stream: str, *, compute_environment: str, logs_folder: Path,
+                   python_path: List[str], cwd: str,
+                   host: Optional[Mapping[str, str]] = None) -> LaunchRequest:
+    """What an attempt of `unit` gets, `host` being the client's environment (os.environ)."""
+    node = unit.job.spec.node(unit.index if unit.job.is_multinode else None)
+    vcpus = float(node["vcpus"] or 1)
+    env = environment(os.environ if host is None else host, node["environment"] or [],
+                      batch_variables(unit, compute_environment), vcpus=vcpus,
+                      python_path=python_path)
+    return LaunchRequest(argv=container_argv(list(node["command"] or [])), env=env, cwd=cwd,
+                         log_path=str(log_file(logs_folder, stream)), memory_mib=node["memory"],
+                         vcpus=vcpus)
+
+
+def prepare(request: LaunchRequest, scratch: Optional[Scratch], cgroups: Optional[Cgroups]) -> None:
+    """Outside the lock: the attempt's scratch folder (named for its task) and cgroup."""
+    if not request.cwd:
+        if scratch is not None:
+            request.cwd = request.scratch = scratch.make(os.path.basename(request.log_path))
+            request.recycle = scratch.recycle
+        else:
+            request.cwd = os.path.abspath(os.sep)
+    if cgroups is not None:
+        try:
+            request.cgroup = cgroups.create(request.memory_mib, request.vcpus)
+        except OSError as error:  # e.g. the cgroup folder went away: this attempt falls back
+            logger.warning("batchfutures emulator: cannot create a cgroup (%s); this attempt "
+                           "runs with RLIMIT_DATA and sampling", error)
+
+
+def discard(request: LaunchRequest) -> None:
+    """Undo `prepare` for an attempt that could not start."""
+    if request.cgroup is not None:
+        request.cgroup.remove(timeout=0.5)
+    Scratch.remove(request.scratch)
+
+
+def close_log(path: Path) -> None:
+    """End an attempt's log with a newline, so its last line counts as a complete event."""
+    try:
+        with open(path, "rb+") as handle:
+            if handle.seek(0, os.SEEK_END) > 0:
+                handle.seek(-1, os.SEEK_END)
+                if handle.read(1) != b"\n":
+                    handle.write(b"\n")
+    except OSError:
+        pass
