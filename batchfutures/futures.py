@@ -10,9 +10,12 @@ Batch job. Its state moves only through the standard `Future` methods, driven by
 `result()` and `exception()` first flush the executor's coalescing buffer, so a caller waiting on
 a call that has not been sent yet does not wait out the coalescing window.
 
-This module imports nothing of the package (but the pure usage.Usage, when `usage` is read):
-what a future needs of its executor (`FutureCore`) and of its job (`BoundJob`) are protocols
-here, so futures <-> jobs is no import cycle.
+What all the items of a child share (its status, status reason and exit code; the items' usage)
+the job keeps once per child: a future holds its job, its child and its position there, and reads
+the rest through them. A million futures then pay for no copy of what their child knows.
+
+This module imports nothing of the package: what a future needs of its executor (`FutureCore`)
+and of its job (`BoundJob`) are protocols here, so futures <-> jobs is no import cycle.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import concurrent.futures
 import threading
 from typing import Any, List, Optional, Protocol, Sequence, Tuple
 
-__all__ = ["BatchFuture", "FutureCore", "BoundJob"]
+__all__ = ["BatchFuture", "FutureCore", "BoundJob", "ShownStatuses"]
 
 # One lock for every future's (job, child) pair: a rebind (an OOM retry moves a call to a new job)
 # is rare, and a lock per future would cost ~100 bytes each, times a million futures.
@@ -37,6 +40,19 @@ class FutureCore(Protocol):
     def on_cancelled(self, future: "BatchFuture") -> None: ...
 
 
+class ShownStatuses(Protocol):
+    """Each child's Batch status, status reason and exit code, as last shown (jobs.ChildStatuses):
+    kept once per child, not on each of its futures."""
+
+    def status(self, child: int) -> Optional[str]: ...
+    def reason(self, child: int) -> Optional[str]: ...
+    def exit_code(self, child: int) -> Optional[int]: ...
+    def show(self, child: int, status: Optional[str], reason: Optional[str] = None,
+             exit_code: Optional[int] = None) -> None: ...
+    def set_reason(self, child: int, reason: Optional[str]) -> None: ...
+    def set_exit_code(self, child: int, exit_code: Optional[int]) -> None: ...
+
+
 class BoundJob(Protocol):
     """What a future asks of the Batch job it belongs to (a jobs.TrackedJob)."""
 
@@ -47,16 +63,26 @@ class BoundJob(Protocol):
         """The status of its children not known one by one (from Batch's counts)."""
         ...
 
+    @property
+    def statuses(self) -> ShownStatuses: ...
+
+    def item_usage(self, child: int, position: int) -> Optional[Any]:
+        """A usage.Usage of the item at ``position`` in ``child``, None when not measured."""
+        ...
+
 
 class _Rare:
     """What only some futures have: a cache key and its verdict (cache=True), the futures given
-    as arguments (kept while the call waits). One slot on every future, this only on those."""
+    as arguments (kept while the call waits), what is shown on a future no job holds (one
+    resolved from the cache). One slot on every future, this only on those."""
 
-    __slots__ = ("cache_key", "cached", "upstream", "upstream_at")
+    __slots__ = ("cache_key", "cached", "upstream", "upstream_at", "shown")
 
     def __init__(self) -> None:
         self.cache_key: Optional[Any] = None
         self.cached = False
+        # (status, status reason, exit code) of a future without a job
+        self.shown: Tuple[Optional[str], Optional[str], Optional[int]] = (None, None, None)
         self.upstream: Optional[List["BatchFuture"]] = None
         self.upstream_at: Optional[List[Tuple[str, Optional[int]]]] = None
 
@@ -66,17 +92,16 @@ class BatchFuture(concurrent.futures.Future):
 
     def __init__(self, core: Optional[FutureCore] = None) -> None:
         super().__init__()
-        self._core = core
-        self._job: Optional[Any] = None  # the BoundJob, set once submitted
-        self._child: Optional[int] = None
-        self._status: Optional[str] = None
-        self._status_reason: Optional[str] = None
-        self._exit_code: Optional[int] = None
+        # Each attribute costs every future 8 bytes (more past 8 of them), a million futures
+        # 8 MB: what a future shares with the other items of its child (status, status reason,
+        # exit code, usage) its job keeps once per child, read through (_job, _child).
         # Every attribute set later is made here: an instance whose dict gains a key after the
         # first ones no longer shares its keys with the others (~700 bytes more per future).
         # What few calls have (cache=True, futures as arguments) shares one slot (_Rare).
-        self._item: Optional[int] = None
-        self._usage: Optional[Any] = None
+        self._core = core
+        self._job: Optional[Any] = None  # the BoundJob, set once submitted
+        self._child: Optional[int] = None
+        self._item: Optional[int] = None  # its position in its child's items
         self._rare: Optional[_Rare] = None
 
     # -- what Batch says about the call ---------------------------------------------------
@@ -96,18 +121,21 @@ class BatchFuture(concurrent.futures.Future):
         Known for this child (it started, ended, or was listed), else its job's status for the
         children not known one by one: held once per job, not written into every future at
         every poll."""
-        if self._status is not None:
-            return self._status
-        job = self._job
-        return job.default_status if job is not None else None
+        job, child = self._bound()
+        if job is None:
+            return self._unbound_shown()[0]
+        known = job.statuses.status(child)
+        return known if known is not None else job.default_status
 
     @property
     def status_reason(self) -> Optional[str]:
-        return self._status_reason
+        job, child = self._bound()
+        return job.statuses.reason(child) if job is not None else self._unbound_shown()[1]
 
     @property
     def exit_code(self) -> Optional[int]:
-        return self._exit_code
+        job, child = self._bound()
+        return job.statuses.exit_code(child) if job is not None else self._unbound_shown()[2]
 
     @property
     def cached(self) -> bool:
@@ -122,14 +150,12 @@ class BatchFuture(concurrent.futures.Future):
         that left no outcome (its container was killed: out of memory, timeout, terminated),
         did not run (cancelled, its function did not load), came from the cache, or whose
         result object was written before usage was recorded."""
-        raw = self._usage
-        if raw is None or not self.done():
+        if not self.done():
             return None
-        from .usage import ChildUsage, Usage
-
-        if isinstance(raw, ChildUsage):
-            return raw.at(self._item or 0)
-        return Usage.from_raw(raw)
+        job, child = self._bound()
+        if job is None:
+            return None
+        return job.item_usage(child, self._item or 0)
 
     def log(self) -> str:
         """The job's console output: CloudWatch Logs on AWS, the attempt's log file locally."""
@@ -167,16 +193,28 @@ class BatchFuture(concurrent.futures.Future):
         with _BIND_LOCK:
             self._job = job
             self._child = child
-            self._status = None  # the job's default_status until this child is known
+
+    def _bound(self) -> Tuple[Optional[BoundJob], int]:
+        """Its job and child, read together: a rebind (OOM retry, rerun) moves both."""
+        with _BIND_LOCK:
+            return self._job, self._child or 0
 
     def _update(self, status: Optional[str], reason: Optional[str] = None,
                 exit_code: Optional[int] = None) -> None:
-        if status is not None:
-            self._status = status
-        if reason is not None:
-            self._status_reason = reason
-        if exit_code is not None:
-            self._exit_code = exit_code
+        """Show these on its child (so on every future of the child), or on this future when no
+        job holds it (resolved from the cache); None keeps what was."""
+        job, child = self._bound()
+        if job is not None:
+            job.statuses.show(child, status, reason, exit_code)
+            return
+        rare = self._rare_fields()
+        was = rare.shown
+        rare.shown = (status if status is not None else was[0],
+                      reason if reason is not None else was[1],
+                      exit_code if exit_code is not None else was[2])
+
+    def _unbound_shown(self) -> Tuple[Optional[str], Optional[str], Optional[int]]:
+        return self._rare.shown if self._rare is not None else (None, None, None)
 
     # The executor core (session, submission, jobs, cache) records what it learns about the
     # call through these, never by writing the attributes above itself.
@@ -219,18 +257,6 @@ class BatchFuture(concurrent.futures.Future):
     def _upstream_at(self) -> Optional[List[Tuple[str, Optional[int]]]]:
         """Where each of them was when the call was sent (its job URL and child)."""
         return self._rare.upstream_at if self._rare is not None else None
-
-    def _set_usage(self, raw: Any, position: Optional[int] = None) -> None:
-        """Before it resolves: the worker's usage of this call: its child's packed usage
-        (usage.ChildUsage) and its position there, or one entry (usage.Usage.from_raw)."""
-        self._usage = raw
-        if position is not None:
-            self._item = position
-
-    def _wait_again(self) -> None:
-        """Its child waits to run again (a rerun after a dependency's retry): PENDING, as Batch
-        shows a job waiting for its dependencies, without the failed try's reason or exit code."""
-        self._status, self._status_reason, self._exit_code = "PENDING", None, None
 
     def _require_core(self) -> FutureCore:
         if self._core is None:

@@ -39,13 +39,16 @@ from . import reruns, serialization, signing
 from .errors import BatchError, IntegrityError, RemoteError, add_note
 from .futures import BatchFuture
 from .statuses import JobStatus
-from .usage import ChildUsage
+from .usage import ItemUsage, Usage
 
 logger = logging.getLogger("batchfutures")
 
 
 # a result object as read: its bytes, None (no object), or the IntegrityError its seal raised
 StoredResult = Union[bytes, None, IntegrityError]
+
+# a settled child's futures (none kept): one list for every such child, never appended to
+_NO_FUTURES: List[BatchFuture] = []
 
 
 class ChildState(enum.Enum):
@@ -55,6 +58,72 @@ class ChildState(enum.Enum):
     STARTED = "started"    # seen STARTING or RUNNING: its futures are running
     WAITING = "waiting"    # failed for a dependency being retried: runs again after it (reruns)
     SETTLED = "settled"    # every future of it is done (result, failure, cancel, abort)
+
+
+class ChildStatuses:
+    """Each child's Batch status, status reason and exit code, as last shown: one entry per child,
+    read by its futures (futures.BatchFuture.status), not three attributes on each of them (a
+    chunk of items shares one child). None: not known for this child (its futures then show the
+    job's default status). The reason and exit code lists are made when the first one is shown."""
+
+    __slots__ = ("_statuses", "_reasons", "_exit_codes")
+
+    def __init__(self, size: int) -> None:
+        self._statuses: List[Optional[str]] = [None] * size
+        self._reasons: Optional[List[Optional[str]]] = None
+        self._exit_codes: Optional[List[Optional[int]]] = None
+
+    def status(self, child: int) -> Optional[str]:
+        return self._statuses[child] if 0 <= child < len(self._statuses) else None
+
+    def reason(self, child: int) -> Optional[str]:
+        known = self._reasons
+        return known[child] if known is not None and 0 <= child < len(known) else None
+
+    def exit_code(self, child: int) -> Optional[int]:
+        known = self._exit_codes
+        return known[child] if known is not None and 0 <= child < len(known) else None
+
+    def show(self, child: int, status: Optional[str], reason: Optional[str] = None,
+             exit_code: Optional[int] = None) -> None:
+        """What Batch says of the child now; a None keeps what was shown before."""
+        if not 0 <= child < len(self._statuses):
+            return
+        if status is not None:
+            self._statuses[child] = status
+        if reason is not None:
+            self.set_reason(child, reason)
+        if exit_code is not None:
+            self.set_exit_code(child, exit_code)
+
+    def set_reason(self, child: int, reason: Optional[str]) -> None:
+        if self._reasons is None:
+            if reason is None:
+                return
+            self._reasons = [None] * len(self._statuses)
+        if 0 <= child < len(self._reasons):
+            self._reasons[child] = reason
+
+    def set_exit_code(self, child: int, exit_code: Optional[int]) -> None:
+        if self._exit_codes is None:
+            if exit_code is None:
+                return
+            self._exit_codes = [None] * len(self._statuses)
+        if 0 <= child < len(self._exit_codes):
+            self._exit_codes[child] = exit_code
+
+    def forget_ending(self, child: int) -> None:
+        """A child sent again (an OOM retry): the killed try's reason and exit code are not
+        the retry's."""
+        self.set_reason(child, None)
+        self.set_exit_code(child, None)
+
+    def wait_again(self, child: int) -> None:
+        """The child waits to run again (a rerun after a dependency's retry): PENDING, as Batch
+        shows a job waiting for its dependencies, without the failed try's reason or exit code."""
+        self.show(child, JobStatus.PENDING.value)
+        self.set_reason(child, None)
+        self.set_exit_code(child, None)
 
 
 def _same(error: BaseException) -> BaseException:
@@ -232,6 +301,9 @@ class TrackedJob:
         # BatchExecutor(echo_output=True): what each call printed is written to this process's
         # sys.stdout/sys.stderr as its future resolves (_settle_child)
         self.echo_output = False
+        # what its futures show and used, once per child (futures.BatchFuture reads them)
+        self.statuses = ChildStatuses(len(self.children))
+        self.usage = ItemUsage(len(futures) for futures in self.children)
         for index, futures in enumerate(self.children):
             for future in futures:
                 future._bind(self, index)
@@ -270,6 +342,10 @@ class TrackedJob:
             return 0
         _, _, tail = child_job_id.rpartition(":")
         return int(tail) if tail.isdigit() else None
+
+    def item_usage(self, child: int, position: int) -> Optional[Usage]:
+        """What the item at ``position`` of ``child`` used (future.usage); None if not measured."""
+        return self.usage.at(child, position)
 
     def futures(self) -> List[BatchFuture]:
         return [future for futures in self.children for future in futures]
@@ -390,8 +466,7 @@ class TrackedJob:
                 self._open.discard(index)
                 self._waiting.add(index)
                 self.states[index] = ChildState.WAITING
-                for future in self.children[index]:
-                    future._wait_again()
+                self.statuses.wait_again(index)
 
     def ready_reruns(self) -> List[int]:
         """On the poller thread: the waiting children whose upstreams are all done, to run again.
@@ -459,8 +534,7 @@ class TrackedJob:
     # -- internals -----------------------------------------------------------------------------
     def _show(self, index: int, shown: Shown) -> None:
         status = shown.status.value if shown.status is not None else None
-        for future in self.children[index]:
-            future._update(status, shown.reason, shown.exit_code)
+        self.statuses.show(index, status, shown.reason, shown.exit_code)  # its futures read it
         if shown.status is not None and (shown.status.active or shown.status.finished):
             self._start(index)
 
@@ -480,7 +554,7 @@ class TrackedJob:
         self._missing.discard(index)
         # nothing polls this child again: let its futures (and their results) go with the
         # caller, not with a job that may run for hours more
-        self.children[index] = []
+        self.children[index] = _NO_FUTURES
 
     def _guarded(self, index: int, settle_it: Callable[[], None]) -> None:
         if index not in self._open:
@@ -514,16 +588,16 @@ class TrackedJob:
                     serialization.echo_output(printed[position])
             settle(self.children[index][0], True, functools.partial(decode_result, data, count))
         else:
-            # future.usage (issue 22): each item's entry from the meta, set before its future
-            # resolves (a done callback sees it); None for objects written before
-            entries = serialization.result_usage(data)
-            packed = ChildUsage(entries) if entries else None  # one array for the child's items
+            # future.usage (issue 22): each item's entry from the meta, recorded before its
+            # future resolves (a done callback sees it), not for a future already done (its
+            # outcome is not this result's); None for objects written before
+            entries = serialization.result_usage(data) or ()
             for position, (future, (ok, value)) in enumerate(
                     zip(self.children[index], decode_result(data, count))):
                 if position in printed and not future.done():
                     serialization.echo_output(printed[position])
-                if packed is not None and position < len(packed) and not future.done():
-                    future._set_usage(packed, position)
+                if position < len(entries) and not future.done():
+                    self.usage.record(index, position, entries[position])
                 settle(future, ok, value)
 
     def _settle_nodes(self, index: int, node_data: Sequence[StoredResult]) -> None:
@@ -534,9 +608,9 @@ class TrackedJob:
                     serialization.echo_output(printed)
         ok, value = combine_node_results(node_data, self.job_id)
         used = node_usage(node_data)
-        for future in self.children[index]:
+        for position, future in enumerate(self.children[index]):
             if used is not None and not future.done():
-                future._set_usage(used)
+                self.usage.record(index, position, used)
             settle(future, ok, value)
 
     def _fail_child(self, index: int, error_for_each: Callable[[], BaseException]) -> None:

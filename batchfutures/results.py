@@ -3,7 +3,7 @@
     poller thread                        reader threads (at most CONCURRENCY)          storage
     -------------                        ------------------------------------          -------
     reconcile says: read children 3..9
-      reader.request(job, (3, ..., 9)) ─> tasks of up to BATCH indices each ──> GET results/<i>
+      reader.request(job, (3, ..., 9)) ─> about √n tasks (every k-th index) ──> GET results/<i>
                                           each result goes to the inbox as it arrives
       ...the poller goes on with Batch   <── wake(): the poller settles what arrived, without
          reads of other jobs                 waiting for its next DescribeJobs round
@@ -12,8 +12,11 @@
 One GET costs S3's first-byte latency (20-50 ms); read one after the other on the poller thread,
 10,000 results took minutes and held up every other job's Batch reads. Here up to CONCURRENCY
 GETs are in flight at once, the poller never waits for one, and a result is settled as soon as
-it is read. `read_now` is the blocking form, for the rare reads a decision waits on (a job Batch
-has forgotten, a multi-node job's node results).
+it is read. Up to 1,024 results at once are read by at most READERS threads, a larger burst by
+about √n of them (see `batches`): a reader thread stays resident (~30 KB) for the executor's
+life, so a few hundred results do not start 64.
+`read_now` is the blocking form, for the rare reads a decision waits on (a job Batch has
+forgotten, a multi-node job's node results).
 
 An arrival is the result's bytes, None (no object there), the `IntegrityError` its seal check
 raised (its items fail; nothing of it is unpickled), or a `ReadFailed` (storage failed past its
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import math
 import threading
 from dataclasses import dataclass
 from typing import Callable, Dict, Hashable, Iterable, List, Optional, Protocol, Sequence, Tuple, Union
@@ -32,13 +36,15 @@ from .errors import IntegrityError
 
 logger = logging.getLogger("batchfutures")
 
-__all__ = ["ResultReader", "ReadFailed", "Arrival", "CONCURRENCY"]
+__all__ = ["ResultReader", "ReadFailed", "Arrival", "CONCURRENCY", "READERS"]
 
 # GETs in flight at once: S3 serves thousands per second per prefix; 64 keeps the client's own
 # sockets and threads modest while reading about 2,000 results a second at 30 ms each.
 CONCURRENCY = 64
-# indices per task at most: fewer hand-offs between threads when thousands arrive at once
-BATCH = 16
+# readers a burst of up to READERS² results gets (READERS reads each, ~1 s at 30 ms); a larger
+# one gets about √n, up to CONCURRENCY: a reader thread stays resident (~30 KB) for the
+# executor's life, and 64 of them cost what 1,300 futures do
+READERS = 32
 
 
 @dataclass(frozen=True)
@@ -69,16 +75,21 @@ class ResultReader:
         self._lock = threading.Lock()
         self._inbox: Dict[Hashable, Dict[int, Arrival]] = {}
         self._in_flight = 0  # indices requested and not yet in the inbox
+        self._tasks = 0      # request tasks queued or running
+        self._readers = 0    # reader threads started for them (the pool never ends one early)
 
     def request(self, job: Hashable, job_url: str, indices: Sequence[int]) -> None:
         """Read these children's results in the background; they arrive in the inbox under
         ``job`` (the poller's TrackedJob)."""
         if not indices:
             return
+        pool = self._threads()
         with self._lock:
             self._in_flight += len(indices)
-        pool = self._threads()
-        for batch in batches(indices, self._concurrency):
+            tasks = batches(indices, self._concurrency, idle=self._readers - self._tasks)
+            self._tasks += len(tasks)
+            self._readers = min(self._concurrency, max(self._readers, self._tasks))
+        for batch in tasks:
             pool.submit(self._read_batch, job, job_url, batch)
 
     def read_now(self, job_url: str, indices: Iterable[int]) -> Dict[int, Arrival]:
@@ -115,6 +126,13 @@ class ResultReader:
 
     # -- reader threads --------------------------------------------------------------------------
     def _read_batch(self, job: Hashable, job_url: str, indices: Tuple[int, ...]) -> None:
+        try:
+            self._read_each(job, job_url, indices)
+        finally:
+            with self._lock:
+                self._tasks -= 1
+
+    def _read_each(self, job: Hashable, job_url: str, indices: Tuple[int, ...]) -> None:
         for index in indices:
             arrival = self._read_one(job_url, index)
             with self._lock:
@@ -138,8 +156,16 @@ class ResultReader:
             return ReadFailed(error)
 
 
-def batches(indices: Sequence[int], concurrency: int = CONCURRENCY) -> List[Tuple[int, ...]]:
-    """How ``request`` splits indices into tasks (pure; for tests): every reader busy, at most
-    BATCH indices per task."""
-    size = max(1, min(BATCH, -(-len(indices) // concurrency)))
-    return [tuple(indices[i:i + size]) for i in range(0, len(indices), size)]
+def batches(indices: Sequence[int], concurrency: int = CONCURRENCY,
+            idle: int = 0) -> List[Tuple[int, ...]]:
+    """How ``request`` splits indices into tasks, one reader thread each (pure; for tests).
+
+    A burst of n reads gets n tasks up to READERS, then READERS up to READERS² reads, then
+    about √n, at most ``concurrency``; as many as there are ``idle`` readers when more (threads
+    already started cost nothing more). Task k takes every k-th index: the reads across tasks
+    go in index order, as map's consumer waits for them."""
+    if not indices:
+        return []
+    root = math.isqrt(len(indices) - 1) + 1  # ceil(√n)
+    tasks = min(len(indices), max(1, concurrency), max(READERS, root, idle))
+    return [tuple(indices[first::tasks]) for first in range(tasks)]

@@ -403,9 +403,8 @@ class Submitter:
         reads each child's items from the inputs object named in ``histories[i].origin``.
         """
         counts = [source.items_in(i) for i in children]
-        for index in children:  # the killed try's exit code and reason are not the retry's
-            for future in source.children[index]:
-                future._status_reason = future._exit_code = None
+        for index in children:
+            source.statuses.forget_ending(index)
         per_child = source.item_counts is not None
         futures = [source.children[i] for i in children]
         job = PendingJob(retry.with_memory(memory_mib), [], [b""] * len(children), counts,

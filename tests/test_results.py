@@ -12,7 +12,7 @@ import pytest
 from batchfutures import BatchExecutor, LocalEnvironment
 from batchfutures.emulator import BatchEmulator
 from batchfutures.errors import IntegrityError
-from batchfutures.results import BATCH, ReadFailed, ResultReader, batches
+from batchfutures.results import READERS, ReadFailed, ResultReader, batches
 from batchfutures.storage import Storage
 
 
@@ -44,16 +44,38 @@ class GatedStore:
 
 
 @pytest.mark.parametrize("count, concurrency, sizes", [
+    (0, 64, []),
     (1, 64, [1]),
-    (64, 64, [1] * 64),                  # every reader one read
-    (130, 64, [3] * 43 + [1]),           # ceil(130 / 64) = 3 per task
-    (10_000, 64, [BATCH] * 625),         # at most BATCH per task: results arrive as they are read
+    (32, 64, [1] * 32),                  # up to READERS reads: one reader each
+    (64, 64, [2] * 32),                  # then READERS readers...
+    (130, 64, [5] * 2 + [4] * 30),
+    (724, 64, [23] * 20 + [22] * 12),
+    (1024, 64, [32] * 32),               # ...up to READERS² reads
+    (1500, 64, [39] * 18 + [38] * 21),   # then about √n readers
+    (4096, 64, [64] * 64),               # from 64² on every reader is busy
+    (10_000, 64, [157] * 16 + [156] * 48),
     (5, 2, [3, 2]),
 ])
-def test_reads_are_split_so_every_reader_is_busy_and_tasks_stay_small(count, concurrency, sizes):
+def test_a_burst_of_reads_runs_on_a_bounded_number_of_readers(count, concurrency, sizes):
+    assert READERS == 32
     split = batches(list(range(count)), concurrency)
     assert [len(task) for task in split] == sizes
-    assert [i for task in split for i in task] == list(range(count))
+    assert sorted(i for task in split for i in task) == list(range(count))
+    # task k reads every k-th index: the readers' first reads are the first indices, and so on
+    assert [task[0] for task in split] == list(range(len(split)))
+    assert all(list(task) == list(range(task[0], count, len(split))) for task in split)
+
+
+@pytest.mark.parametrize("count, idle, tasks", [
+    (2000, 50, 50),  # readers an earlier burst started read a later one: less wait, no thread more
+    (2000, 3, 45),   # fewer idle than √n: √n
+    (5, 40, 5),      # never more tasks than reads
+    (5000, 100, 64),  # never more than the bound
+])
+def test_idle_readers_are_used_when_more(count, idle, tasks):
+    split = batches(list(range(count)), 64, idle=idle)
+    assert len(split) == tasks
+    assert sorted(i for task in split for i in task) == list(range(count))
 
 
 def test_reads_run_concurrently_up_to_the_bound_and_arrive_in_the_inbox():

@@ -19,7 +19,7 @@ import pytest
 
 from batchfutures import BatchExecutor, LocalEnvironment, MemoryLimitExceeded, serialization
 from batchfutures.usage import (
-    ChildUsage,
+    ItemUsage,
     JobUsage,
     Totals,
     Usage,
@@ -306,10 +306,20 @@ def test_a_multi_node_calls_usage_is_its_nodes_together():
     assert node_usage([node([1.0, 0.5, None])]) == [1.0, 0.5, None]
 
 
-def test_a_childs_usage_is_packed_once_and_read_per_position():
-    packed = ChildUsage([[0.5, 0.25, 300.0], [1.0, 0.0, None], None, "junk"])
-    assert len(packed) == 4
-    assert packed.at(0) == Usage(0.5, 0.25, 300.0)
-    assert packed.at(1) == Usage(1.0, 0.0, None)  # the peak unknown (the thread launcher)
-    assert packed.at(2) is None and packed.at(3) is None  # not measured
-    assert packed.at(4) is None and packed.at(-1) is None
+def test_a_jobs_usage_is_packed_once_and_read_per_child_and_position():
+    packed = ItemUsage([2, 3])  # two children: items 0-1 and 2-4 of the job
+    assert packed.at(0, 0) is None  # nothing recorded yet
+    packed.record(1, 0, [0.5, 0.25, 300.0])
+    packed.record(1, 1, [1.0, 0.0, None])
+    packed.record(1, 2, "junk")
+    packed.record(0, 1, [2.0, 1.0, 50.5])
+    assert packed.at(1, 0) == Usage(0.5, 0.25, 300.0)
+    assert packed.at(1, 1) == Usage(1.0, 0.0, None)  # the peak unknown (the thread launcher)
+    assert packed.at(1, 2) is None and packed.at(0, 0) is None  # not measured
+    assert packed.at(0, 1) == Usage(2.0, 1.0, 50.5)  # not another child's item
+    # outside the job: nothing, and nothing recorded
+    packed.record(0, 2, [9.0, 9.0, 9.0])
+    packed.record(2, 0, [9.0, 9.0, 9.0])
+    assert packed.at(0, 2) is None and packed.at(2, 0) is None and packed.at(0, -1) is None
+    assert packed.at(1, 0) == Usage(0.5, 0.25, 300.0)
+    assert [packed.items_in(c) for c in (0, 1, 2, -1)] == [2, 3, 0, 0]
