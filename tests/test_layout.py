@@ -12,7 +12,10 @@ so a rule broken only on some path still fails here.
 
 from __future__ import annotations
 
-from pathlib import PurePath
+import importlib
+import importlib.util
+import re
+from pathlib import Path, PurePath
 from typing import Dict, List, Set, Tuple
 
 import pytest
@@ -102,3 +105,39 @@ def test_no_two_modules_share_a_name():
         if PurePath(path).name not in ("__init__.py", "__main__.py"):
             seen.setdefault(PurePath(path).name, []).append(name)
     assert {file: names for file, names in seen.items() if len(names) > 1} == {}
+
+
+DOCUMENTED = [Path(__file__).resolve().parents[1] / "README.md",
+              *sorted((Path(__file__).resolve().parents[1] / "docs").glob("*.md"))]
+NOT_A_PATH = {"batchfutures.yaml"}  # the template's file name
+
+
+def documented_paths() -> Set[str]:
+    found: Set[str] = set()
+    for document in DOCUMENTED:
+        found |= set(re.findall(r"\bbatchfutures(?:\.[A-Za-z_]\w*)+", document.read_text()))
+    return found - NOT_A_PATH
+
+
+def resolves(dotted: str) -> bool:
+    """A module, or an attribute of the longest module prefix that imports."""
+    if dotted.endswith(".__main__"):  # importing it would run the command: find it only
+        return importlib.util.find_spec(dotted) is not None
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            value: object = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for name in parts[cut:]:
+            if not hasattr(value, name):
+                return False
+            value = getattr(value, name)
+        return True
+    return False
+
+
+def test_every_import_path_the_docs_name_still_resolves():
+    paths = documented_paths()
+    assert "batchfutures.worker" in paths and "batchfutures.jobview.describe" in paths
+    assert sorted(p for p in paths if not resolves(p)) == []
