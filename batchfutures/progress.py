@@ -44,7 +44,7 @@ import types
 import weakref
 from typing import IO, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, TypeVar, Union
 
-from .statuses import FINISHED, STATUS_ORDER
+from .statuses import FINISHED, STATUS_ORDER, JobStatus
 
 __all__ = ["progress", "render_counts", "render_line"]
 
@@ -95,7 +95,7 @@ def _counts_of(futures: Iterable[Any]) -> Dict[str, int]:
                 counts[status] += summary.get(status, 0)
         else:
             for future in children.values():
-                counts[future.status or "SUBMITTED"] += 1
+                counts[future.status or JobStatus.SUBMITTED] += 1
     return {status: count for status, count in counts.items() if count}
 
 

@@ -43,6 +43,7 @@ from .futures import BatchFuture
 from .jobs import TrackedJob, settle
 from .poller import LOG_TAIL_LINES, Poller
 from .settings import JobSettings
+from .statuses import JobStatus
 from .submission import (
     MAX_ARRAY_SIZE,
     RETRY_RULES,
@@ -125,7 +126,7 @@ def settle_cached(future: BatchFuture, outcome: Tuple[bool, Any]) -> None:
     """A call found in the cache: resolved from the stored result, without a job."""
     future._mark_cached()
     if outcome[0]:
-        future._update("SUCCEEDED")
+        future._update(JobStatus.SUCCEEDED)
     settle(future, *outcome)
 
 

@@ -11,6 +11,7 @@ import sys
 import time
 from typing import Any, Dict, Iterator, List, Optional
 
+from ..statuses import JobStatus
 from .envargs import environment
 from .output import (
     CLIError,
@@ -30,7 +31,7 @@ logger = logging.getLogger("batchfutures")
 
 # -- status -------------------------------------------------------------------------------------
 def _status_exit(info: Any, failures: Any) -> int:
-    if info.status == "FAILED" or (failures is not None and failures.failed):
+    if info.status == JobStatus.FAILED or (failures is not None and failures.failed):
         return ExitCode.FAILED
     return ExitCode.OK
 
@@ -83,7 +84,7 @@ def _print_status(info: Any, failures: Any, output: OutputFormat, usage: Any = N
              ("stopped", when(info.stopped_at)), ("duration", span(info.duration(time.time())))]
     if info.is_array:
         rows.append(("children", f"{info.size}: {counts_text(info.status_counts)}"))
-        failed = [child for child in info.children if child.status == "FAILED"]
+        failed = [child for child in info.children if child.status == JobStatus.FAILED]
         for child in failed[:TEXT_LIST_LIMIT]:
             rows.append((f"  child {child.index}",
                          f"FAILED, exit code {child.exit_code}: {child.status_reason or '-'}"))
@@ -116,8 +117,8 @@ def _print_status(info: Any, failures: Any, output: OutputFormat, usage: Any = N
 def _watch_line(info: Any) -> str:
     if info.is_array:
         counts = dict(info.status_counts)
-        queued = counts.pop("SUBMITTED", 0) + counts.pop("PENDING", 0)
-        shown = {"PENDING": queued, **counts}
+        queued = counts.pop(JobStatus.SUBMITTED, 0) + counts.pop(JobStatus.PENDING, 0)
+        shown = {JobStatus.PENDING: queued, **counts}
         return f"{info.job_id}  {info.status:<9}  " + "  ".join(
             f"{status} {count}" for status, count in shown.items())
     return f"{info.job_id}  {info.status}"
