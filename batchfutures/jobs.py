@@ -32,6 +32,7 @@ from typing import (
     Optional,
     Sequence,
     Tuple,
+    TypeVar,
     Union,
 )
 
@@ -58,6 +59,9 @@ class ChildState(enum.Enum):
     STARTED = "started"    # seen STARTING or RUNNING: its futures are running
     WAITING = "waiting"    # failed for a dependency being retried: runs again after it (reruns)
     SETTLED = "settled"    # every future of it is done (result, failure, cancel, abort)
+
+
+_Shown = TypeVar("_Shown", str, int)
 
 
 class ChildStatuses:
@@ -97,20 +101,21 @@ class ChildStatuses:
             self.set_exit_code(child, exit_code)
 
     def set_reason(self, child: int, reason: Optional[str]) -> None:
-        if self._reasons is None:
-            if reason is None:
-                return
-            self._reasons = [None] * len(self._statuses)
-        if 0 <= child < len(self._reasons):
-            self._reasons[child] = reason
+        self._reasons = self._with(self._reasons, child, reason)
 
     def set_exit_code(self, child: int, exit_code: Optional[int]) -> None:
-        if self._exit_codes is None:
-            if exit_code is None:
-                return
-            self._exit_codes = [None] * len(self._statuses)
-        if 0 <= child < len(self._exit_codes):
-            self._exit_codes[child] = exit_code
+        self._exit_codes = self._with(self._exit_codes, child, exit_code)
+
+    def _with(self, known: Optional[List[Optional[_Shown]]], child: int,
+              value: Optional[_Shown]) -> Optional[List[Optional[_Shown]]]:
+        """``known`` with ``value`` for ``child``: the list is made when the first value comes."""
+        if known is None:
+            if value is None:
+                return None
+            known = [None] * len(self._statuses)
+        if 0 <= child < len(known):
+            known[child] = value
+        return known
 
     def forget_ending(self, child: int) -> None:
         """A child sent again (an OOM retry): the killed try's reason and exit code are not
