@@ -116,9 +116,11 @@ def test_abort_terminates_a_running_call_and_its_future_raises_job_aborted(env):
         running.abort(reason="not needed any more")
         with pytest.raises(JobAbortedError):
             running.result(timeout=60)
-        GATE.set()  # the thread itself cannot be killed: let it end
-        # the future failed at once; Batch shows the job FAILED once the termination is done
+        # the future failed at once; the poller thread sends TerminateJob, and Batch shows the
+        # job FAILED (the call still blocks: had it returned first, the job would have ended
+        # SUCCEEDED, as on AWS a termination that comes too late does nothing)
         assert wait_until(lambda: ex.job(running.job_id).status == "FAILED")
+        GATE.set()  # a thread cannot be killed: its attempt ended, the thread ends now
 
 
 def test_shutdown_with_cancel_futures_cancels_what_has_not_started(env):
