@@ -212,6 +212,7 @@ def test_status_of_an_array_shows_children_and_failed_calls(tmp_path):
         for future in futures:
             future.exception(timeout=60)
     job_id = futures[0].job_id.partition(":")[0]
+    wait_status(env, job_id, ("SUCCEEDED", "FAILED"))  # Batch's view may lag the futures
     completed = run_cli(tmp_path, "status", job_id, check=False)
     assert completed.returncode == 1, completed.stderr  # Batch says SUCCEEDED, two calls raised
     out = completed.stdout
@@ -541,13 +542,16 @@ def test_jobview_describes_plain_and_array_jobs(local_env):
         plain.result(timeout=60)
         for future in array:
             future.exception(timeout=60)
+    # a future resolves from its stored result, which can be before Batch shows its child ended
+    parent = array[0].job_id.partition(":")[0]
+    for job_id in (plain.job_id, parent):
+        wait_status(local_env, job_id, ("SUCCEEDED", "FAILED"))
     info = jobview.describe_in(local_env, plain.job_id)
     assert (info.job_id, info.status, info.exit_code, info.size, info.is_array) == (
         plain.job_id, "SUCCEEDED", 0, 0, False)
     assert info.created_at and info.started_at and info.stopped_at
     assert info.stopped_at >= info.started_at  # a job ends after it starts
     assert "the job says hey" in info.log()
-    parent = array[0].job_id.partition(":")[0]
     whole = jobview.describe_in(local_env, parent)
     assert whole.is_array and whole.size == 4 and whole.status_counts["SUCCEEDED"] == 4
     assert [(c.index, c.status, c.exit_code) for c in whole.children] == [
