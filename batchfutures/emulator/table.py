@@ -19,7 +19,7 @@ import logging
 import re
 import threading
 from pathlib import Path
-from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from ..workdir import inside
 from .jobstate import FINAL, Job, JobStatus, Unit
@@ -251,10 +251,6 @@ class JobTable:
                 path.unlink()
             except OSError:
                 pass
-
-    def own_jobs(self) -> Iterator[Job]:
-        with self.lock:
-            return iter(list(self.own.values()))
 
     def close(self) -> None:
         self.persister.close()
