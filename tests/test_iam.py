@@ -15,7 +15,11 @@
 
 What moto can check and what it cannot (so what part 2 leaves to part 1 and to the docs):
 - S3: moto authorizes each request against the object or bucket ARN, so the resource scoping
-  (<IoPrefix>/runs/* for the worker, <IoPrefix>/* for the client) is really enforced.
+  (<IoPrefix>/runs/* for the worker, <IoPrefix>/* for the client) is really enforced. Since
+  moto 5.2.x its server names the action after the S3 operation (s3:ListObjectsV2,
+  s3:HeadObject) where AWS checks the IAM action (s3:ListBucket, s3:GetObject): the users get
+  the documents through as_moto_names(), which grants each operation where its action is
+  granted, on the same resources, and nothing else.
 - Secrets Manager: moto authorizes it against Resource "*" only, so a statement scoped to one
   secret is refused by moto's server even where AWS allows it.
 - Batch: moto names a Batch request's action after its URL in lower case
@@ -265,6 +269,44 @@ def managed_policy_document(iam: Any, arn: str) -> Dict[str, Any]:
     return setup.policy_document({"PolicyDocument": document})
 
 
+# The S3 operations AWS authorizes through each IAM action (S3 API Reference, each operation's
+# "Permissions"). moto's server names an S3 request after its operation (ListObjectsV2,
+# HeadObject) since moto 5.2.x, where AWS checks s3:ListBucket and s3:GetObject.
+S3_OPERATIONS_OF_ACTION: Dict[str, Tuple[str, ...]] = {
+    "s3:ListBucket": ("s3:ListObjectsV2", "s3:ListObjects", "s3:HeadBucket"),
+    "s3:GetObject": ("s3:HeadObject",),
+    "s3:PutObject": ("s3:CreateMultipartUpload", "s3:UploadPart", "s3:CompleteMultipartUpload"),
+    "s3:DeleteObject": ("s3:DeleteObjects",),
+}
+
+
+def as_moto_names(document: Dict[str, Any]) -> Dict[str, Any]:
+    """The document with each S3 action also granted under the operation names moto checks.
+
+    The same resources and conditions: what AWS allows through s3:ListBucket on the bucket, moto
+    allows through s3:ListObjectsV2 on the bucket, and nothing more. Older moto names requests
+    after the IAM action, which the document keeps."""
+    statements = []
+    for statement in document["Statement"]:
+        actions = as_list(statement.get("Action", []))
+        extra = [name for action in actions for name in S3_OPERATIONS_OF_ACTION.get(action, ())]
+        statements.append({**statement, "Action": actions + extra} if extra else statement)
+    return {**document, "Statement": statements}
+
+
+def test_moto_names_extend_each_grant_to_its_operations_only():
+    document = {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": "arn:aws:s3:::b"},
+        {"Effect": "Allow", "Action": ["s3:GetObject"], "Resource": "arn:aws:s3:::b/p/*"},
+        {"Effect": "Allow", "Action": "batch:DescribeJobs", "Resource": "*"}]}
+    listing, reading, batch = as_moto_names(document)["Statement"]
+    assert listing == {"Effect": "Allow", "Resource": "arn:aws:s3:::b", "Action": [
+        "s3:ListBucket", "s3:ListObjectsV2", "s3:ListObjects", "s3:HeadBucket"]}
+    assert reading["Action"] == ["s3:GetObject", "s3:HeadObject"]
+    assert reading["Resource"] == "arn:aws:s3:::b/p/*"
+    assert batch == document["Statement"][2]
+
+
 def deploy(admin, network, name: str, users: Dict[str, Tuple[str, ...]],
            **parameters: str) -> Dict[str, Any]:
     """Create the stack in moto's CloudFormation and read back what its IAM resources hold.
@@ -287,7 +329,7 @@ def deploy(admin, network, name: str, users: Dict[str, Tuple[str, ...]],
         iam.create_user(UserName=user)
         for which in carried:
             iam.put_user_policy(UserName=user, PolicyName=f"batchfutures-{which}",
-                                PolicyDocument=json.dumps(documents[which]))
+                                PolicyDocument=json.dumps(as_moto_names(documents[which])))
         key = iam.create_access_key(UserName=user)["AccessKey"]
         keys[user] = (key["AccessKeyId"], key["SecretAccessKey"])
     roles = {logical: iam.get_role(RoleName=physical[logical])["Role"]["Arn"]
