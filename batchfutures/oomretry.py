@@ -48,7 +48,7 @@ from .settings import JobSettings
 __all__ = ["Verdict", "Decision", "Try", "ChildHistory", "OomRetry", "Placement", "decide",
            "final_error", "unplaceable_error", "placeable_memory_mib", "placement_of",
            "ec2_usable_mib", "ec2_next_memory", "fargate_pairs", "fargate_next_pair",
-           "instance_type_queries", "queue_max_memory_mib"]
+           "instance_type_queries", "queue_max_memory_mib", "DEFAULT_FAMILIES"]
 
 logger = logging.getLogger("batchfutures")
 
@@ -60,9 +60,18 @@ EC2_HEADROOM = 0.05
 # AWS Batch's Fargate pairs (ResourceRequirement's MEMORY table): jobdefinitions.FARGATE_MEMORY
 FARGATE_MAX_MIB = max(max(sizes) for sizes in FARGATE_MEMORY.values())
 FARGATE_MAX_VCPUS = max(FARGATE_MEMORY)
-# instanceTypes "optimal" (and "default_x86_64") pick from these families (C4/M4/R4, or their
-# 5th generation where a Region lacks them): the union, so the cap is never under the truth
-OPTIMAL_FAMILIES = ("c4", "m4", "r4", "c5", "m5", "r5")
+# The instance families behind the instanceTypes Batch picks for you. Source: botocore's Batch
+# model (ComputeResource.instanceTypes) and the AWS Batch User Guide's "Instance type compute
+# table" (instance-type-compute-table.html): default_x86_64 is m6i/c6i/r6i/c7i, default_arm64
+# (Graviton) m6g/c6g/r6g/c7g, and since 2025-11-01 "optimal" means what default_x86_64 means (it
+# was C4/M4/R4, or C5/M5/R5 where a Region lacked them). Batch may pick an older family of a
+# bundle where that is cheaper: less memory, never more, so the cap stays at or over the truth.
+DEFAULT_FAMILIES: Dict[str, Tuple[str, ...]] = {
+    "default_x86_64": ("m6i", "c6i", "r6i", "c7i"),
+    "default_arm64": ("m6g", "c6g", "r6g", "c7g"),
+    "optimal": ("m6i", "c6i", "r6i", "c7i"),
+}
+OPTIMAL_FAMILIES = DEFAULT_FAMILIES["optimal"]
 
 
 class Verdict(enum.Enum):
@@ -155,12 +164,13 @@ def ec2_next_memory(last_mib: int) -> int:
 
 def instance_type_queries(instance_types: Iterable[str]) -> Tuple[Tuple[str, ...], Tuple[str, ...]]:
     """A compute environment's ``instanceTypes`` as (exact types, families): "m5.large" is a
-    type, "m5" a family (every size of it), "optimal"/"default_x86_64" the OPTIMAL_FAMILIES."""
+    type, "m5" a family (every size of it), "optimal"/"default_x86_64"/"default_arm64" the
+    families of DEFAULT_FAMILIES."""
     exact: List[str] = []
     families: List[str] = []
     for name in instance_types:
-        if name in ("optimal", "default_x86_64"):
-            families.extend(f for f in OPTIMAL_FAMILIES if f not in families)
+        if name in DEFAULT_FAMILIES:
+            families.extend(f for f in DEFAULT_FAMILIES[name] if f not in families)
         elif "." in name:
             exact.append(name)
         elif name not in families:

@@ -152,11 +152,37 @@ def test_the_retry_is_resubmitted_with_the_pair_and_no_try_past_the_largest():
 @pytest.mark.parametrize("types, exact, families", [
     (["m5.large", "c5.xlarge"], ("m5.large", "c5.xlarge"), ()),
     (["m5", "r5.2xlarge"], ("r5.2xlarge",), ("m5",)),
-    (["optimal"], (), ("c4", "m4", "r4", "c5", "m5", "r5")),
-    (["default_x86_64", "m4"], (), ("c4", "m4", "r4", "c5", "m5", "r5")),
+    # since 2025-11 "optimal" is default_x86_64 (botocore's ComputeResource.instanceTypes)
+    (["optimal"], (), ("m6i", "c6i", "r6i", "c7i")),
+    (["default_x86_64"], (), ("m6i", "c6i", "r6i", "c7i")),
+    (["default_x86_64", "m4"], (), ("m6i", "c6i", "r6i", "c7i", "m4")),
+    (["optimal", "default_x86_64", "c6i"], (), ("m6i", "c6i", "r6i", "c7i")),
+    (["default_arm64"], (), ("m6g", "c6g", "r6g", "c7g")),
+    (["default_arm64", "r7g.16xlarge"], ("r7g.16xlarge",), ("m6g", "c6g", "r6g", "c7g")),
 ])
 def test_instance_types_become_exact_types_and_families(types, exact, families):
     assert instance_type_queries(types) == (exact, families)
+
+
+# installed MiB of the largest size of each family (EC2 DescribeInstanceTypes): r6i.32xlarge,
+# m6i.32xlarge, c6i.32xlarge, c7i.48xlarge; r6g.16xlarge, m6g.16xlarge, c6g.16xlarge, c7g.16xlarge
+LARGEST = {"r6i": 1048576, "m6i": 524288, "c6i": 262144, "c7i": 393216, "r4": 499712,
+           "m4": 262144, "c4": 61440, "r5": 786432, "m5": 393216, "c5": 196608,
+           "r6g": 524288, "m6g": 262144, "c6g": 131072, "c7g": 131072}
+
+
+@pytest.mark.parametrize("types, cap_mib", [
+    # the old reading (C4/M4/R4/C5/M5/R5) capped "optimal" at r5's 768 GiB; r6i has 1 TiB
+    (["optimal"], int(1048576 * 0.95)),
+    (["default_x86_64"], int(1048576 * 0.95)),
+    (["default_arm64"], int(524288 * 0.95)),
+])
+def test_the_default_bundles_cap_at_their_largest_family(types, cap_mib):
+    def installed(names):
+        exact, families = instance_type_queries(names)
+        return max(LARGEST[family] for family in families)
+
+    assert queue_max_memory_mib([_ce("EC2", types)], installed) == ("EC2", cap_mib)
 
 
 INSTALLED = {"m5.large": 8192, "m5": 393216, "c5.xlarge": 8192, "r5": 786432}
