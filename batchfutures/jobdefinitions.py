@@ -13,6 +13,10 @@
     "name", "name:3", an ARN with or without ":3" ──> describe_job_definition()
         ──> with a revision: that revision; without: the highest ACTIVE revision of the name
 
+With ``stack=`` every registration above passes through with_stack_defaults(): the tag
+``batchfutures:stack=<stack>`` and, where a container has none, the awslogs configuration of the
+stack's log group (/aws/batch/<stack>), as the stack's client policy requires.
+
 Per-job settings (vCPUs, memory, GPUs, timeout, attempts, tags...) never go here: they travel in
 SubmitJob overrides, so one definition serves every executor with the same image and options.
 Options follow TorchX's AWS Batch scheduler: roles, platform, privileged, ulimits
@@ -36,6 +40,7 @@ from .errors import ConfigurationError
 
 PLATFORMS = ("EC2", "FARGATE")
 MANAGED_TAG = ("batchfutures:managed", "true")
+STACK_TAG = "batchfutures:stack"  # what the stack's client policy requires on what it registers
 # Fargate's allowed memory (MiB) for each vCPU value: botocore's Batch model, ResourceRequirement
 # value ("value = 32: MEMORY = 61440, 122880, or 249856"; 16: 32768 to 122880 in 8192 steps).
 FARGATE_MEMORY = {
@@ -244,7 +249,43 @@ def ensure_job_definition(batch: Any, image: Optional[str], *, stack: Optional[s
     return _ensure(batch, definition_properties(image or "", **options), stack)
 
 
+def stack_log_group(stack: str) -> str:
+    """The stack's log group: the template's LogGroup, the one its roles may write to."""
+    return f"/aws/batch/{stack}"
+
+
+def with_stack_defaults(properties: Dict[str, Any], stack: Optional[str],
+                        region: Optional[str] = None) -> Dict[str, Any]:
+    """``properties`` as a stack's client registers them: tagged ``batchfutures:stack=<stack>``
+    and, in every container without one, the awslogs configuration of the stack's log group.
+
+    The stack's client policy allows RegisterJobDefinition only so: a request that carries tags
+    is also authorized as batch:TagResource, which the policy allows only with that tag; and
+    its batch:AWSLogsGroup must be the stack's group. Without a logConfiguration Batch logs to
+    /aws/batch/job, where the stack's execution role (Fargate writes logs with it) may not.
+    Without ``stack``: ``properties`` unchanged.
+    """
+    if not stack:
+        return properties
+    made = copy.deepcopy(properties)
+    made["tags"] = {**(made.get("tags") or {}), STACK_TAG: stack}
+    options = {"awslogs-group": stack_log_group(stack)}
+    if region:
+        options["awslogs-region"] = region
+    groups = (made.get("nodeProperties") or {}).get("nodeRangeProperties") or []
+    containers = [made["containerProperties"]] if made.get("containerProperties") else [
+        group["container"] for group in groups if group.get("container")]
+    for container in containers:
+        container.setdefault("logConfiguration", {"logDriver": "awslogs", "options": options})
+    return made
+
+
+def _region_of(batch: Any) -> Optional[str]:
+    return getattr(getattr(batch, "meta", None), "region_name", None)
+
+
 def _ensure(batch: Any, properties: Dict[str, Any], stack: Optional[str] = None) -> str:
+    properties = with_stack_defaults(properties, stack, _region_of(batch))
     name = definition_name(properties, stack)
     found = _latest_active(batch, name)
     if found is not None:
@@ -401,9 +442,7 @@ def multinode_definition_from(batch: Any, definition: str, stack: Optional[str] 
         tags = {k: v for k, v in (properties.get("tags") or {}).items()
                 if not k.lower().startswith("aws:")}  # AWS's own, not ours to set
         tags.update(dict([MANAGED_TAG]))
-        if stack:  # the stack's client policy tags definitions it registers so
-            tags["batchfutures:stack"] = stack
-        properties["tags"] = tags
+        properties["tags"] = tags  # and the stack's tag: _ensure (with_stack_defaults)
         arn = _ensure(batch, properties, stack)
     with _derived_lock:
         _multinode.setdefault(batch, {})[key] = arn

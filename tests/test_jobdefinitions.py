@@ -16,9 +16,12 @@ from batchfutures.jobdefinitions import (
     definition_properties,
     definition_with_secrets,
     describe_job_definition,
+    ensure_job_definition,
+    multinode_definition_from,
     parse_mounts,
     parse_ulimits,
     split_reference,
+    with_stack_defaults,
 )
 from batchfutures.logs import log_group_of
 
@@ -356,3 +359,76 @@ def test_ec2_jobs_under_one_vcpu_are_refused_when_the_executor_is_made(endpoint)
         pass
     with pytest.raises(ConfigurationError, match="EC2"):
         BatchExecutor(aws_environment(**fargate_image), vcpus=1, memory=2048, nodes=2)
+
+
+# -- a stack's client: the stack tag and the stack's log group on every registration ------------
+STACK_LOGS = {"logDriver": "awslogs",
+              "options": {"awslogs-group": "/aws/batch/st", "awslogs-region": "eu-west-1"}}
+OWN_LOGS = {"logDriver": "awslogs", "options": {"awslogs-group": "/aws/batch/st-custom"}}
+
+
+def _containers(properties):
+    if "containerProperties" in properties:
+        return [properties["containerProperties"]]
+    return [g["container"] for g in properties["nodeProperties"]["nodeRangeProperties"]]
+
+
+@pytest.mark.parametrize("properties, tags, logs", [
+    # image=: no tags of its own but batchfutures:managed, no log configuration
+    (definition_properties("img:1"), {"batchfutures:managed": "true", "batchfutures:stack": "st"},
+     [STACK_LOGS]),
+    # nodes=: every node group's container
+    (definition_properties("img:1", nodes=3), {"batchfutures:managed": "true",
+                                               "batchfutures:stack": "st"}, [STACK_LOGS]),
+    # a definition with a log configuration of its own keeps it (the policy judges it)
+    (definition_properties("img:1", log_configuration=OWN_LOGS),
+     {"batchfutures:managed": "true", "batchfutures:stack": "st"}, [OWN_LOGS]),
+    # a copy of another stack's definition: its tag is replaced, not kept beside
+    ({"type": "container", "containerProperties": {"image": "i"}, "tags": {"batchfutures:stack": "x"}},
+     {"batchfutures:stack": "st"}, [STACK_LOGS]),
+])
+def test_a_stacks_registrations_carry_its_tag_and_log_group(properties, tags, logs):
+    before = repr(properties)
+    made = with_stack_defaults(properties, "st", "eu-west-1")
+    assert made["tags"] == tags
+    assert [c.get("logConfiguration") for c in _containers(made)] == logs
+    assert repr(properties) == before  # the argument is left as it was
+    assert with_stack_defaults(properties, None, "eu-west-1") is properties  # no stack: as given
+
+
+def test_without_a_region_the_log_configuration_names_the_group_only():
+    made = with_stack_defaults(definition_properties("img:1"), "st")
+    assert made["containerProperties"]["logConfiguration"] == {
+        "logDriver": "awslogs", "options": {"awslogs-group": "/aws/batch/st"}}
+
+
+def test_every_path_of_a_stacks_client_registers_with_the_tag_and_the_group(batch):
+    """image=, nodes= (from image=), secrets= and nodes= (from a definition) with stack=: each
+    RegisterJobDefinition carries batchfutures:stack (TagResource on create is allowed only
+    with it) and the stack's log group; a job of the definition is read from that group."""
+    register(batch, "st-worker", executionRoleArn=EXECUTION_ROLE)  # no logConfiguration
+    arns = [ensure_job_definition(batch, "img:1", stack="st"),
+            ensure_job_definition(batch, "img:1", stack="st", nodes=2),
+            definition_with_secrets(batch, "st-worker", {"DB": SECRET}, stack="st"),
+            multinode_definition_from(batch, "st-worker", stack="st")]
+    assert len(batch.registered) == 4 and len(set(arns)) == 4
+    for request in batch.registered:
+        assert request["jobDefinitionName"].startswith("st_")
+        assert request["tags"]["batchfutures:stack"] == "st", request
+        valid({k: v for k, v in request.items() if k != "jobDefinitionName"})
+        for container in _containers(request):
+            assert container["logConfiguration"] == {
+                "logDriver": "awslogs", "options": {"awslogs-group": "/aws/batch/st"}}
+    # the log reader follows the job's definition to the stack's group, not /aws/batch/job
+    # (4 vCPUs on a 1-vCPU emulator: the job waits, no worker starts)
+    job = batch.submit_job(jobName="j", jobQueue="batchfutures", jobDefinition=arns[0],
+                           containerOverrides={"resourceRequirements": [
+                               {"type": "VCPU", "value": "4"}]})
+    (described,) = batch.describe_jobs(jobs=[job["jobId"]])["jobs"]
+    assert log_group_of(described, "/aws/batch/job") == "/aws/batch/st"
+    batch.terminate_job(jobId=job["jobId"], reason="test over")
+    # without stack=, nothing is added: Batch's default group, batchfutures' own tag only
+    plain = ensure_job_definition(batch, "img:1")
+    assert batch.registered[-1]["tags"] == {"batchfutures:managed": "true"}
+    assert "logConfiguration" not in batch.registered[-1]["containerProperties"]
+    assert plain.split("/")[-1].startswith("batchfutures-")
