@@ -177,13 +177,14 @@ def test_kms_key_arn_switches_the_bucket_to_sse_kms_and_adds_the_key_policy(temp
         "KMSMasterKeyID": {"Fn::If": ["HasKmsKey", {"Ref": "KmsKeyArn"}, {"Ref": "AWS::NoValue"}]}}
     policy = template["Resources"]["PayloadKeyPolicy"]
     assert (policy["Type"], policy["Condition"]) == ("AWS::IAM::ManagedPolicy", "HasKmsKey")
-    assert policy["Properties"]["Roles"] == [{"Ref": "JobRole"}]
+    # the job role (S3) and the execution role (the signing key, when the secret is under it)
+    assert policy["Properties"]["Roles"] == [{"Ref": "JobRole"}, {"Ref": "ExecutionRole"}]
     assert policy["Properties"]["ManagedPolicyName"] == {"Fn::Sub": "${AWS::StackName}-payload-key"}
     # the only use of the key, and the only conditional resources are this one and the secret
     assert "KmsKeyArn" not in str({n: r for n, r in template["Resources"].items()
                                    if n not in ("IoBucket", "PayloadKeyPolicy")})
     assert {n for n, r in template["Resources"].items() if "Condition" in r} == {
-        "SigningSecret", "PayloadKeyPolicy"}
+        "SigningSecret", "PayloadKeyPolicy", "S3GatewayEndpoint"}
     groups = template["Metadata"]["AWS::CloudFormation::Interface"]["ParameterGroups"]
     assert sorted(p for g in groups for p in g["Parameters"]) == sorted(template["Parameters"])
 
@@ -199,8 +200,13 @@ def test_bucket_expires_runs_blocks_public_access_and_denies_plain_http(template
     expiring = {r["Prefix"]["Fn::Sub"]: r["ExpirationInDays"] for r in rules.values()
                 if "ExpirationInDays" in r}
     assert expiring == {"${IoPrefix}/runs/": {"Ref": "PayloadRetentionDays"},
-                        "${IoPrefix}/jobs/": {"Ref": "PayloadRetentionDays"}}
-    # the prefixes are storage.py's layout: R/runs/<run>/... and R/jobs/<batch job id>
+                        "${IoPrefix}/jobs/": {"Ref": "PayloadRetentionDays"},
+                        "${IoPrefix}/cache/": {"Ref": "PayloadRetentionDays"}}
+    # the prefixes are storage.py's layout: R/runs/<run>/... and R/jobs/<batch job id>, and
+    # cache.py's index objects, R/cache/<function digest>/<run>.<job key>
+    from batchfutures.cache import CACHE_FOLDER
+
+    assert CACHE_FOLDER == "cache"
     storage = Storage("s3://bucket/batchfutures")
     assert storage.run_url("r1").startswith("s3://bucket/batchfutures/runs/")
     assert storage.url("jobs", "id").startswith("s3://bucket/batchfutures/jobs/")
@@ -302,6 +308,96 @@ def test_iam_is_least_privilege(template):
         "secretsmanager:GetSecretValue", "ssm:GetParameters"}
 
 
+def test_the_signing_secret_outlives_the_stack(template):
+    """delete-stack keeps the bucket (Retain), so the key that verifies what it holds stays too."""
+    for name in ("IoBucket", "SigningSecret"):
+        resource = template["Resources"][name]
+        assert (resource["DeletionPolicy"], resource["UpdateReplacePolicy"]) == ("Retain", "Retain")
+
+
+def test_the_stacks_definitions_hand_the_signing_key_to_the_container(template):
+    """Through ECS `secrets`, resolved by the agent with the execution role (which may read that
+    secret): the worker needs no network path to Secrets Manager (multi-node nodes have none)."""
+    secret = {"Fn::If": ["CreateSigningSecret", {"Ref": "SigningSecret"}, {"Ref": "SigningSecretArn"}]}
+    for name in ("Ec2JobDefinition", "FargateJobDefinition"):
+        container = template["Resources"][name]["Properties"]["ContainerProperties"]
+        assert container["Secrets"] == [{"Name": "BATCHFUTURES_SIGNING_KEY", "ValueFrom": secret}]
+        assert container["ExecutionRoleArn"] == {"Fn::GetAtt": ["ExecutionRole", "Arn"]}
+    from batchfutures.signing import KEY_VARIABLE
+
+    assert KEY_VARIABLE == "BATCHFUTURES_SIGNING_KEY"
+    execution = {s.get("Sid"): s for n, s in allow_statements(template) if n == "ExecutionRole"}
+    assert execution["SigningKeyForContainers"]["Action"] == "secretsmanager:GetSecretValue"
+    assert execution["SigningKeyForContainers"]["Resource"] == secret
+
+
+def user_data_parts(template):
+    """The launch template's user data, read as cloud-init reads it: a MIME multi-part archive."""
+    import email
+
+    data = template["Resources"]["LaunchTemplate"]["Properties"]["LaunchTemplateData"]
+    message = email.message_from_string(data["UserData"]["Fn::Base64"])
+    assert message.is_multipart() and message.get_content_type() == "multipart/mixed"
+    return [(part.get_content_type(), part.get_payload()) for part in message.get_payload()]
+
+
+def test_the_launch_template_encrypts_the_root_volume_and_closes_instance_metadata(template):
+    data = template["Resources"]["LaunchTemplate"]["Properties"]["LaunchTemplateData"]
+    (root,) = data["BlockDeviceMappings"]
+    assert root["DeviceName"] == "/dev/xvda" and root["Ebs"]["Encrypted"] is True
+    assert data["MetadataOptions"] == {"HttpEndpoint": "enabled", "HttpTokens": "required",
+                                       "HttpPutResponseHopLimit": 1, "HttpProtocolIpv6": "disabled"}
+    ((kind, script),) = user_data_parts(template)
+    assert kind == "text/cloud-boothook" and script.startswith("#cloud-boothook\n#!/bin/bash\n")
+    assert "ECS_AWSVPC_BLOCK_IMDS=true" in script and "/etc/ecs/ecs.config" in script
+    assert "-d 169.254.169.254/32 -m owner ! --uid-owner 0 -j DROP" in script
+    # every EC2 compute environment (multi-node's included) takes it
+    for name, environment in resources_of(template, "AWS::Batch::ComputeEnvironment").items():
+        resources = environment["Properties"]["ComputeResources"]
+        if resources["Type"] != "FARGATE":
+            assert resources["LaunchTemplate"]["LaunchTemplateId"] == {"Ref": "LaunchTemplate"}, name
+
+
+@pytest.mark.slow  # runs bash
+def test_the_boothook_sets_the_agent_and_the_rule_once_at_every_boot(template, tmp_path):
+    """The boothook run by bash, with /etc/ecs in a folder here and a stand-in iptables that
+    keeps its rules in a file: twice (cloud-init runs a boothook at every boot)."""
+    ((_, script),) = user_data_parts(template)
+    config = tmp_path / "etc-ecs"
+    script = script.replace("/etc/ecs", str(config))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    rules = tmp_path / "rules"
+    rules.write_text("")
+    fake = bin_dir / "iptables"
+    fake.write_text(f"""#!/bin/bash
+rule="${{*:2}}"
+case "$1" in
+  -C) grep -qxF -- "$rule" {rules} ;;
+  -I) chain="$2"; shift 3; echo "$chain $*" >> {rules} ;;  # -I CHAIN POSITION RULE
+  *) exit 2 ;;
+esac
+""")
+    fake.chmod(0o755)
+    (config / "ecs.config").parent.mkdir()
+    (config / "ecs.config").write_text("ECS_CLUSTER=batch-cluster\n")
+    environment = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}")
+    for _ in range(2):
+        done = subprocess.run(["bash", "-c", script], env=environment, capture_output=True,
+                              text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+    assert (config / "ecs.config").read_text().splitlines() == [
+        "ECS_CLUSTER=batch-cluster", "ECS_AWSVPC_BLOCK_IMDS=true"]
+    assert rules.read_text().splitlines() == [
+        "OUTPUT -d 169.254.169.254/32 -m owner ! --uid-owner 0 -j DROP"]
+
+
+def test_the_dockerfile_runs_the_worker_as_a_user_the_metadata_rule_drops():
+    """The iptables rule spares uid 0 only: the worker image must not run as root."""
+    users = [argument for instruction, argument in dockerfile_instructions() if instruction == "USER"]
+    assert users and users[-1] not in ("root", "0")
+
+
 # -- the stack in moto's CloudFormation -------------------------------------------------------
 @pytest.fixture(scope="module")
 def moto_url():
@@ -385,8 +481,10 @@ def test_stack_creates_in_moto_with_the_three_outputs(aws, stack, template):
     assert outputs["Stack"] == "bf-test"
     # every resource but the types moto's CloudFormation does not implement, and the key's
     # policy (KmsKeyArn is empty)
+    # (RouteTableIds is empty: no S3 endpoint)
     assert set(template["Resources"]) - set(physical) <= {"IoBucketPolicy", "SigningSecret",
-                                                          "PayloadKeyPolicy"}
+                                                          "PayloadKeyPolicy", "S3GatewayEndpoint"}
+    assert "S3GatewayEndpoint" not in physical
     assert "PayloadKeyPolicy" not in physical and "PayloadKeyPolicy" not in outputs
     assert outputs["SigningSecret"].startswith(f"arn:aws:secretsmanager:{REGION}:{MOTO_ACCOUNT}:secret:")
 
@@ -494,6 +592,43 @@ def test_fargate_outputs(aws, network, template):
     objects = policy_document(iam.get_role_policy(RoleName=physical["JobRole"], PolicyName=name))[
         "Statement"][0]
     assert objects["Resource"] == f"arn:aws:s3:::{outputs['IoBucket']}/team/runs/runs/*"
+
+
+def execution_statements(aws, physical):
+    iam = aws("iam")
+    (name,) = iam.list_role_policies(RoleName=physical["ExecutionRole"])["PolicyNames"]
+    document = policy_document(iam.get_role_policy(RoleName=physical["ExecutionRole"],
+                                                   PolicyName=name))
+    return {s["Sid"]: s for s in document["Statement"]}
+
+
+@pytest.mark.parametrize("image_uri, repositories", [
+    # the stack's own image: its batchfutures-worker repository
+    ("", [f"arn:aws:ecr:{REGION}:{MOTO_ACCOUNT}:repository/batchfutures-worker"]),
+    # an ECR image: its repository, in the account and region of its host name
+    ("210987654321.dkr.ecr.eu-west-1.amazonaws.com/worker:py3.11",
+     ["arn:aws:ecr:eu-west-1:210987654321:repository/worker",
+      "arn:aws:ecr:eu-west-1:210987654321:repository/worker/*"]),
+    # a nested repository name, by digest: <first part> and what is under it
+    (f"{MOTO_ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/team/worker@sha256:" + "a" * 64,
+     [f"arn:aws:ecr:{REGION}:{MOTO_ACCOUNT}:repository/team",
+      f"arn:aws:ecr:{REGION}:{MOTO_ACCOUNT}:repository/team/*"]),
+    # another registry: the execution role pulls nothing from ECR for it
+    ("public.example.org/worker:1", [f"arn:aws:ecr:{REGION}:{MOTO_ACCOUNT}:repository/batchfutures-worker"]),
+])
+def test_ecr_pull_is_scoped_to_the_images_repository(aws, network, template, image_uri, repositories):
+    name = "bf-ecr-" + str(abs(hash(image_uri)) % 10**6)
+    _, physical = create_stack(aws, network, name, template, ImageUri=image_uri)
+    pull = execution_statements(aws, physical)["EcrPull"]
+    assert as_list(pull["Resource"]) == repositories
+    assert "*" not in as_list(pull["Resource"])  # never any repository
+    # and the stack's definitions hand the signing key to the container, read with this role
+    (definition,) = aws("batch").describe_job_definitions(
+        jobDefinitionName=f"{name}-worker", status="ACTIVE")["jobDefinitions"]
+    (secret,) = definition["containerProperties"]["secrets"]
+    assert secret["name"] == "BATCHFUTURES_SIGNING_KEY"
+    assert execution_statements(aws, physical)["SigningKeyForContainers"]["Resource"] == \
+        secret["valueFrom"]
 
 
 def test_stack_outputs_pass_batchfutures_check(stack, moto_url, monkeypatch, capsys):
