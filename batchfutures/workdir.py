@@ -5,8 +5,15 @@ the emulator's records, and the worker's side of signing.py (so it pulls in noth
     rule                                              helper
     ------------------------------------------------  -----------------------------------------
     folders made 0700 whatever the umask; an existing  secure_folder(path, label) (checks, or
-      one must be a real folder (not a symlink), owned   makes); make_private_dirs(path) for the
-      by this user, not writable by group or others      folders under a checked one
+      one must be a real folder (not a symlink), owned   makes): THE check, for every root
+      by this user, not writable by group or others      (workdir, storage, emulator, --create);
+                                                         make_private_dirs(path, root=) for the
+                                                         folders under a checked one (no link
+                                                         followed below the root)
+    the emulator's folder, its logs and scratch         secure_emulator_folder(path)
+    the start-up sweep removes only what it made:      owned_folder(path)
+      a real folder (not a link), owned by this user
+    job attempts start with umask 077                  ATTEMPT_UMASK (the launchers)
     files made 0600, opened without following a        open_private(path, flags)
       symlink (O_NOFOLLOW)
     a file (the key) owned by this user, 0600          check_private_file(descriptor, path, label)
@@ -21,15 +28,17 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Union
+from typing import Optional, Union
 
 from .errors import ConfigurationError
 
-__all__ = ["default_workdir", "secure_folder", "make_private_dirs", "open_private",
-           "check_private_file", "inside", "is_run_id", "RUN_ID", "FOLDER_MODE", "FILE_MODE"]
+__all__ = ["default_workdir", "secure_folder", "secure_emulator_folder", "make_private_dirs",
+           "owned_folder", "open_private", "check_private_file", "inside", "is_run_id", "RUN_ID",
+           "FOLDER_MODE", "FILE_MODE", "ATTEMPT_UMASK"]
 
 FOLDER_MODE = 0o700
 FILE_MODE = 0o600
+ATTEMPT_UMASK = 0o077  # what a job's attempt writes is its user's alone
 # session.py: time.strftime("%Y%m%dT%H%M%S") + "-" + uuid4().hex[:10]
 RUN_ID = re.compile(r"^\d{8}T\d{6}-[0-9a-f]{10}$")
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -93,9 +102,15 @@ def secure_folder(path: PathLike, label: str = "folder", *, create: bool = True)
     return folder
 
 
-def make_private_dirs(path: PathLike) -> None:
-    """``os.makedirs`` where every folder it makes is 0700 (set explicitly, not from the umask)."""
+def make_private_dirs(path: PathLike, root: Optional[PathLike] = None) -> None:
+    """``os.makedirs`` where every folder it makes is 0700 (set explicitly, not from the umask).
+
+    With ``root`` (a folder secure_folder checked), ``path`` must lie under it and every part
+    between them that exists must be a real folder of this user: a symlink planted below the
+    root is refused (ConfigurationError), never followed."""
     folder = os.fspath(path)
+    if root is not None:
+        _check_below(os.fspath(root), folder)
     missing = []
     while folder and not os.path.lexists(folder):
         missing.append(folder)
@@ -108,7 +123,50 @@ def make_private_dirs(path: PathLike) -> None:
             os.mkdir(made, FOLDER_MODE)
         except FileExistsError:
             continue  # another thread or process made it
-        os.chmod(made, FOLDER_MODE)
+        os.chmod(made, FOLDER_MODE, follow_symlinks=False)
+
+
+def _check_below(root: str, path: str) -> None:
+    """Each existing part of ``path`` below ``root``: lstat'ed, a real folder owned by us."""
+    base, target = os.path.abspath(root), os.path.abspath(path)
+    if os.path.commonpath([base, target]) != base:
+        raise ConfigurationError(f"{target} is not under the batchfutures folder {base}")
+    current = base
+    for part in os.path.relpath(target, base).split(os.sep):
+        if part in ("", "."):
+            continue
+        current = os.path.join(current, part)
+        try:
+            info = os.lstat(current)
+        except FileNotFoundError:
+            return
+        if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+            raise _refuse("folder", current, "it is a symbolic link or not a folder, which "
+                                             "batchfutures never follows", f"remove {current}")
+        if info.st_uid != os.geteuid():
+            raise _refuse("folder", current, f"it is owned by uid {info.st_uid}, not by you",
+                          f"remove {current}")
+
+
+def secure_emulator_folder(path: PathLike) -> Path:
+    """The emulator's folder (``BatchEmulator(F)``, ``--folder F``, the workdir's ``emulator``)
+    and the folders it writes below it, ``logs`` and ``scratch``, through secure_folder:
+    refused when another user's, open to writing or a symlink, else made or narrowed to 0700.
+    Returns the folder's absolute, resolved path (its own links were refused first)."""
+    folder = secure_folder(Path(path).expanduser().absolute(), "emulator folder")
+    for name in ("logs", "scratch"):
+        secure_folder(folder / name, f"emulator {name} folder")
+    return folder.resolve()
+
+
+def owned_folder(path: PathLike) -> bool:
+    """Whether ``path`` is a real folder (lstat: not a symlink) owned by this user: what the
+    start-up sweep may remove as its own leftovers."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid()
 
 
 def open_private(path: PathLike, flags: int, mode: int = FILE_MODE) -> int:
@@ -135,11 +193,13 @@ def check_private_file(descriptor: int, path: PathLike, label: str) -> None:
 
 def inside(base: PathLike, path: PathLike) -> bool:
     """Whether ``path`` stays under the folder ``base``, both as written (no ``..`` escapes) and
-    once symlinks are resolved."""
+    once symlinks are resolved. ``base`` is taken where it is (its parent resolved, itself
+    not): when ``base`` is a symlink, nothing is inside it."""
     root, target = os.path.abspath(base), os.path.abspath(path)
     if os.path.commonpath([root, target]) != root or target == root:
         return False
-    real_root, real_target = os.path.realpath(base), os.path.realpath(path)
+    real_root = os.path.join(os.path.realpath(os.path.dirname(root)), os.path.basename(root))
+    real_target = os.path.realpath(path)
     return os.path.commonpath([real_root, real_target]) == real_root and real_target != real_root
 
 

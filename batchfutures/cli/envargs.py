@@ -8,6 +8,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from ..workdir import make_private_dirs
 from .output import CLIError, ExitCode
 
 
@@ -25,7 +26,7 @@ def environment(args: argparse.Namespace) -> Any:
             raise CLIError(f"--workdir {args.workdir} does not exist (add --create to start a new "
                            f"local emulator there)", ExitCode.USAGE)
         try:
-            path.mkdir(parents=True)
+            make_private_dirs(path)  # 0700 whatever the umask: LocalEnvironment checks it
         except OSError as error:
             raise CLIError(f"--workdir {args.workdir}: cannot create it ({error.strerror})",
                            ExitCode.USAGE)

@@ -38,6 +38,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
+from ..workdir import secure_emulator_folder
 from .catalog import (
     DEFAULT_DEFINITION,
     NAME,
@@ -191,8 +192,7 @@ class BatchEmulator:
         if isolation is Isolation.CGROUPS and found is None:
             raise ValueError("isolation='cgroups': this process cannot create cgroups here "
                              "(it needs Linux and a writable cgroup v1 memory or v2 hierarchy)")
-        self.folder = Path(folder).expanduser().resolve()
-        self.folder.mkdir(parents=True, exist_ok=True)
+        self.folder = secure_emulator_folder(folder)  # the user's own, 0700, no link (CONTRACT 9)
         self.instance_id = uuid.uuid4().hex
         self.max_vcpus = float(max_vcpus) if max_vcpus else float(host.cpu_count())
         self.gpus = host.gpu_count() if gpus is None else int(gpus)
@@ -237,7 +237,7 @@ class BatchEmulator:
 
         The first call's settings win; later calls get the same instance until it is closed.
         """
-        key = str(Path(folder).expanduser().resolve())
+        key = os.path.abspath(Path(folder).expanduser())  # not resolved: a link is refused
         with cls._shared_lock:
             emulator = cls._shared.get(key)
             if emulator is None or emulator._closed:

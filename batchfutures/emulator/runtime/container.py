@@ -50,6 +50,8 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
+from ...errors import ConfigurationError
+from ...workdir import make_private_dirs, owned_folder, secure_folder
 from ..model import task_arn
 from .attempts import LaunchRequest
 from .launcher import client_python_path
@@ -133,6 +135,7 @@ def image_python_path() -> List[str]:
 
 
 SPARE_FOLDERS = 8  # emptied scratch folders kept for later attempts
+_OWNER_FOLDER = re.compile(r"^(\d+)-(\d+|None)$")  # f"{pid}-{start ticks}", as make names it
 
 
 class Scratch:
@@ -158,7 +161,7 @@ class Scratch:
             except OSError:
                 pass
             shutil.rmtree(path, ignore_errors=True)  # not empty after all: never handed out
-        path.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(path, root=self.root)  # 0700, no planted link followed (CONTRACT 9)
         if self._mode is None:
             self._mode = os.lstat(path).st_mode
         return str(path)
@@ -193,15 +196,24 @@ class Scratch:
             shutil.rmtree(path, ignore_errors=True)
 
     def sweep(self, alive: Callable[[List[Any]], bool]) -> None:
-        """Remove the folders of owners that are gone (`alive([pid, ticks])` says)."""
+        """Remove the folders of owners that are gone (`alive([pid, ticks])` says): only what
+        this emulator can prove it made, a `<pid>-<ticks>` folder of this user (lstat'ed, never
+        a link) in a `scratch` that is itself a real folder of this user, private to them."""
         try:
+            secure_folder(self.root, "emulator scratch folder", create=False)
             names = os.listdir(self.root)
+        except ConfigurationError as error:
+            logger.warning("batchfutures emulator: not sweeping scratch folders: %s", error)
+            return
         except OSError:
             return
         for name in names:
-            pid, _, ticks = name.partition("-")
-            if pid.isdigit() and self.root / name != self.mine and not alive([int(pid), ticks]):
-                shutil.rmtree(self.root / name, ignore_errors=True)
+            match = _OWNER_FOLDER.fullmatch(name)
+            path = self.root / name
+            if match is None or path == self.mine or not owned_folder(path):
+                continue
+            if not alive([int(match.group(1)), match.group(2)]):
+                shutil.rmtree(path, ignore_errors=True)
 
 
 # -- one attempt's request -------------------------------------------------------------------

@@ -56,6 +56,7 @@ import sysconfig
 import threading
 from typing import IO, Any, Callable, Dict, Iterable, List, Optional, Tuple
 
+from ...workdir import ATTEMPT_UMASK, open_private
 from .attempts import AttemptHandle, LaunchRequest
 
 WORKER_MODULE = "batchfutures.worker"  # the package `-m` names
@@ -222,9 +223,10 @@ def _child(request: Dict[str, Any], server_fds: Tuple[int, ...], base_path: List
         for fd in server_fds:
             os.close(fd)
         os.setsid()
+        os.umask(ATTEMPT_UMASK)  # what the attempt writes is its user's alone (CONTRACT 9)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
-        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)  # CONTRACT 9
+        log = open_private(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND)  # CONTRACT 9
         os.dup2(log, 1)
         os.dup2(log, 2)
         for fd in (null, log):

@@ -40,6 +40,7 @@ import threading
 from types import EllipsisType
 from typing import Any, Callable, Dict, List, Optional, Union
 
+from ...workdir import ATTEMPT_UMASK, make_private_dirs, open_private
 from .attempts import AttemptHandle, LaunchRequest
 from .forkserver import ForkServer, is_worker_command
 
@@ -236,7 +237,7 @@ class ProcessLauncher:
               on_exit: Optional[Callable[[AttemptHandle], None]] = None) -> AttemptHandle:
         """Start the attempt; OSError when the command cannot be run at all."""
         argv, env = list(request.argv), request.env
-        os.makedirs(os.path.dirname(request.log_path), exist_ok=True)
+        make_private_dirs(os.path.dirname(request.log_path))  # 0700 whatever the umask
         if is_worker_command(argv):
             server = self._fork_server()
             if server is not None:
@@ -250,7 +251,7 @@ class ProcessLauncher:
         cgroup = request.cgroup
         memory_mib = request.memory_mib if cgroup is None else None  # cgroup: no RLIMIT_DATA
         setpriv = _setpriv()
-        with open(os.open(request.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600),
+        with open(open_private(request.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND),
                   "ab", buffering=0) as log:  # the user's alone (CONTRACT 9)
             if setpriv is not None:  # vfork + exec: see the module doc
                 prefix = [setpriv, "--pdeathsig", "KILL", "--"]
@@ -267,14 +268,14 @@ class ProcessLauncher:
                 popen = subprocess.Popen(
                     prefix + argv, env=env, cwd=request.cwd,
                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    close_fds=True, start_new_session=True)
+                    close_fds=True, start_new_session=True, umask=ATTEMPT_UMASK)
                 if memory_mib and prlimit is None:
                     _limit_data(popen.pid, memory_mib)
             else:  # a real fork, to run _child_setup between fork and exec
                 popen = subprocess.Popen(
                     argv, env=env, cwd=request.cwd, stdin=subprocess.DEVNULL, stdout=log,
                     stderr=subprocess.STDOUT, close_fds=True, start_new_session=True,
-                    preexec_fn=_child_setup(memory_mib, os.getpid(),
+                    umask=ATTEMPT_UMASK, preexec_fn=_child_setup(memory_mib, os.getpid(),
                                             cgroup.procs if cgroup is not None else []))
         return ProcessHandle(popen, request, on_exit)
 

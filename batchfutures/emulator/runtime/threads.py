@@ -29,6 +29,7 @@ import signal
 import threading
 from typing import IO, Callable, Dict, Optional
 
+from ...workdir import make_private_dirs, open_private
 from .attempts import AttemptHandle, LaunchRequest
 from .forkserver import is_worker_command
 
@@ -187,8 +188,8 @@ class ThreadLauncher:
         if not is_worker_command(argv):
             raise OSError(f"{argv[0] if argv else ''!r}: launcher='threads' runs only the "
                           "worker's command, python -m batchfutures.worker <job_url>")
-        os.makedirs(os.path.dirname(request.log_path), exist_ok=True)
-        log = open(os.open(request.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600),
+        make_private_dirs(os.path.dirname(request.log_path))  # 0700 whatever the umask
+        log = open(open_private(request.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND),
                    "ab", buffering=0)  # the user's alone (CONTRACT 9)
         attempt = ThreadAttempt(request, on_exit)
         try:
