@@ -29,9 +29,13 @@ What moto can check and what it cannot (so what part 2 leaves to part 1 and to t
   against the actions and ARNs the real calls name.
 - Conditions: moto's evaluator gets no request context, and it treats a condition on a key the
   request lacks as met. The client policy's conditions (iam:PassedToService, the
-  batchfutures:stack tag on SubmitJob, TagResource, CancelJob and TerminateJob) are therefore
-  evaluated on the deployed document by condition_met() below, against the request contexts
-  AWS would send.
+  batchfutures:stack tag on SubmitJob, TagResource, CancelJob and TerminateJob, and
+  RegisterJobDefinition's batch:Privileged, batch:User, batch:Image, batch:LogDriver and
+  batch:AWSLogsGroup) and the payload key's kms:ViaService are therefore evaluated on the
+  deployed document by condition_met() below (the IAM operators the documents use, ...IfExists
+  included), against the request contexts AWS would send: register_contexts() builds
+  RegisterJobDefinition's from the request batchfutures' own code makes, one per container,
+  with the keys the SAR lists for it, each present only when the request sets what it names.
 - S3's 404-or-403 for a missing key: moto always answers 404. AWS answers 404 only to a caller
   allowed s3:ListBucket on the bucket, judged without any s3:prefix (a GET carries none): checked
   on the deployed documents, a grant of s3:ListBucket on the bucket with no condition.
@@ -49,6 +53,7 @@ What moto can check and what it cannot (so what part 2 leaves to part 1 and to t
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import re
@@ -609,7 +614,14 @@ def test_kms_key_arn_grants_the_job_role_and_the_clients_the_sse_kms_actions_on_
         merged = {"Version": "2012-10-17",
                   "Statement": own["Statement"] + kms_stack["payload_key_policy"]["Statement"]}
         (grant,) = kms_statements(merged)
-        assert grant["Effect"] == "Allow" and "Condition" not in grant, grant
+        assert grant["Effect"] == "Allow", grant
+        # only through S3 (SSE-KMS) and Secrets Manager (a secret under the key)
+        assert grant["Condition"] == {"StringEquals": {"kms:ViaService": [
+            f"s3.{REGION}.amazonaws.com", f"secretsmanager.{REGION}.amazonaws.com"]}}
+        for service in ("s3", "secretsmanager"):
+            assert condition_met(grant["Condition"], {"kms:ViaService": f"{service}.{REGION}.amazonaws.com"})
+        assert not condition_met(grant["Condition"], {})  # a direct call to KMS
+        assert not condition_met(grant["Condition"], {"kms:ViaService": f"lambda.{REGION}.amazonaws.com"})
         assert set(as_list(grant["Action"])) == SSE_KMS_ACTIONS
         assert as_list(grant["Resource"]) == [kms_key]
         for action in SSE_KMS_ACTIONS:  # the SAR: both take a key ARN
@@ -680,19 +692,45 @@ def conditions_of(document: Dict[str, Any], action: str) -> List[Dict[str, Any]]
             if s["Effect"] == "Allow" and action in as_list(s["Action"])]
 
 
+# The operators of the deployed documents, as the IAM User Guide defines them ("IAM JSON policy
+# elements: Condition operators"): a value in the request against the policy's values (any of
+# them matches); ...IfExists: a key the request lacks is met; without it, not met; a negated
+# operator (StringNotLike) is met when the value matches none of them.
+_OPERATORS = {
+    "StringEquals": lambda value, wanted: value in wanted,
+    "StringLike": lambda value, wanted: any(fnmatch.fnmatchcase(value, w) for w in wanted),
+    "StringNotLike": lambda value, wanted: not any(fnmatch.fnmatchcase(value, w) for w in wanted),
+    "Bool": lambda value, wanted: value.lower() in [w.lower() for w in wanted],
+}
+
+
 def condition_met(condition: Dict[str, Any], context: Dict[str, str]) -> bool:
-    """StringEquals / StringEqualsIfExists of the deployed documents, evaluated against a request
-    context (moto's evaluator gets none and treats every condition as met)."""
+    """A Condition block of the deployed documents evaluated against a request context (moto's
+    evaluator gets none and treats every condition as met): every operator and key must hold."""
     for operator, keys in (condition or {}).items():
-        assert operator in ("StringEquals", "StringEqualsIfExists"), operator
+        base = operator[:-len("IfExists")] if operator.endswith("IfExists") else operator
+        assert base in _OPERATORS, operator
         for key, wanted in keys.items():
             if key not in context:
-                if operator == "StringEquals":
-                    return False
-                continue
-            if context[key] not in as_list(wanted):
+                if operator.endswith("IfExists"):
+                    continue
+                return False
+            if not _OPERATORS[base](str(context[key]), [str(w) for w in as_list(wanted)]):
                 return False
     return True
+
+
+def test_condition_met_follows_the_iam_operators():
+    like = {"StringLike": {"k": ["a/*", "b"]}}
+    assert condition_met(like, {"k": "a/x"}) and condition_met(like, {"k": "b"})
+    assert not condition_met(like, {"k": "c"}) and not condition_met(like, {})
+    unlike = {"StringNotLikeIfExists": {"k": ["root", "0:*"]}}
+    assert condition_met(unlike, {}) and condition_met(unlike, {"k": "1000"})
+    assert not condition_met(unlike, {"k": "root"}) and not condition_met(unlike, {"k": "0:0"})
+    flag = {"BoolIfExists": {"k": "false"}}
+    assert condition_met(flag, {}) and condition_met(flag, {"k": "false"})
+    assert not condition_met(flag, {"k": "true"})
+    assert not condition_met({"Bool": {"k": "false"}}, {})
 
 
 def test_the_client_policy_conditions_refuse_other_stacks_jobs_and_other_services(stack):
@@ -757,3 +795,152 @@ def test_the_clients_own_names_and_tags_are_the_ones_the_policy_allows(stack):
     with pytest.raises(Exception, match="stack name"):
         AWSBatchEnvironment(job_queue="q", io_bucket="bucket", image="i", stack="has_underscore",
                             session=session)
+
+
+# -- RegisterJobDefinition: what a holder of the client policy may register --------------------
+def register_contexts(request: Dict[str, Any]) -> List[Dict[str, str]]:
+    """The request context of a RegisterJobDefinition, one per container (every node group's):
+    the SAR's batch: keys for RegisterJobDefinition, each present only when the request sets
+    what it names, and the request's tags (aws:RequestTag/<key>)."""
+    tags = {f"aws:RequestTag/{key}": value for key, value in (request.get("tags") or {}).items()}
+    containers = [request["containerProperties"]] if "containerProperties" in request else [
+        group["container"] for group in request["nodeProperties"]["nodeRangeProperties"]]
+    contexts = []
+    for container in containers:
+        context = dict(tags, **{"batch:Image": container["image"]})
+        if "privileged" in container:
+            context["batch:Privileged"] = str(bool(container["privileged"])).lower()
+        if "user" in container:
+            context["batch:User"] = container["user"]
+        logs = container.get("logConfiguration")
+        if logs:
+            context["batch:LogDriver"] = logs["logDriver"]
+            for option, key in (("awslogs-group", "batch:AWSLogsGroup"),
+                                ("awslogs-region", "batch:AWSLogsRegion")):
+                if option in logs.get("options", {}):
+                    context[key] = logs["options"][option]
+        contexts.append(context)
+    return contexts
+
+
+def registration_allowed(document: Dict[str, Any], request: Dict[str, Any]) -> bool:
+    """RegisterJobDefinition's conditions for every container, and, as a request with tags is
+    also authorized as batch:TagResource, TagResource's."""
+    (registering,) = conditions_of(document, "batch:RegisterJobDefinition")
+    (tagging,) = conditions_of(document, "batch:TagResource")
+    contexts = register_contexts(request)
+    return all(condition_met(registering, c) and condition_met(tagging, c) for c in contexts)
+
+
+class Registrar:
+    """moto's Batch for reading the stack's definitions; RegisterJobDefinition recorded, not sent."""
+
+    def __init__(self, batch: Any) -> None:
+        self.batch, self.requests = batch, []
+        self.meta = batch.meta
+
+    def register_job_definition(self, **request: Any) -> Dict[str, Any]:
+        self.requests.append(request)
+        return {"jobDefinitionArn": f"arn:aws:batch:{REGION}:{ACCOUNT}:job-definition/"
+                                    f"{request['jobDefinitionName']}:1"}
+
+    def describe_job_definitions(self, **request: Any) -> Dict[str, Any]:
+        return self.batch.describe_job_definitions(**request)
+
+
+STACK_IMAGE = f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/batchfutures-worker:py3.11"
+
+
+def test_batchfutures_own_registrations_pass_the_client_policy(stack, admin):
+    """image= (EC2, Fargate, nodes=), secrets= and nodes= from the stack's definition, as the
+    client sends them with stack=: RegisterJobDefinition's and TagResource's conditions hold."""
+    from batchfutures.jobdefinitions import (
+        definition_with_secrets,
+        ensure_job_definition,
+        multinode_definition_from,
+    )
+
+    registrar, roles = Registrar(admin("batch")), stack["roles"]
+    options = {"job_role_arn": roles["JobRole"], "execution_role_arn": roles["ExecutionRole"]}
+    ensure_job_definition(registrar, STACK_IMAGE, stack=STACK, **options)
+    ensure_job_definition(registrar, STACK_IMAGE, stack=STACK, platform="FARGATE", **options)
+    ensure_job_definition(registrar, STACK_IMAGE, stack=STACK, nodes=3, **options)
+    ensure_job_definition(registrar, STACK_IMAGE.replace(":py3.11", "@sha256:" + "0" * 64),
+                          stack=STACK, **options)
+    worker = stack["outputs"]["JobDefinition"]
+    secret = f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:{STACK}/jobs/db-AbCdEf"
+    definition_with_secrets(registrar, worker, {"DB": secret}, stack=STACK)
+    multinode_definition_from(registrar, worker, stack=STACK)
+    assert len(registrar.requests) == 6
+    document = stack["client_policy"]
+    for request in registrar.requests:
+        assert registration_allowed(document, request), request
+        assert allowed(document, "batch:RegisterJobDefinition",
+                       f"arn:aws:batch:{REGION}:{ACCOUNT}:job-definition/{request['jobDefinitionName']}")
+
+
+def _good_request() -> Dict[str, Any]:
+    from batchfutures.jobdefinitions import definition_properties, with_stack_defaults
+
+    return with_stack_defaults(definition_properties(STACK_IMAGE), STACK, REGION)
+
+
+def _changed(container: Dict[str, Any], tags: Any = None) -> Dict[str, Any]:
+    request = _good_request()
+    request["containerProperties"].update(container)
+    if tags is not None:
+        request["tags"] = tags
+    return request
+
+
+@pytest.mark.parametrize("why, request_of", [
+    ("privileged", lambda: _changed({"privileged": True})),
+    ("runs as root", lambda: _changed({"user": "root"})),
+    ("runs as uid 0", lambda: _changed({"user": "0:0"})),
+    ("another log group", lambda: _changed({"logConfiguration": {
+        "logDriver": "awslogs", "options": {"awslogs-group": "/aws/batch/job"}}})),
+    ("another log driver", lambda: _changed({"logConfiguration": {
+        "logDriver": "splunk", "options": {"awslogs-group": f"/aws/batch/{STACK}"}}})),
+    ("no log configuration (Batch's /aws/batch/job)", lambda: _changed({"logConfiguration": None})),
+    ("another image", lambda: _changed({"image": "docker.io/library/python:3.11"})),
+    ("another repository of the account",
+     lambda: _changed({"image": STACK_IMAGE.replace("batchfutures-worker", "admin-tools")})),
+    ("without the stack tag (TagResource)", lambda: _changed({}, tags={"batchfutures:managed": "true"})),
+    ("another stack's tag", lambda: _changed({}, tags={"batchfutures:stack": "other"})),
+])
+def test_the_client_policy_refuses_definitions_that_could_take_the_hosts(stack, why, request_of):
+    request = request_of()
+    if request["containerProperties"].get("logConfiguration", True) is None:
+        del request["containerProperties"]["logConfiguration"]
+    document = stack["client_policy"]
+    assert registration_allowed(document, _good_request())  # the same request, unchanged, passes
+    assert not registration_allowed(document, request), why
+
+
+def test_a_privileged_node_group_refuses_the_whole_multinode_definition(stack):
+    from batchfutures.jobdefinitions import definition_properties, with_stack_defaults
+
+    request = with_stack_defaults(definition_properties(STACK_IMAGE, nodes=2), STACK, REGION)
+    good = request["nodeProperties"]["nodeRangeProperties"][0]
+    bad = dict(good, targetNodes="1:", container=dict(good["container"], privileged=True))
+    request["nodeProperties"]["nodeRangeProperties"] = [dict(good, targetNodes="0:0"), bad]
+    assert not registration_allowed(stack["client_policy"], request)
+
+
+def test_allowed_images_and_image_uri_widen_or_move_the_image_condition(admin, network):
+    """AllowedImages adds patterns beside the stack's repository; ImageUri replaces it."""
+    from batchfutures.jobdefinitions import definition_properties, with_stack_defaults
+
+    team = f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/team/*"
+    own_uri = f"{ACCOUNT}.dkr.ecr.{REGION}.amazonaws.com/ours/worker:2"
+    for name, parameters, good, bad in [
+        ("bf-iam-allowed", {"AllowedImages": team},
+         [STACK_IMAGE, team.replace("*", "trainer:1")], ["docker.io/library/python:3.11"]),
+        ("bf-iam-uri", {"ImageUri": own_uri}, [own_uri],
+         [STACK_IMAGE, own_uri.replace(":2", ":3")]),
+    ]:
+        outputs, _ = setup.create_stack(admin, network, name, setup.load_template(), **parameters)
+        document = managed_policy_document(admin("iam"), f"arn:aws:iam::{ACCOUNT}:policy/{name}-client")
+        for image, expected in [(i, True) for i in good] + [(i, False) for i in bad]:
+            request = with_stack_defaults(definition_properties(image), name, REGION)
+            assert registration_allowed(document, request) is expected, (name, image)
