@@ -1,7 +1,9 @@
 """The stack's side of multi-node jobs and of SSE-KMS's cost, in the template and in moto.
 
 Multi-node parallel jobs: a queue of their own whose one compute environment is on-demand EC2
-(Batch runs none on Spot), and a security group whose rule lets the nodes reach each other.
+(Batch runs none on Spot), a security group whose rule lets the nodes reach each other, S3
+through a gateway endpoint (the nodes' interfaces have no public IP) and the signing key through
+ECS secrets.
 SSE-KMS: the bucket's default encryption enables an S3 Bucket Key (checked in the template:
 moto's CloudFormation does not apply BucketKeyEnabled). The template is linted with
 cfn-lint in tests/test_setup_resources.py; here it is read and created in moto's CloudFormation
@@ -49,6 +51,31 @@ def test_nodes_reach_each_other_through_their_security_group(template):
     assert "no inbound rule" not in template["Parameters"]["SecurityGroupIds"]["Description"]
 
 
+def test_nodes_reach_s3_through_a_gateway_endpoint_on_the_given_route_tables(template):
+    """The nodes' task interfaces get no public IP: S3 through a gateway endpoint on
+    RouteTableIds (free; no NAT gateway), made only when route tables are given."""
+    parameter = template["Parameters"]["RouteTableIds"]
+    assert (parameter["Type"], parameter["Default"]) == ("CommaDelimitedList", "")
+    assert template["Conditions"]["HasRouteTables"] == {"Fn::Not": [{"Fn::Equals": [
+        {"Fn::Join": ["", {"Ref": "RouteTableIds"}]}, ""]}]}
+    endpoint = template["Resources"]["S3GatewayEndpoint"]
+    assert (endpoint["Type"], endpoint["Condition"]) == ("AWS::EC2::VPCEndpoint", "HasRouteTables")
+    properties = endpoint["Properties"]
+    assert properties["VpcEndpointType"] == "Gateway"
+    assert properties["ServiceName"] == {"Fn::Sub": "com.amazonaws.${AWS::Region}.s3"}
+    assert properties["VpcId"] == {"Ref": "VpcId"}
+    assert properties["RouteTableIds"] == {"Ref": "RouteTableIds"}
+    # no endpoint policy: the hosts' ECR layer downloads (S3) take the same routes
+    assert "PolicyDocument" not in properties
+
+
+def test_nodes_get_the_signing_key_without_calling_secrets_manager(template):
+    """The multinode copy the client registers keeps the stack's EC2 container, whose secrets
+    carry the key (resolved by the ECS agent on the host's network)."""
+    container = template["Resources"]["Ec2JobDefinition"]["Properties"]["ContainerProperties"]
+    assert [s["Name"] for s in container["Secrets"]] == ["BATCHFUTURES_SIGNING_KEY"]
+
+
 def test_sse_kms_uses_a_bucket_key(template):
     (rule,) = template["Resources"]["IoBucket"]["Properties"]["BucketEncryption"][
         "ServerSideEncryptionConfiguration"]
@@ -71,7 +98,16 @@ def test_the_multinode_stack_in_moto(aws, template):
     (subnet,) = ec2.describe_subnets(SubnetIds=network["subnets"][:1])["Subnets"]
     vpc = subnet["VpcId"]
     key = aws("kms").create_key(Description="batchfutures payloads")["KeyMetadata"]["Arn"]
-    outputs, physical = create_stack(aws, network, "bf-nodes", template, VpcId=vpc, KmsKeyArn=key)
+    (table,) = ec2.describe_route_tables(Filters=[
+        {"Name": "vpc-id", "Values": [vpc]}, {"Name": "association.main", "Values": ["true"]}])[
+        "RouteTables"]  # the VPC's main route table, as docs/aws.md finds the default VPC's
+    outputs, physical = create_stack(aws, network, "bf-nodes", template, VpcId=vpc, KmsKeyArn=key,
+                                     RouteTableIds=table["RouteTableId"])
+    (endpoint,) = ec2.describe_vpc_endpoints(VpcEndpointIds=[physical["S3GatewayEndpoint"]])[
+        "VpcEndpoints"]
+    assert (endpoint["VpcEndpointType"], endpoint["ServiceName"]) == ("Gateway",
+                                                                      "com.amazonaws.us-east-1.s3")
+    assert endpoint["VpcId"] == vpc and endpoint["RouteTableIds"] == [table["RouteTableId"]]
 
     batch = aws("batch")
     (queue,) = batch.describe_job_queues(jobQueues=[outputs["MultiNodeJobQueue"]])["jobQueues"]
