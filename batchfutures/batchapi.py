@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import random
 import threading
 import time
 import uuid
@@ -255,7 +256,8 @@ DUPLICATE_REASON = f"{ABORT_REASON_PREFIX} duplicate of an ambiguous SubmitJob"
 
 def submit_exactly_once(client: Any, request: Dict[str, Any], *, grace: float,
                         budget: RetryBudget = SUBMIT_BUDGET,
-                        token: Optional[str] = None) -> Dict[str, Any]:
+                        token: Optional[str] = None,
+                        keep_waiting: Optional[Callable[[], bool]] = None) -> Dict[str, Any]:
     """SubmitJob so that one job results: the response of the job kept.
 
     The request gets a unique name suffix and tag (`with_submission_token`). A failure
@@ -263,12 +265,19 @@ def submit_exactly_once(client: Any, request: Dict[str, Any], *, grace: float,
     (`look_up`); only when it finds nothing is the request sent again, and after such a
     resubmission the name is looked up again, at once and ``grace`` seconds later, and every
     other job of that name is terminated (`remove_duplicates`).
+
+    ``keep_waiting``: given (the submitter's: its executor is open and the job's futures are
+    wanted), a throttled SubmitJob is sent again for as long as it says True, outside
+    ``budget`` (`throttle_wait`: backing off up to ``budget.max_wait``, each try a request of
+    the process's budget), so throttling alone never fails the job; other failures keep the
+    budget. Without it, throttles count as any failure.
     """
     marked = with_submission_token(request, token or uuid.uuid4().hex)
     deadline = time.monotonic() + budget.seconds
     wait = wait_random_exponential(multiplier=budget.first_wait, max=budget.max_wait)
     resent = False  # sent again after a look-up found nothing: an earlier job may show later
-    for attempt in range(1, budget.attempts + 1):
+    attempt = throttled = 0
+    while attempt < budget.attempts:
         try:
             response = client.submit_job(**marked)
         except Exception as error:
@@ -276,6 +285,18 @@ def submit_exactly_once(client: Any, request: Dict[str, Any], *, grace: float,
             logger.debug("SubmitJob of %s failed (%s): %s", marked["jobName"], error, verdict.value)
             if verdict is SubmitVerdict.GIVE_UP:
                 raise
+            if keep_waiting is not None and is_throttling(error):
+                if not keep_waiting():
+                    raise
+                throttled += 1
+                pause = throttle_wait(throttled, budget, random.random())
+                if throttled in (1, 10) or throttled % 100 == 0:
+                    logger.info("batchfutures: SubmitJob of %s throttled %d time(s); trying "
+                                "again in %.1f s", marked["jobName"], throttled, pause)
+                deadline += pause  # waiting for the account's budget is not a failure's time
+                time.sleep(pause)
+                continue
+            attempt += 1
             if verdict is SubmitVerdict.LOOK_UP:
                 started = time.monotonic()
                 found = look_up(client, marked, grace)
@@ -287,7 +308,7 @@ def submit_exactly_once(client: Any, request: Dict[str, Any], *, grace: float,
                     if resent:
                         _look_again_later(client, marked, found["jobId"], grace)
                     return found
-            if attempt == budget.attempts or time.monotonic() >= deadline:
+            if attempt >= budget.attempts or time.monotonic() >= deadline:
                 raise
             resent = resent or verdict is SubmitVerdict.LOOK_UP
             time.sleep(wait(_retry_state(attempt)))  # full jitter, as `call`'s retries
@@ -297,6 +318,15 @@ def submit_exactly_once(client: Any, request: Dict[str, Any], *, grace: float,
             _look_again_later(client, marked, response["jobId"], grace)
         return response
     raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+
+def throttle_wait(throttled: int, budget: RetryBudget, draw: float) -> float:
+    """Seconds before SubmitJob is sent again after the ``throttled``-th throttled answer of one
+    submission: "equal jitter" (``draw`` uniform in [0, 1)) over ``first_wait * 2^(n-1)`` capped at
+    ``max_wait``: at least half of it (a throttled client must slow down), the rest spread so
+    that throttled callers do not come back together."""
+    ceiling = min(budget.max_wait, budget.first_wait * 2 ** min(max(throttled, 1) - 1, 30))
+    return ceiling / 2 + ceiling / 2 * draw
 
 
 def _retry_state(attempt: int) -> RetryCallState:
@@ -410,27 +440,77 @@ def stop_jobs(client: Any, how: Stop, job_ids: List[str], reason: str,
     in calls of up to 50 jobs (CancelJobs / TerminateJobs) where the client has them,
     else one call per job; {job id: why} for the jobs that could not be stopped.
 
-    The bulk calls answer 200 even when some jobs fail: their ``errors`` say which.
+    The bulk calls answer 200 even when some jobs fail: their ``errors`` say which, and the
+    jobs answered ThrottlingException or ServerException (`split_stop_errors`) are sent again,
+    in one call, within the same retry budget as a whole call (`DEFAULT_BUDGET`).
     ``narrower``: `call`'s ``attempts``/``max_delay`` for each call (a Ctrl-C must not wait)."""
     failed: Dict[str, str] = {}
     # a boto3 client has a method for each operation of its botocore model (an older botocore:
     # none for the bulk calls); the emulator has them
     if hasattr(client, how.bulk):
         for start in range(0, len(job_ids), BULK_STOP_LIMIT):
-            chunk = job_ids[start:start + BULK_STOP_LIMIT]
-            try:
-                answer = call(getattr(client, how.bulk), jobs=chunk, reason=reason, **narrower)
-            except Exception as error:
-                failed.update((job_id, str(error)) for job_id in chunk)
-                continue
-            for item in answer.get("errors") or []:
-                failed[str(item.get("job"))] = f"{item.get('code')}: {item.get('message')}"
+            failed.update(_stop_chunk(getattr(client, how.bulk), job_ids[start:start + BULK_STOP_LIMIT],
+                                      reason, **narrower))
         return failed
     for job_id in job_ids:
         try:
             call(getattr(client, how.value), jobId=job_id, reason=reason, **narrower)
         except Exception as error:
             failed[job_id] = str(error)
+    return failed
+
+
+# the codes of a bulk stop call's entries worth sending again (botocore's CancelJobsErrorDetail
+# and TerminateJobsErrorDetail list ValidationException, ClientException, ThrottlingException,
+# ServerException; TooManyRequestsException is the HTTP 429 code of the same condition)
+RESEND_ITEM_CODES = THROTTLING_CODES | {"ServerException"}
+
+
+def split_stop_errors(errors: List[Mapping[str, Any]]) -> "tuple[Dict[str, str], Dict[str, str]]":
+    """The ``errors`` of a CancelJobs/TerminateJobs answer: ({job: why} to send again, in the
+    answer's order; {job: why} refused for good)."""
+    resend: Dict[str, str] = {}
+    refused: Dict[str, str] = {}
+    for item in errors:
+        job, code = str(item.get("job")), str(item.get("code") or "")
+        why = f"{code}: {item.get('message')}"
+        if code in RESEND_ITEM_CODES:
+            resend[job] = why
+        else:
+            refused[job] = why
+    return resend, refused
+
+
+def _stop_chunk(method: Callable[..., Dict[str, Any]], jobs: List[str], reason: str,
+                **narrower: Any) -> Dict[str, str]:
+    """One bulk stop call of up to 50 jobs, its throttled entries sent again; {job: why} of
+    those not stopped."""
+    budget = DEFAULT_BUDGET
+    if narrower:
+        budget = replace(budget, attempts=narrower.get("attempts", budget.attempts),
+                         seconds=narrower.get("max_delay", budget.seconds))
+    wait = wait_random_exponential(multiplier=budget.first_wait, max=budget.max_wait)
+    deadline = time.monotonic() + budget.seconds
+    failed: Dict[str, str] = {}
+    pending = list(jobs)
+    for attempt in range(1, budget.attempts + 1):
+        try:
+            answer = call(method, jobs=pending, reason=reason, **narrower)
+        except Exception as error:
+            failed.update((job_id, str(error)) for job_id in pending)
+            return failed
+        resend, refused = split_stop_errors(answer.get("errors") or [])
+        failed.update(refused)
+        if not resend:
+            return failed
+        pause = wait(_retry_state(attempt))
+        if attempt == budget.attempts or time.monotonic() + pause > deadline:
+            failed.update((job_id, f"{why} (sent {attempt} times)") for job_id, why in resend.items())
+            return failed
+        logger.debug("%s: %d job(s) answered throttled; sending them again", method.__name__,
+                     len(resend))
+        time.sleep(pause)
+        pending = list(resend)
     return failed
 
 

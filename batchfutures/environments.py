@@ -181,7 +181,8 @@ class LocalEnvironment(Environment):
 
     def __init__(self, workdir: Union[str, os.PathLike, None] = None, *,
                  max_vcpus: Optional[float] = None, gpus: Optional[int] = None,
-                 metadata_ttl: float = 86400, inherit_client_path: bool = False) -> None:
+                 metadata_ttl: float = 86400, inherit_client_path: bool = False,
+                 request_rate: Optional[float] = None) -> None:
         super().__init__()
         if max_vcpus is not None and (isinstance(max_vcpus, bool) or not max_vcpus > 0):
             raise ConfigurationError(f"max_vcpus={max_vcpus!r} must be positive")
@@ -196,6 +197,12 @@ class LocalEnvironment(Environment):
         self._gpus_given = gpus is not None
         self.metadata_ttl = metadata_ttl
         self.inherit_client_path = bool(inherit_client_path)
+        # no account to share locally: unbudgeted unless asked (budget.py says why)
+        from .budget import parse_rate
+
+        self.request_rate = None if request_rate is None else parse_rate(request_rate,
+                                                                         "request_rate")
+        self._budgeted: Any = None
         self._emulator: Any = None
         self._storage: Optional[Storage] = None
         self._multinode: Dict[int, str] = {}
@@ -246,7 +253,14 @@ class LocalEnvironment(Environment):
 
     @property
     def batch(self) -> Any:
-        return self.emulator
+        if self.request_rate is None:
+            return self.emulator
+        if self._budgeted is None:  # one budget per emulator folder, as one per AWS endpoint
+            from .budget import budgeted_client
+
+            self._budgeted = budgeted_client(self.emulator, self.request_rate,
+                                             key=("local", str(self.workdir / "emulator")))
+        return self._budgeted
 
     @property
     def logs(self) -> Any:
@@ -339,6 +353,9 @@ class AWSBatchEnvironment(Environment):
     ``BATCHFUTURES_STACK``): definitions registered from ``image=`` are named
     ``<stack>_<hash>`` and every job is tagged ``batchfutures:stack=<stack>`` (``job_tags()``),
     which is what the stack's client policy allows.
+    ``request_rate``: Batch requests a second this process may send (``BATCHFUTURES_REQUEST_RATE``;
+    default 20 of the account's 50), one budget for every environment of the process on the
+    same endpoint and Region (budget.py).
     """
 
     def __init__(self, job_queue: str, io_bucket: str, job_definition: Optional[str] = None, *,
@@ -347,6 +364,7 @@ class AWSBatchEnvironment(Environment):
                  session: Any = None, signing_secret: Optional[str] = None,
                  kms_key_id: Optional[str] = None, expected_bucket_owner: Optional[str] = None,
                  stack: Optional[str] = None, max_memory: Union[int, str, None] = None,
+                 request_rate: Union[float, str, None] = None,
                  **definition_options: Any) -> None:
         super().__init__()
         unknown = set(definition_options) - set(DEFINITION_OPTIONS)
@@ -392,6 +410,15 @@ class AWSBatchEnvironment(Environment):
         self.region_name = region_name or self.session.region_name
         self._clients = AWSClients(self.session, self.region_name)
         self._storage: Optional[Storage] = None
+        from .budget import DEFAULT_REQUEST_RATE, RATE_VARIABLE, parse_rate
+
+        # this process's share of the account's Batch budget (budget.py)
+        if request_rate is None and os.environ.get(RATE_VARIABLE):
+            self.request_rate = parse_rate(os.environ[RATE_VARIABLE], RATE_VARIABLE)
+        else:
+            self.request_rate = parse_rate(
+                DEFAULT_REQUEST_RATE if request_rate is None else request_rate, "request_rate")
+        self._budgeted: Any = None
 
     # -- clients -----------------------------------------------------------------------------
     def client(self, service: str) -> Any:
@@ -409,7 +436,13 @@ class AWSBatchEnvironment(Environment):
 
     @property
     def batch(self) -> Any:
-        return self.client("batch")
+        """The Batch client behind the process's request budget for its endpoint and Region
+        (`budget.budgeted_client`): every Batch request of the process passes it."""
+        if self._budgeted is None:
+            from .budget import budgeted_client
+
+            self._budgeted = budgeted_client(self.client("batch"), self.request_rate)
+        return self._budgeted
 
     @property
     def logs(self) -> Any:

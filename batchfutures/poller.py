@@ -43,7 +43,20 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Protocol, Set, Tuple, TypeVar
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Protocol,
+    Sequence,
+    Set,
+    Tuple,
+    TypeVar,
+)
 
 from . import batchapi
 from .batchapi import Stop
@@ -133,6 +146,7 @@ class Poller:
         self._stopping = False
         self._tails_left = LOG_TAILS_PER_POLL
         self.polls = 0  # rounds that described at least one job (for tests and benchmarks)
+        self._described: Dict[str, int] = {}  # job id -> the round that last described it
 
     # -- control (any thread) ------------------------------------------------------------------
     def start(self) -> None:
@@ -379,8 +393,18 @@ class Poller:
         batch = self._batch()
         found: Dict[str, Mapping[str, Any]] = {}
         described: Set[str] = set()
-        for start in range(0, len(active), 100):
-            ids = [job.job_id for job in active[start:start + 100]]
+        # a short request budget: this round describes the jobs described longest ago, as many
+        # pages as it holds tokens for (one at least); the others wait for the next rounds
+        budget = getattr(batch, "request_budget", None)
+        pages = pages_this_round(math.ceil(len(active) / DESCRIBE_PAGE),
+                                 math.inf if budget is None else budget.tokens())
+        for job in active:
+            self._described.setdefault(job.job_id, self.polls)  # new: as old as this round
+        chosen = set(jobs_to_describe([job.job_id for job in active], self._described, pages))
+        left_out = len(active) - len(chosen)
+        active = [job for job in active if job.job_id in chosen]
+        for start in range(0, len(active), DESCRIBE_PAGE):
+            ids = [job.job_id for job in active[start:start + DESCRIBE_PAGE]]
             try:
                 found.update((d["jobId"], d) for d in batchapi.describe_jobs(batch, ids,
                                                                      budget=batchapi.POLL_BUDGET))
@@ -388,7 +412,8 @@ class Poller:
                 logger.warning("batchfutures poller: DescribeJobs failed (%s); trying again", error)
                 continue
             described.update(ids)
-        changed = False
+            self._described.update((job_id, self.polls) for job_id in ids)
+        changed = bool(left_out)  # jobs still to describe: the next round comes soon
         for job in active:
             if job.job_id not in described:
                 continue
@@ -556,6 +581,28 @@ class Poller:
         with self._lock:
             for job in jobs:
                 self._jobs.pop(job.job_id, None)
+                self._described.pop(job.job_id, None)
+
+
+DESCRIBE_PAGE = 100  # job ids per DescribeJobs (Batch's limit)
+
+
+def pages_this_round(needed: int, tokens: float) -> int:
+    """DescribeJobs pages a round sends: the ``needed`` ones while the request budget holds
+    ``tokens`` for them, else as many as it holds, and one at least (every round moves)."""
+    if needed <= 0:
+        return 0
+    return max(1, min(needed, math.floor(tokens) if math.isfinite(tokens) else needed))
+
+
+def jobs_to_describe(job_ids: Sequence[str], described: Mapping[str, int],
+                     pages: int) -> List[str]:
+    """The ``pages`` x 100 jobs a round describes: those described longest ago first (a job
+    never described counts from the round it was first seen), ties in tracking order; returned
+    in tracking order. A job waits at most ceil(len(job_ids) / (pages x 100)) rounds, whatever
+    is tracked after it."""
+    order = sorted(range(len(job_ids)), key=lambda i: (described.get(job_ids[i], -1), i))
+    return [job_ids[i] for i in sorted(order[:pages * DESCRIBE_PAGE])]
 
 
 def _hold(fn: Optional[Callable], owner: Any) -> Callable[[], Any]:

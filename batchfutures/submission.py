@@ -26,6 +26,7 @@ from __future__ import annotations
 import collections
 import functools
 import getpass
+import json
 import logging
 import math
 import re
@@ -142,6 +143,60 @@ def build_request(settings: JobSettings, *, name: str, job_queue: str, job_defin
     return request
 
 
+# AWS Batch's quotas page: "Maximum job payload size (for SubmitJob API operations): 30 KiB".
+# Measured as botocore sends it: the request's JSON body (json.dumps, as its serializer does).
+SUBMIT_PAYLOAD_LIMIT = 30 * 1024
+# ECS RunTask: "A total of 8192 characters are allowed for overrides. This limit includes the JSON
+# formatting characters of the override structure." Batch turns containerOverrides into the ECS
+# task's overrides and adds its own AWS_BATCH_* variables (job id, queue, compute environment,
+# attempt, array index: ~700 characters with ARNs): OVERRIDES_RESERVE is our allowance for them.
+ECS_OVERRIDES_LIMIT = 8192
+OVERRIDES_RESERVE = 1024
+
+
+def request_size_problem(request: Dict[str, Any]) -> Optional[str]:
+    """Why AWS would refuse this SubmitJob request for its size (which limit, how big, what to
+    do), or None when it fits. Pure: the request as it will be sent (with its submission mark)."""
+    body = len(json.dumps(request).encode("utf-8"))
+    if body > SUBMIT_PAYLOAD_LIMIT:
+        return (f"the SubmitJob request is {body:,} bytes, over AWS Batch's limit of 30 KiB "
+                f"({SUBMIT_PAYLOAD_LIMIT:,} bytes) for a job's payload; its largest parts: "
+                f"{_largest_parts(request)}. Keep environment= and tags= small: large values "
+                f"travel as the function's arguments, which go through storage, not the request")
+    overrides = [request.get("containerOverrides")] + [
+        entry.get("containerOverrides")
+        for entry in (request.get("nodeOverrides") or {}).get("nodePropertyOverrides") or []]
+    allowed = ECS_OVERRIDES_LIMIT - OVERRIDES_RESERVE
+    for override in filter(None, overrides):
+        size = len(json.dumps(override))
+        if size > allowed:
+            parts = ", ".join(f"{name} {len(json.dumps(override[name])):,}"
+                              for name in sorted(override, key=lambda n: -len(json.dumps(override[n]))))
+            return (f"the job's container overrides are {size:,} characters; ECS allows 8,192 "
+                    f"for a task's overrides, of which AWS Batch's own AWS_BATCH_* variables "
+                    f"take up to ~{OVERRIDES_RESERVE:,}, so at most {allowed:,} are ours "
+                    f"(by part: {parts}). Pass fewer or shorter environment= variables: large "
+                    f"values travel as the function's arguments, through storage")
+    return None
+
+
+def _largest_parts(request: Dict[str, Any]) -> str:
+    sizes = {name: len(json.dumps(value).encode("utf-8")) for name, value in request.items()}
+    overrides = request.get("containerOverrides") or {}
+    for name, value in overrides.items():  # the parts users fill: environment above all
+        sizes[f"containerOverrides.{name}"] = len(json.dumps(value).encode("utf-8"))
+    sizes.pop("containerOverrides", None)
+    biggest = sorted(sizes.items(), key=lambda item: -item[1])[:3]
+    return ", ".join(f"{name} {size:,} bytes" for name, size in biggest)
+
+
+def check_request_size(request: Dict[str, Any]) -> None:
+    """ConfigurationError (before anything is uploaded) when AWS would refuse the request's size."""
+    problem = request_size_problem(request)
+    if problem is not None:
+        raise ConfigurationError(problem + "; nothing was uploaded or submitted.")
+
+
 def multinode_overrides(nodes: int, container_overrides: Dict[str, Any]) -> Dict[str, Any]:
     """SubmitJob's nodeOverrides for ``nodes`` nodes, each with the same containerOverrides
     (a multi-node job takes no containerOverrides of its own, and no arrayProperties)."""
@@ -230,6 +285,10 @@ class Submitter:
         self._queue_checked = False
         self._lock = threading.Lock()
         self._pace_lock = threading.Lock()  # one submitter at a time: free workers stay counted
+        # set when the session drops what waits (shutdown with cancel, Ctrl-C, terminate): a
+        # throttled SubmitJob stops waiting for the account's budget then
+        self._stopped = threading.Event()
+        self.submit_budget = batchapi.SUBMIT_BUDGET  # failures other than throttling (tests narrow it)
         self._waiting: Deque[PendingJob] = collections.deque()
         self._in_flight: List[List[List[Any]]] = []  # per paced job: its children's futures
         self.submitted_jobs: List[str] = []
@@ -299,7 +358,9 @@ class Submitter:
             return [f for job in self._waiting for group in job.futures for f in group]
 
     def drop_waiting(self) -> List[Any]:
-        """Forget the children not sent yet; their futures (for the caller to cancel)."""
+        """Forget the children not sent yet; their futures (for the caller to cancel). A
+        SubmitJob waiting out throttling stops waiting (its futures are cancelled)."""
+        self._stopped.set()
         with self._lock:
             futures = [f for job in self._waiting for group in job.futures for f in group]
             self._waiting.clear()
@@ -321,9 +382,11 @@ class Submitter:
                                 depends_on=job.depends_on,
                                 signing_environment=self._job_environment(),
                                 environment_tags=getattr(self._env, "job_tags", dict)())
-        # before anything is uploaded: tags Batch would refuse, or fail the job for
+        # before anything is uploaded: tags Batch would refuse, or fail the job for; a request
+        # over SubmitJob's size limits
         definition_tags: Dict[str, str] = getattr(self._env, "definition_tags", dict)()
         check_tags({**request["tags"], batchapi.SUBMISSION_TAG: "x"}, definition_tags)
+        check_request_size(batchapi.with_submission_token(request, uuid.uuid4().hex))
         try:
             function_urls = [storage.put_function(self._run_id, data)  # content-addressed
                              for data in job.function_pickles]
@@ -355,11 +418,20 @@ class Submitter:
             raise storage_error(storage, error) from error
         if self.before_submit is not None:
             self.before_submit(storage, job, job_url)
+        def keep_waiting() -> bool:  # throttled: wait while the executor and a future want it
+            return not self._stopped.is_set() and any(_wanted(group) for group in job.futures)
+
         try:
             response = batchapi.submit_exactly_once(self._env.batch, request,
-                                           grace=float(self._env.describe_grace))
+                                                    grace=float(self._env.describe_grace),
+                                                    budget=self.submit_budget,
+                                                    keep_waiting=keep_waiting)
         except Exception as error:
             storage.delete_job(job_url)
+            if batchapi.is_throttling(error) and not keep_waiting():
+                for group in job.futures:  # never sent: nothing remote to cancel
+                    for future in group:
+                        future.cancel()
             raise wrap_submit_error(error) from error
         job_id = response["jobId"]
         try:

@@ -232,8 +232,9 @@ def test_check_reports_each_broken_part(aws, bucket):
                             queue="no-such-queue")
     assert code == 1
     verdicts = {line.split(":")[0].split(None, 1)[1]: line.split()[0] for line in lines}
-    assert verdicts == {"credentials": "ok", "job queue": "FAIL", "bucket": "FAIL",
-                        "job definition": "FAIL"}, lines
+    assert verdicts == {"credentials": "ok", "region": "ok", "job queue": "FAIL",
+                        "signing key": "ok", "bucket": "FAIL", "job definition": "FAIL",
+                        "image": "FAIL"}, lines  # no definition: no image to look at
 
 
 # -- one session's clients, credentials, retries and S3 guards (issues 11.4-11.6, 13.2) --------
@@ -394,7 +395,7 @@ def test_clients_are_made_once_under_concurrency(bucket):
         boto3.session.Session.client = original
     assert made == {s: 1 for s in set(services)}
     assert all(len(ids) == 1 for ids in got.values())
-    assert env.batch is env.client("batch") and env.logs is env.client("logs")
+    assert env.batch.unbudgeted is env.client("batch") and env.logs is env.client("logs")
 
 
 def test_retries_do_not_stack(aws, bucket):

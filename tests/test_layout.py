@@ -29,7 +29,7 @@ WORKER_MAY_IMPORT = {"serialization", "storage", "signing", "awsclients", "depen
 EMULATOR_FRONT = {"service", "server", "listing", "logservice", "table", "submitjob", "auth",
                   "tagging", "__main__"}
 # the core's vocabulary the emulator shares with the client
-EMULATOR_MAY_IMPORT = {"statuses", "workdir", "errors", "jobdetail", "_version"}
+EMULATOR_MAY_IMPORT = {"statuses", "workdir", "errors", "jobdetail", "_version", "budget"}
 
 
 def room(module: str) -> str:

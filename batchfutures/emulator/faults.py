@@ -8,6 +8,9 @@
                                        (first the account budget: one TokenBucket per injector,
                                        i.e. per emulator, shared by every Batch operation and
                                        every client; `over_budget` counts the calls it refused)
+      .item_fault(operation)           None, or (code, message) for one entry of a bulk
+                                       CancelJobs / TerminateJobs: that job is left as it is and
+                                       the answer's `errors` names it (item_throttle_rate)
       .reply_lost(operation)           True: act on the call (SubmitJob did create the job),
                                        then answer 500, as when AWS's reply is lost
       .host_loss_delay()               None, or seconds after RUNNING at which the attempt's host
@@ -31,34 +34,16 @@ import math
 import random
 import threading
 import time
-from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
+from ..budget import TokenBucket  # one definition: the client's request budget is one too
 from .model import client_error
 
 THROTTLED = "TooManyRequestsException"
 SERVER_ERROR = "ServerException"
+ITEM_THROTTLED = "ThrottlingException"  # the code of a bulk stop call's entry (botocore's model)
 # CloudWatch Logs is another service, with its own quotas: not Batch's account budget
 _NOT_BATCH = frozenset({"GetLogEvents", "FilterLogEvents", "DescribeLogStreams", "DescribeLogGroups"})
-
-
-class TokenBucket:
-    """`burst` tokens at most, refilled at `rate` a second; a call passes when it takes one.
-
-    Pure: time is given (`take(now)`), so a table of times decides which calls pass.
-    """
-
-    def __init__(self, rate: float, burst: float, now: float = 0.0) -> None:
-        self.rate, self.burst = float(rate), float(burst)
-        self.tokens, self.updated = self.burst, now  # full at the start, as AWS's buckets are
-
-    def take(self, now: float) -> bool:
-        if now > self.updated:
-            self.tokens = min(self.burst, self.tokens + (now - self.updated) * self.rate)
-            self.updated = now
-        if self.tokens >= 1.0:
-            self.tokens -= 1.0
-            return True
-        return False
 
 
 def admitted(rate: float, burst: float, times: Sequence[float]) -> List[bool]:
@@ -88,9 +73,13 @@ class FaultProfile:
     # consistent after SubmitJob)
     describe_lag: float = 0.0
     list_lag: float = 0.0
+    # fraction of the jobs of a bulk CancelJobs / TerminateJobs answered, in the 200 answer's
+    # `errors`, ThrottlingException (the job is not stopped; Batch reports each job apart)
+    item_throttle_rate: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("throttle_rate", "server_error_rate", "lost_reply_rate", "host_loss_rate"):
+        for name in ("throttle_rate", "server_error_rate", "lost_reply_rate", "host_loss_rate",
+                     "item_throttle_rate"):
             value = getattr(self, name)
             if not 0 <= value <= 1:
                 raise ValueError(f"{name}={value!r} must be between 0 and 1")
@@ -125,6 +114,7 @@ class FaultInjector:
             self._calls = random.Random(None if seed is None else f"{seed}/calls")
             self._replies = random.Random(None if seed is None else f"{seed}/replies")
             self._hosts = random.Random(None if seed is None else f"{seed}/hosts")
+            self._items = random.Random(None if seed is None else f"{seed}/items")
             self._budget: Optional[TokenBucket] = None
             if profile.account_tps:
                 burst = profile.account_burst or max(1.0, profile.account_tps)
@@ -174,6 +164,15 @@ class FaultInjector:
         if code not in (THROTTLED, SERVER_ERROR):  # a code given to inject_faults
             status = {"ClientException": 400}.get(code, 429)
         raise client_error(f"{message} (fault injected into {operation})", code, status, operation)
+
+    def item_fault(self, operation: str) -> Optional[Tuple[str, str]]:
+        """(code, message) for one job of a bulk stop call that is left undone, or None."""
+        with self._lock:
+            rate = self.profile.item_throttle_rate
+            if not rate or not self._applies(operation) or self._items.random() >= rate:
+                return None
+            self.injected += 1
+        return ITEM_THROTTLED, f"Rate exceeded (fault injected into {operation})"
 
     def reply_lost(self, operation: str) -> bool:
         """Whether this call, already done, answers 500 as if its reply had been lost."""

@@ -759,7 +759,12 @@ class BatchEmulator:
         _check_reason(reason)
         successful: List[str] = []
         errors: List[Dict[str, str]] = []
+        operation = "CancelJobs" if action is StopAction.CANCEL else "TerminateJobs"
         for job_id in job_ids:
+            fault = self.faults.item_fault(operation)  # this job left undone, reported apart
+            if fault is not None:
+                errors.append({"job": job_id, "code": fault[0], "message": fault[1]})
+                continue
             try:
                 self._stop(action, job_id, reason, missing_ok=True)
             except Rejected as error:
