@@ -6,6 +6,8 @@
       calls.py    running one child's calls, the same sequentially and on the pool: every seal
                   before any code (Prefetched), the initializer, each item's outcome and usage
       pool.py     a child of N vCPUs runs its items on N forked processes
+      oomguard.py in an ECS container, the attempt in one forked child: a kernel OOM kill of it
+                  is recorded as the out-of-memory marker (exit 137)
       nodes.py    ``batchfutures.node()``: where this node of a multi-node job stands
       storagelib.py  refuses an s3fs older than the exclusive result write needs
 

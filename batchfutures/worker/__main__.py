@@ -1,5 +1,8 @@
-"""``python -m batchfutures.worker <job_url>``: the container command of every Batch job."""
+"""``python -m batchfutures.worker <job_url>``: the container command of every Batch job.
 
-from .main import exit_process, main
+In an ECS container the attempt runs in one forked child, so a kernel OOM kill of it is recorded
+(oomguard.py)."""
 
-exit_process(main())
+from .main import exit_process, guarded_main
+
+exit_process(guarded_main())

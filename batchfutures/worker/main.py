@@ -52,7 +52,9 @@ mapping given (threads share os.environ), the items run in this thread (no forke
 calls os._exit (``run`` returns the exit status; a MemoryError propagates), and once
 ``cancelled()`` is true (the attempt was killed) no further item runs and no result is written.
 
-    python -m batchfutures.worker <url>  ->  main: logging, run(url, os.environ) -> exit_process(status)
+    python -m batchfutures.worker <url>  ->  guarded_main (oomguard: in an ECS container, in one
+                                             forked child) -> main: logging, run(url, os.environ)
+                                             -> exit_process(status)
     ThreadLauncher (emulator)            ->  run(url, its env, fork=False, cancelled) -> status
 
 Imports stay light: no boto3 for file:// URLs, s3fs only through fsspec for s3:// URLs.
@@ -71,7 +73,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, 
 from .. import serialization
 from ..dependencies import Resolver
 from ..errors import ConfigurationError, IntegrityError
-from . import calls, pool
+from . import calls, oomguard, pool
 from .storagelib import check_storage_library
 
 if TYPE_CHECKING:
@@ -168,6 +170,19 @@ def _record_out_of_memory(job_url: str, environ: Mapping[str, str]) -> None:
             os.write(2, _OOM_MARKER_FAILED)
         except BaseException:  # noqa: B036
             pass
+
+
+def result_written(job_url: str, environ: Mapping[str, str]) -> bool:
+    """Whether this attempt's child (or node) has its result in storage (oomguard asks, after
+    a kill: a result written is kept, and needs no out-of-memory marker)."""
+    from ..awsclients import worker_storage_options
+    from ..storage import Storage, size_limit
+
+    raw = environ.get("AWS_BATCH_JOB_NODE_INDEX") or environ.get("AWS_BATCH_JOB_ARRAY_INDEX")
+    storage = Storage.from_url(job_url, signer=_job_signer(environ),
+                               storage_options=worker_storage_options(dict(environ)) or None,
+                               max_object_size=size_limit(environ))
+    return storage.has_result(job_url, int(raw or 0))
 
 
 def _item_count(header: Dict[str, Any], index: int) -> int:
@@ -379,6 +394,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         pass  # out of the except block: the failed frames (and what they held) are freed
     _out_of_memory(args[0])
     return 1  # not reached: _out_of_memory() does not return
+
+
+def guarded_main() -> int:
+    """The container command's: ``main()`` in one forked child where oomguard says so, so a
+    kernel OOM kill of it is recorded as the out-of-memory marker; returns the exit status."""
+    return oomguard.supervise(
+        main, sys.argv[1:], finish=exit_process,
+        record_oom=lambda url: _record_out_of_memory(url, os.environ),
+        result_written=lambda url: result_written(url, os.environ))
 
 
 def run(job_url: str, environ: Mapping[str, str], *, fork: bool = True,
