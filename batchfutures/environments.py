@@ -61,7 +61,11 @@ ENV_VARS = {
     "io_prefix": "BATCHFUTURES_IO_PREFIX",
     "image": "BATCHFUTURES_IMAGE",
     "stack": "BATCHFUTURES_STACK",
+    "signing_secret": "BATCHFUTURES_SIGNING_SECRET",
 }
+# The region variables, in the order the AWS CLI v2 and the SDKs' shared settings read them
+# (botocore itself reads only AWS_DEFAULT_REGION: Session().region_name ignores AWS_REGION).
+REGION_VARIABLES = ("AWS_REGION", "AWS_DEFAULT_REGION")
 # a CloudFormation stack name (no "_": the template scopes this stack's definitions to <stack>_*)
 STACK_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,127}")
 STACK_TAG = "batchfutures:stack"
@@ -345,10 +349,13 @@ class LocalEnvironment(Environment):
 class AWSBatchEnvironment(Environment):
     """Real AWS Batch through boto3, payloads in S3 through s3fs, all from one boto3 Session.
 
-    ``signing_secret``: the Secrets Manager ARN of the payload signing key (see the signing
-    module). ``kms_key_id``: SSE-KMS with this key on every object written. ``expected_bucket_owner``:
-    the account that must own ``io_bucket`` (every S3 request carries it); by default the
-    caller's own account, looked up once with STS GetCallerIdentity on the first S3 request.
+    ``signing_secret``: the Secrets Manager secret (ARN, or name) of the payload signing key
+    (see the signing module; ``BATCHFUTURES_SIGNING_SECRET``). ``kms_key_id``: SSE-KMS with
+    this key on every object written. ``expected_bucket_owner``: the account that must own
+    ``io_bucket`` (every S3 request carries it); by default the caller's own account, looked up
+    once with STS GetCallerIdentity on the first S3 request. The region: ``region_name=``, else
+    ``choose_region``'s order (AWS_REGION or AWS_DEFAULT_REGION, the config file, the queue
+    ARN's region); ``region_source`` says which.
     ``stack``: the name of the batchfutures CloudFormation stack (its ``Stack`` output,
     ``BATCHFUTURES_STACK``): definitions registered from ``image=`` are named
     ``<stack>_<hash>`` and every job is tagged ``batchfutures:stack=<stack>`` (``job_tags()``),
@@ -381,7 +388,7 @@ class AWSBatchEnvironment(Environment):
         self.io_prefix = (io_prefix or "").strip("/")
         self.image = image
         self.definition_options = definition_options
-        self.signing_secret = _optional_text(signing_secret, "signing_secret")
+        self.signing_secret = check_signing_secret(signing_secret)
         self.kms_key_id = _optional_text(kms_key_id, "kms_key_id")
         if expected_bucket_owner is not None and not ACCOUNT_ID.fullmatch(str(expected_bucket_owner)):
             raise ConfigurationError(
@@ -407,7 +414,12 @@ class AWSBatchEnvironment(Environment):
                 f"AWS profile {profile_name!r} is not configured: run `aws configure --profile "
                 f"{profile_name}` or pass another profile_name") from error
         self.profile_name = profile_name
-        self.region_name = region_name or self.session.region_name
+        self.region_name, self.region_source = choose_region(
+            region_name, session.region_name if session is not None else None, os.environ,
+            self.session.region_name, self.job_queue)
+        conflict = queue_region_conflict(self.region_name, self.region_source, self.job_queue)
+        if conflict:
+            raise ConfigurationError(conflict)
         self._clients = AWSClients(self.session, self.region_name)
         self._storage: Optional[Storage] = None
         from .budget import DEFAULT_REQUEST_RATE, RATE_VARIABLE, parse_rate
@@ -777,6 +789,69 @@ def check_job_definition(value: Any, label: str = "job_definition") -> str:
     return value
 
 
+# https://docs.aws.amazon.com/secretsmanager/latest/apireference/API_CreateSecret.html (Name)
+SECRET_NAME = re.compile(r"[A-Za-z0-9/_+=.@-]{1,512}")
+SECRET_ARN = re.compile(r"arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[A-Za-z0-9/_+=.@-]+")
+
+
+def check_signing_secret(value: Any, label: str = "signing_secret") -> Optional[str]:
+    """The Secrets Manager secret (ARN or name) of the signing key, or ConfigurationError."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigurationError(f"{label} must name a Secrets Manager secret (ARN or name)")
+    pattern = SECRET_ARN if value.startswith("arn:") else SECRET_NAME
+    if not pattern.fullmatch(value):
+        raise ConfigurationError(
+            f"{label}={value!r} is not a Secrets Manager secret ARN "
+            f"(arn:aws:secretsmanager:<region>:<account>:secret:<name>) or name")
+    return value
+
+
+def arn_region(value: Optional[str]) -> Optional[str]:
+    """The region field of an ARN (``arn:<partition>:<service>:<region>:...``), else None."""
+    parts = (value or "").split(":")
+    return (parts[3] or None) if len(parts) > 5 and parts[0] == "arn" else None
+
+
+def choose_region(given: Optional[str], session_region: Optional[str], environ: Mapping[str, str],
+                  config_region: Optional[str], job_queue: str) -> Tuple[Optional[str], str]:
+    """The region of an AWSBatchEnvironment and where it came from, the first that says:
+    ``region_name=``; the region of a ``session=`` the caller made; AWS_REGION, then
+    AWS_DEFAULT_REGION (REGION_VARIABLES); the AWS config file's region for the profile
+    (``config_region``, boto3's Session().region_name); else the region of the job queue's ARN.
+    (None, "") when none does: botocore then raises NoRegionError."""
+    if given:
+        return given, "region_name="
+    if session_region:
+        return session_region, "the session"
+    for variable in REGION_VARIABLES:
+        if environ.get(variable):
+            return environ[variable], variable
+    if config_region:
+        return config_region, "the AWS config file"
+    queue_region = arn_region(job_queue)
+    if queue_region:
+        return queue_region, "the job queue ARN"
+    return None, ""
+
+
+def queue_region_conflict(region: Optional[str], source: str, job_queue: str) -> Optional[str]:
+    """Why a job queue ARN cannot be used from ``region`` (Batch is regional: another region's
+    endpoint answers that the queue does not exist), or None."""
+    queue_region = arn_region(job_queue)
+    if not region or not queue_region or queue_region == region:
+        return None
+    if source in REGION_VARIABLES:
+        fix = f"set {source}={queue_region}"
+    elif source == "the AWS config file":
+        fix = f"set AWS_DEFAULT_REGION={queue_region} or pass region_name={queue_region!r}"
+    else:
+        fix = f"pass region_name={queue_region!r}"
+    return (f"job queue {job_queue} is in {queue_region} but the region is {region} (from "
+            f"{source}): {fix}")
+
+
 def _optional_text(value: Any, label: str) -> Optional[str]:
     if value is None:
         return None
@@ -845,6 +920,7 @@ def _aws_from_mapping(values: Dict[str, Any], *, source: str,
         check_bucket_name(values["io_bucket"], label("io_bucket"))
         if values.get("job_definition"):
             check_job_definition(values["job_definition"], label("job_definition"))
+        check_signing_secret(values.get("signing_secret"), label("signing_secret"))
     try:
         return AWSBatchEnvironment(**values)
     except TypeError as error:

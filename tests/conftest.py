@@ -21,7 +21,8 @@ def _private_workdir(tmp_path_factory):
     # BatchExecutor() with no environment must not write into the user's real cache folder.
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("BATCHFUTURES_WORKDIR", str(tmp_path_factory.mktemp("default-workdir")))
-        for name in ("BATCHFUTURES_JOB_QUEUE", "BATCHFUTURES_JOB_DEFINITION", "BATCHFUTURES_IO_BUCKET"):
+        for name in ("BATCHFUTURES_JOB_QUEUE", "BATCHFUTURES_JOB_DEFINITION", "BATCHFUTURES_IO_BUCKET",
+                     "BATCHFUTURES_SIGNING_SECRET"):
             patch.delenv(name, raising=False)
         yield
 

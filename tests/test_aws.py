@@ -232,8 +232,9 @@ def test_check_reports_each_broken_part(aws, bucket):
                             queue="no-such-queue")
     assert code == 1
     verdicts = {line.split(":")[0].split(None, 1)[1]: line.split()[0] for line in lines}
-    assert verdicts == {"credentials": "ok", "job queue": "FAIL", "bucket": "FAIL",
-                        "job definition": "FAIL"}, lines
+    assert verdicts == {"credentials": "ok", "region": "ok", "job queue": "FAIL",
+                        "signing key": "ok", "bucket": "FAIL", "job definition": "FAIL",
+                        "image": "FAIL"}, lines  # no definition: no image to look at
 
 
 # -- one session's clients, credentials, retries and S3 guards (issues 11.4-11.6, 13.2) --------

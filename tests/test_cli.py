@@ -449,9 +449,28 @@ def test_result_into_a_closed_pipe_ends_quietly(tmp_path):
 
 @pytest.mark.slow
 def test_check_reports_each_part(tmp_path):
-    out = run_cli(tmp_path, "check").stdout.splitlines()
+    done = run_cli(tmp_path, "check")
+    out = done.stdout.splitlines()
+    assert done.returncode == 0
     assert [line.split(":")[0] for line in out] == [
-        "ok   credentials", "ok   job queue", "ok   bucket", "ok   job definition"]
+        "ok   credentials", "ok   region", "ok   job queue", "ok   signing key", "ok   bucket",
+        "ok   job definition", "ok   image"]
+    assert f"signing key: key file {tmp_path.resolve() / 'signing.key'}" in done.stdout
+    assert "(a signed object written, read back, deleted)" in done.stdout
+    key = (tmp_path / "signing.key").read_text().strip()
+    assert key not in done.stdout  # the key is never printed
+
+
+@pytest.mark.slow
+def test_check_exits_1_naming_a_broken_part(tmp_path):
+    env = dict(cli_env(), BATCHFUTURES_SIGNING_KEY="too short")  # the key, else the key file
+    done = subprocess.run(entry_point() + ["--workdir", str(tmp_path), "check"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == output.ExitCode.FAILED
+    failed = [line for line in done.stdout.splitlines() if line.startswith("FAIL")]
+    assert [line.split(":")[0] for line in failed] == ["FAIL signing key"], done.stdout
+    assert "too short for a signing key" in failed[0]
+    assert "unsigned probe" in done.stdout  # the bucket is still probed
 
 
 # -- cleanup, end to end -------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from batchfutures import AWSBatchEnvironment, BatchExecutor, ConfigurationError, LocalEnvironment
-from batchfutures.environments import resolve_environment
+from batchfutures.environments import choose_region, queue_region_conflict, resolve_environment
 
 
 @pytest.mark.slow
@@ -197,3 +197,86 @@ def test_workers_get_the_s3_guards_through_their_environment():
         "ExpectedBucketOwner": "123456789012", "ServerSideEncryption": "aws:kms",
         "SSEKMSKeyId": "alias/k", "BucketKeyEnabled": True}}
     assert worker_storage_options({}) == {}
+
+
+# -- the first run on AWS: the signing secret's variable, the region (issue 28.1) -----------------
+EAST_QUEUE = "arn:aws:batch:us-east-1:123456789012:job-queue/batchfutures-ec2"
+
+
+@pytest.mark.parametrize("given, session, environ, config, queue, expected", [
+    ("eu-west-1", "us-west-2", {"AWS_REGION": "ap-south-1"}, "sa-east-1", EAST_QUEUE,
+     ("eu-west-1", "region_name=")),
+    (None, "us-west-2", {"AWS_REGION": "ap-south-1"}, "us-west-2", EAST_QUEUE,
+     ("us-west-2", "the session")),
+    # AWS_REGION alone: boto3's Session().region_name is None, the CLI v2 and the SDKs read it
+    (None, None, {"AWS_REGION": "us-east-1"}, None, "q", ("us-east-1", "AWS_REGION")),
+    (None, None, {"AWS_DEFAULT_REGION": "us-east-1"}, "us-east-1", "q",
+     ("us-east-1", "AWS_DEFAULT_REGION")),
+    (None, None, {"AWS_REGION": "eu-west-1", "AWS_DEFAULT_REGION": "us-east-1"}, "us-east-1", "q",
+     ("eu-west-1", "AWS_REGION")),  # the AWS CLI v2's order
+    (None, None, {"AWS_REGION": ""}, "eu-central-1", EAST_QUEUE,
+     ("eu-central-1", "the AWS config file")),
+    (None, None, {}, None, EAST_QUEUE, ("us-east-1", "the job queue ARN")),
+    (None, None, {}, None, "batchfutures-ec2", (None, "")),  # a name says no region
+])
+def test_the_region_is_chosen_in_order(given, session, environ, config, queue, expected):
+    assert choose_region(given, session, environ, config, queue) == expected
+
+
+@pytest.mark.parametrize("region, source, queue, fix", [
+    ("us-east-1", "AWS_DEFAULT_REGION", EAST_QUEUE, None),
+    (None, "", EAST_QUEUE, None),
+    ("eu-west-1", "AWS_DEFAULT_REGION", "batchfutures-ec2", None),  # a name: any region
+    ("eu-west-1", "AWS_REGION", EAST_QUEUE, "set AWS_REGION=us-east-1"),
+    ("eu-west-1", "the AWS config file", EAST_QUEUE,
+     "set AWS_DEFAULT_REGION=us-east-1 or pass region_name='us-east-1'"),
+    ("eu-west-1", "region_name=", EAST_QUEUE, "pass region_name='us-east-1'"),
+])
+def test_a_queue_arn_of_another_region_is_refused(region, source, queue, fix):
+    conflict = queue_region_conflict(region, source, queue)
+    assert (conflict is None) == (fix is None)
+    if fix:
+        assert conflict.endswith(fix) and f"is in us-east-1 but the region is {region}" in conflict
+
+
+def test_a_queue_arn_gives_the_region_when_nothing_else_does(monkeypatch, tmp_path):
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    env = aws_environment(job_queue=EAST_QUEUE, region_name=None)
+    assert (env.region_name, env.region_source) == ("us-east-1", "the job queue ARN")
+    assert env.client("batch").meta.region_name == "us-east-1"
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    with pytest.raises(ConfigurationError, match="set AWS_REGION=us-east-1"):
+        aws_environment(job_queue=EAST_QUEUE, region_name=None)
+
+
+SECRET_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:batchfutures/signing-key-AbCdEf"
+
+
+def test_the_signing_secret_comes_from_its_variable(monkeypatch):
+    monkeypatch.setenv("BATCHFUTURES_JOB_QUEUE", EAST_QUEUE)
+    monkeypatch.setenv("BATCHFUTURES_JOB_DEFINITION", "batchfutures-worker")
+    monkeypatch.setenv("BATCHFUTURES_IO_BUCKET", "bkt")
+    monkeypatch.setenv("BATCHFUTURES_SIGNING_SECRET", SECRET_ARN)
+    env = resolve_environment(None)
+    assert env.signing_secret == SECRET_ARN
+    assert env.storage.signer.source == f"secretsmanager:{SECRET_ARN}"
+    assert resolve_environment({"job_queue": "q", "job_definition": "d", "io_bucket": "bkt",
+                                "signing_secret": "batchfutures/signing-key",
+                                "region_name": "us-east-1"}).signing_secret == \
+        "batchfutures/signing-key"
+
+
+@pytest.mark.parametrize("secret", ["", "arn:aws:secretsmanager:us-east-1:123:secret:x",
+                                    "has space", "arn:aws:s3:::bucket", "x" * 513])
+def test_a_malformed_signing_secret_is_refused_in_the_users_words(secret, monkeypatch):
+    with pytest.raises(ConfigurationError, match="signing_secret"):
+        aws_environment(signing_secret=secret)
+    monkeypatch.setenv("BATCHFUTURES_JOB_QUEUE", "q")
+    monkeypatch.setenv("BATCHFUTURES_JOB_DEFINITION", "d")
+    monkeypatch.setenv("BATCHFUTURES_IO_BUCKET", "bkt")
+    monkeypatch.setenv("BATCHFUTURES_SIGNING_SECRET", secret)
+    if secret:  # an empty variable counts as unset
+        with pytest.raises(ConfigurationError, match="BATCHFUTURES_SIGNING_SECRET"):
+            resolve_environment(None)

@@ -633,6 +633,8 @@ def test_ecr_pull_is_scoped_to_the_images_repository(aws, network, template, ima
 
 def test_stack_outputs_pass_batchfutures_check(stack, moto_url, monkeypatch, capsys):
     """docs/aws.md's step: the three variables from the outputs, then `batchfutures check`."""
+    from s3server import admin_clients
+
     from batchfutures.cli.app import main
 
     for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
@@ -646,10 +648,13 @@ def test_stack_outputs_pass_batchfutures_check(stack, moto_url, monkeypatch, cap
     for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL_BATCH",
                 "AWS_ENDPOINT_URL_LOGS", "BATCHFUTURES_IO_PREFIX", "BATCHFUTURES_IMAGE"):
         monkeypatch.delenv(key, raising=False)
+    from test_first_run import push_image  # step 2: the image in ECR (check looks it up)
+
+    push_image(admin_clients(moto_url)("ecr"), DEFAULT_REPOSITORY, image_tag())
     code = main(["check"])
     lines = capsys.readouterr().out.splitlines()
     assert code == 0, lines
-    assert len(lines) == 4 and all(line.startswith("ok") for line in lines), lines
+    assert len(lines) == 7 and all(line.startswith("ok") for line in lines), lines
     assert any(f"s3://{stack['outputs']['IoBucket']}/batchfutures" in line for line in lines)
 
 
