@@ -89,6 +89,8 @@ SEAL_MAGIC = b"BFSEAL01"
 TAG_SIZE = 32  # HMAC-SHA256
 SOURCE_VARIABLE = "BATCHFUTURES_SIGNING_KEY_SOURCE"
 KEY_VARIABLE = "BATCHFUTURES_SIGNING_KEY"
+# the secret ARN a container's BATCHFUTURES_SIGNING_KEY was resolved from by ECS (the template)
+KEY_FROM_VARIABLE = "BATCHFUTURES_SIGNING_KEY_FROM"
 KEY_FILE_NAME = "signing.key"
 MIN_KEY_CHARACTERS = 32
 # The result-meta key under which a worker records that it refused its job's objects (a fixed
@@ -225,6 +227,10 @@ class Signer:
         if scheme == "file" and where:
             return cls.from_key_file(where, create=False)
         if scheme == "secretsmanager" and where:
+            if os.environ.get(KEY_VARIABLE) and os.environ.get(KEY_FROM_VARIABLE) == where:
+                # ECS put this secret's value in the container (the stack's job definitions'
+                # `secrets`): no call to Secrets Manager, which a multi-node node cannot reach
+                return cls(lambda: _key_bytes(os.environ[KEY_VARIABLE], KEY_VARIABLE), source)
             return cls.from_secrets_manager(where, lambda: _worker_secretsmanager(where))
         if source == "env":
             return cls.from_environment()

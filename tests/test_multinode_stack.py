@@ -15,6 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import boto3
 import pytest
+import s3server
 from s3server import emulator_endpoint
 
 from batchfutures import AWSBatchEnvironment, BatchExecutor, node
@@ -25,6 +26,7 @@ from batchfutures.submission import multinode_queue
 from batchfutures.worker.nodes import task_address
 
 REGION = "us-east-1"
+moto_server, aws_env = s3server.moto_server, s3server.aws_env  # fake credentials (fixtures)
 # what ECS answers at ${ECS_CONTAINER_METADATA_URI_V4} for a container of an awsvpc task
 CONTAINER_METADATA = {
     "DockerId": "ea32192c8553fbff06c9340478a2ff089b2bb5646fb718b4ee206641c9086d66",
@@ -193,3 +195,35 @@ def test_nodes_run_with_a_container_definition_as_the_stack_gives_it(tmp_path, s
         (used,) = batch.describe_job_definitions(jobDefinitions=[job["jobDefinition"]])[
             "jobDefinitions"]
         assert used["type"] == "multinode" and used["jobDefinitionName"].startswith("batchfutures-")
+
+
+# -- the signing key on a node: from ECS secrets, not from Secrets Manager ------------------------
+@pytest.mark.parametrize("container, expected", [
+    # the stack's definitions: the key ECS resolved from the job's own secret: no call made
+    ({"BATCHFUTURES_SIGNING_KEY": "e" * 64, "BATCHFUTURES_SIGNING_KEY_FROM": "<secret>"}, "e" * 64),
+    # a key resolved from another secret is not this job's: Secrets Manager is asked
+    ({"BATCHFUTURES_SIGNING_KEY": "e" * 64, "BATCHFUTURES_SIGNING_KEY_FROM": "<other>"}, "s" * 64),
+    # a key of unknown origin, or none: Secrets Manager is asked
+    ({"BATCHFUTURES_SIGNING_KEY": "e" * 64}, "s" * 64),
+    ({}, "s" * 64),
+])
+def test_a_worker_takes_the_key_ecs_put_in_its_container(aws_env, monkeypatch, container, expected):
+    """A multi-node node has no network path to Secrets Manager (no public IP): the stack's job
+    definitions have ECS put the signing secret's value in BATCHFUTURES_SIGNING_KEY, and name the
+    secret in BATCHFUTURES_SIGNING_KEY_FROM; the worker uses it for a job signed with that secret
+    (the client's BATCHFUTURES_SIGNING_KEY_SOURCE), and asks Secrets Manager otherwise."""
+    from batchfutures import signing
+
+    secrets = boto3.client("secretsmanager", region_name=REGION)
+    arn = secrets.create_secret(Name=f"st/signing-key-{uuid.uuid4().hex[:8]}",
+                                SecretString="s" * 64)["ARN"]
+    other = secrets.create_secret(Name=f"st/other-{uuid.uuid4().hex[:8]}",
+                                  SecretString="o" * 64)["ARN"]
+    for name in (signing.KEY_VARIABLE, signing.KEY_FROM_VARIABLE):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in container.items():
+        monkeypatch.setenv(name, value.replace("<secret>", arn).replace("<other>", other))
+    monkeypatch.setenv(signing.SOURCE_VARIABLE, f"secretsmanager:{arn}")
+    signer = signing.job_signer()
+    assert signer.key == expected.encode()
+    assert signer.job_environment() == {signing.SOURCE_VARIABLE: f"secretsmanager:{arn}"}

@@ -322,10 +322,13 @@ def test_the_stacks_definitions_hand_the_signing_key_to_the_container(template):
     for name in ("Ec2JobDefinition", "FargateJobDefinition"):
         container = template["Resources"][name]["Properties"]["ContainerProperties"]
         assert container["Secrets"] == [{"Name": "BATCHFUTURES_SIGNING_KEY", "ValueFrom": secret}]
+        # and which secret it is: the worker uses it for jobs signed with that secret only
+        assert container["Environment"] == [{"Name": "BATCHFUTURES_SIGNING_KEY_FROM", "Value": secret}]
         assert container["ExecutionRoleArn"] == {"Fn::GetAtt": ["ExecutionRole", "Arn"]}
-    from batchfutures.signing import KEY_VARIABLE
+    from batchfutures.signing import KEY_FROM_VARIABLE, KEY_VARIABLE
 
-    assert KEY_VARIABLE == "BATCHFUTURES_SIGNING_KEY"
+    assert (KEY_VARIABLE, KEY_FROM_VARIABLE) == ("BATCHFUTURES_SIGNING_KEY",
+                                                 "BATCHFUTURES_SIGNING_KEY_FROM")
     execution = {s.get("Sid"): s for n, s in allow_statements(template) if n == "ExecutionRole"}
     assert execution["SigningKeyForContainers"]["Action"] == "secretsmanager:GetSecretValue"
     assert execution["SigningKeyForContainers"]["Resource"] == secret
@@ -627,6 +630,8 @@ def test_ecr_pull_is_scoped_to_the_images_repository(aws, network, template, ima
         jobDefinitionName=f"{name}-worker", status="ACTIVE")["jobDefinitions"]
     (secret,) = definition["containerProperties"]["secrets"]
     assert secret["name"] == "BATCHFUTURES_SIGNING_KEY"
+    assert definition["containerProperties"]["environment"] == [
+        {"name": "BATCHFUTURES_SIGNING_KEY_FROM", "value": secret["valueFrom"]}]
     assert execution_statements(aws, physical)["SigningKeyForContainers"]["Resource"] == \
         secret["valueFrom"]
 
