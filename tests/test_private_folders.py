@@ -7,14 +7,13 @@ The suite runs as root: "another user" is uid 65534 (nobody), either owning a fo
 chowns to it or running a command the test starts with that uid."""
 
 import os
-import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
+from other_user import OTHER_UID, as_other_user, shared_folder
 
 from batchfutures import LocalEnvironment, workdir
 from batchfutures.cli.app import main as cli_main
@@ -22,7 +21,6 @@ from batchfutures.emulator import BatchEmulator
 from batchfutures.emulator.runtime.container import Scratch
 from batchfutures.errors import ConfigurationError
 
-OTHER_UID = 65534
 TESTS = Path(__file__).parent
 sys.path.insert(0, str(TESTS / "emulator"))
 from emulator_harness import Harness, py  # noqa: E402
@@ -33,30 +31,16 @@ def mode(path) -> int:
 
 
 @pytest.fixture
+def shared_tmp():
+    with shared_folder() as folder:
+        yield folder
+
+
+@pytest.fixture
 def umask_000():
     old = os.umask(0)
     yield
     os.umask(old)
-
-
-@pytest.fixture
-def shared_tmp():
-    """A folder like /tmp, where other users make folders too (pytest's tmp_path is inside a
-    0700 folder of root's, which would stop the other user before our checks do)."""
-    base = tempfile.mkdtemp(prefix="bf-issue29-", dir="/tmp")
-    os.chmod(base, 0o1777)
-    yield Path(base)
-    shutil.rmtree(base, ignore_errors=True)
-
-
-def as_other_user(script: str) -> subprocess.CompletedProcess:
-    """``sh -c script`` run as uid/gid 65534: what another local user can do."""
-    def drop() -> None:
-        os.setgroups([])
-        os.setgid(OTHER_UID)
-        os.setuid(OTHER_UID)
-    return subprocess.run(["/bin/sh", "-c", script], preexec_fn=drop, capture_output=True,
-                          text=True, timeout=30)
 
 
 @pytest.mark.slow

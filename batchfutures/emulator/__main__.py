@@ -7,21 +7,24 @@
                                     [--lost-reply-rate F] [--host-loss-rate F]
                                     [--host-loss-after S] [--fault-operations A,B]
                                     [--fault-seed N] [--account-tps R] [--account-burst N]
-                                    [--access-key-id ID --secret-access-key SECRET]
+                                    [--access-key-id ID --secret-access-key-file PATH]
 
 The fault flags set the emulator's FaultProfile (faults.py); all are off by default.
 `--launcher threads` runs each worker attempt in a thread of this process (threads.py).
 
-The endpoint serves only requests SigV4-signed with its credentials (auth.py): the pair given
-by --access-key-id/--secret-access-key, else by BATCHFUTURES_EMULATOR_ACCESS_KEY_ID /
-BATCHFUTURES_EMULATOR_SECRET_ACCESS_KEY, else one made at start and printed. The endpoint URL
-and the pair are written to <folder>/endpoint.json (mode 0600; keys `endpoint_url`,
-`aws_access_key_id`, `aws_secret_access_key`). A --host other than a
-loopback address is refused unless the credentials were given explicitly.
+The endpoint serves only requests SigV4-signed with its credentials (auth.py). The secret is
+never in argv (any local user reads /proc/<pid>/cmdline) nor on stdout (a `> emulator.log` under
+umask 022 is world-readable): it comes from BATCHFUTURES_EMULATOR_SECRET_ACCESS_KEY, or from
+--secret-access-key-file PATH (a file of this user's, mode 0600, not a symlink), with the key id
+from --access-key-id or BATCHFUTURES_EMULATOR_ACCESS_KEY_ID; else a pair is made at start. Either
+way the URL and the pair are written only to <folder>/endpoint.json (mode 0600 from its creation;
+keys `endpoint_url`, `aws_access_key_id`, `aws_secret_access_key`). `--secret-access-key SECRET`
+is refused, naming the two ways to pass it. A --host other than a loopback address is refused
+unless the credentials were given explicitly, with a secret of at least 20 characters.
 
-Prints the endpoint URL as its first line (then, for a pair it made, `AWS_ACCESS_KEY_ID=...` and
-`AWS_SECRET_ACCESS_KEY=...`), then serves until SIGINT or SIGTERM; jobs still running then are
-ended and recorded FAILED. Point a stock boto3 client at it:
+Prints the endpoint URL as its only line (the credentials are in endpoint.json), then serves
+until SIGINT or SIGTERM; jobs still running then are ended and recorded FAILED. Point a stock
+boto3 client at it with the pair of endpoint.json:
 
     boto3.client("batch", endpoint_url=URL, region_name="us-east-1",
                  aws_access_key_id=KEY_ID, aws_secret_access_key=SECRET)
@@ -33,7 +36,9 @@ import argparse
 import json
 import logging
 import os
+import secrets
 import signal
+import stat
 import sys
 import threading
 from pathlib import Path
@@ -104,9 +109,13 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
         "access", "the credentials a request must be signed with (SigV4, as boto3 signs)")
     access.add_argument("--access-key-id", default=None, metavar="ID",
                         help="default $BATCHFUTURES_EMULATOR_ACCESS_KEY_ID, else one made at start")
-    access.add_argument("--secret-access-key", default=None, metavar="SECRET",
-                        help="default $BATCHFUTURES_EMULATOR_SECRET_ACCESS_KEY, else one made at "
-                             "start (both are written to <folder>/endpoint.json, mode 0600)")
+    access.add_argument("--secret-access-key-file", type=Path, default=None, metavar="PATH",
+                        help="a file of yours, mode 0600, holding the secret; default "
+                             "$BATCHFUTURES_EMULATOR_SECRET_ACCESS_KEY, else one made at start "
+                             "(both are written to <folder>/endpoint.json, mode 0600)")
+    # never takes a value: a secret in argv is readable by every local user (/proc/PID/cmdline)
+    access.add_argument("--secret-access-key", nargs="?", const=True, default=None,
+                        metavar="SECRET", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -114,26 +123,63 @@ ACCESS_KEY_VARIABLE = "BATCHFUTURES_EMULATOR_ACCESS_KEY_ID"
 SECRET_KEY_VARIABLE = "BATCHFUTURES_EMULATOR_SECRET_ACCESS_KEY"
 
 
+SECRET_FILE_LIMIT = 4096  # bytes: a secret, not a file to read whole whatever its size
+HOW_TO_PASS_THE_SECRET = (
+    f"pass the secret in the variable {SECRET_KEY_VARIABLE} or in a file of yours with mode 0600 "
+    "(--secret-access-key-file PATH), or give neither and read the pair made at start from "
+    "<folder>/endpoint.json")
+
+
+def read_secret_file(path: Path) -> str:
+    """The secret in ``path``: a regular file (not a symlink, FIFO or device) owned by this user
+    and private to them (ConfigurationError otherwise), at most SECRET_FILE_LIMIT bytes."""
+    from ..errors import ConfigurationError
+    from ..workdir import check_private_file, open_private
+
+    descriptor = open_private(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(descriptor, "rb") as stream:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise ConfigurationError(f"the secret access key file {path} is not a regular file")
+        check_private_file(descriptor, path, "secret access key file")
+        data = stream.read(SECRET_FILE_LIMIT + 1)
+    if len(data) > SECRET_FILE_LIMIT:
+        raise ConfigurationError(f"the secret access key file {path} is over "
+                                 f"{SECRET_FILE_LIMIT} bytes: not a secret")
+    secret = data.decode("utf-8", "replace").strip()
+    if not secret:
+        raise ConfigurationError(f"the secret access key file {path} is empty")
+    return secret
+
+
 def given_credentials(args: argparse.Namespace) -> Optional[Tuple[str, str]]:
-    """The pair given by flags, else by the environment; None when neither gives one.
-    ValueError when only half a pair is given."""
+    """The pair given by --access-key-id or its variable and by --secret-access-key-file or its
+    variable; None when neither gives one. ValueError for a secret in argv, or half a pair."""
+    if args.secret_access_key is not None:
+        raise ValueError("refusing --secret-access-key: a secret on the command line is "
+                         "readable by every user of this machine (/proc/<pid>/cmdline); "
+                         + HOW_TO_PASS_THE_SECRET)
     key_id = args.access_key_id or os.environ.get(ACCESS_KEY_VARIABLE) or None
-    secret = args.secret_access_key or os.environ.get(SECRET_KEY_VARIABLE) or None
+    if args.secret_access_key_file is not None:
+        secret: Optional[str] = read_secret_file(args.secret_access_key_file)
+    else:
+        secret = os.environ.get(SECRET_KEY_VARIABLE) or None
     if (key_id is None) != (secret is None):
-        raise ValueError("give both an access key id and a secret access key "
-                         f"(--access-key-id/--secret-access-key or {ACCESS_KEY_VARIABLE}/"
-                         f"{SECRET_KEY_VARIABLE}), or neither")
+        raise ValueError("give both an access key id (--access-key-id or "
+                         f"{ACCESS_KEY_VARIABLE}) and a secret access key "
+                         f"(--secret-access-key-file or {SECRET_KEY_VARIABLE}), or neither")
     return (key_id, secret) if key_id is not None and secret is not None else None
 
 
 def write_endpoint_file(folder: Path, endpoint_url: str, key_id: str, secret: str) -> Path:
-    """<folder>/endpoint.json, mode 0600 from its creation (written aside, then renamed)."""
-    folder.mkdir(parents=True, exist_ok=True)
+    """<folder>/endpoint.json, mode 0600 from its creation: written to a new file of a random
+    name in the (checked) folder, opened O_CREAT|O_EXCL|O_NOFOLLOW, then renamed over."""
+    from ..workdir import open_private, secure_folder
+
+    folder = secure_folder(folder, "emulator folder")
     path = folder / "endpoint.json"
-    aside = folder / f".endpoint.json.{os.getpid()}"
-    fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    aside = folder / f".endpoint.json.{secrets.token_hex(8)}"
+    fd = open_private(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     try:
-        os.fchmod(fd, 0o600)
         with os.fdopen(fd, "w") as stream:
             json.dump({"endpoint_url": endpoint_url, "aws_access_key_id": key_id,
                        "aws_secret_access_key": secret}, stream, indent=2)
@@ -167,19 +213,21 @@ def main(argv: Optional[List[str]] = None) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     from . import BatchEmulator  # lazily: the service (and botocore) load only now
-    from .auth import is_loopback, new_credentials
+    from .auth import check_secret_strength, is_loopback, new_credentials
     from .server import EmulatorServer
 
     try:
         given = given_credentials(args)
-    except ValueError as error:
+        if given is not None:
+            check_secret_strength(given[1], args.host)
+    except (ValueError, OSError) as error:  # ConfigurationError is a ValueError
         print(f"batchfutures emulator: {error}", file=sys.stderr)
         return 2
     if given is None and not is_loopback(args.host):
         print(f"batchfutures emulator: refusing to listen on {args.host}, not a loopback address, "
-              "with credentials made up at start: give --access-key-id and --secret-access-key "
-              f"(or {ACCESS_KEY_VARIABLE}/{SECRET_KEY_VARIABLE}) to serve other machines",
-              file=sys.stderr)
+              "with credentials made up at start: give --access-key-id (or "
+              f"{ACCESS_KEY_VARIABLE}) and the secret in {SECRET_KEY_VARIABLE} or "
+              "--secret-access-key-file PATH to serve other machines", file=sys.stderr)
         return 2
     key_id, secret = given if given is not None else new_credentials()
 
@@ -214,9 +262,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"batchfutures emulator: cannot serve on {args.host}:{args.port}: {error}",
                   file=sys.stderr)
             return 2
-        print(server.endpoint_url, flush=True)  # the first line: the URL, as ever
-        if given is None:  # a pair made here: the caller learns it here or from endpoint.json
-            print(f"AWS_ACCESS_KEY_ID={key_id}\nAWS_SECRET_ACCESS_KEY={secret}", flush=True)
+        print(server.endpoint_url, flush=True)  # the only line: the pair is in endpoint.json
         while not stop.wait(0.5):  # a timed wait, so signals are handled promptly everywhere
             pass
     finally:

@@ -52,6 +52,22 @@ def new_credentials() -> Tuple[str, str]:
     return key_id, secrets.token_urlsafe(30)
 
 
+MIN_REMOTE_SECRET = 20  # characters of a secret that guards an endpoint other machines reach
+
+
+def check_secret_strength(secret: str, host: str) -> None:
+    """ValueError for a secret too weak to guard an endpoint listening off the loopback: fewer
+    than MIN_REMOTE_SECRET characters, or fewer than half as many distinct ones ("aaaa...")."""
+    if is_loopback(host):
+        return
+    if len(secret) < MIN_REMOTE_SECRET or len(set(secret)) < MIN_REMOTE_SECRET // 2:
+        raise ValueError(
+            f"refusing a secret access key of {len(secret)} characters ({len(set(secret))} "
+            f"distinct) for {host}, not a loopback address: anyone who reaches the port may "
+            f"guess it; use at least {MIN_REMOTE_SECRET} random characters (e.g. "
+            "`python -c 'import secrets; print(secrets.token_urlsafe(30))'`)")
+
+
 def is_loopback(host: str) -> bool:
     """Whether `host` (a name or an address) is this machine only."""
     name = host.strip("[]").lower()
@@ -172,5 +188,6 @@ def check_signature(method: str, path: str, headers: Any, body: bytes, access_ke
                       "provided. Check your AWS Secret Access Key and signing method.")
 
 
-__all__ = ["DEFAULT_MAX_BODY", "MAX_CLOCK_SKEW", "Refused", "allowed_host_names", "check_content_type",
-           "check_host", "check_signature", "is_loopback", "new_credentials"]
+__all__ = ["DEFAULT_MAX_BODY", "MAX_CLOCK_SKEW", "MIN_REMOTE_SECRET", "Refused",
+           "allowed_host_names", "check_content_type", "check_host", "check_secret_strength",
+           "check_signature", "is_loopback", "new_credentials"]

@@ -60,6 +60,7 @@ from .auth import (
     allowed_host_names,
     check_content_type,
     check_host,
+    check_secret_strength,
     check_signature,
     new_credentials,
 )
@@ -569,6 +570,7 @@ class EmulatorServer:
             access_key_id, secret_access_key = new_credentials()
         if not access_key_id or not secret_access_key:
             raise ValueError("access_key_id and secret_access_key must not be empty")
+        check_secret_strength(secret_access_key, host)  # off the loopback: 20 characters or more
         self.service = service
         self.host = host
         self.port = int(port)

@@ -565,9 +565,9 @@ def test_python_m_batchfutures_emulator(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in path if p))
     process = subprocess.Popen(
         [sys.executable, "-m", "batchfutures.emulator", "--port", str(port), "--folder", str(tmp_path),
-         "--max-vcpus", "2", "--metadata-ttl", "600", "--access-key-id", KEYS["access_key_id"],
-         "--secret-access-key", KEYS["secret_access_key"]],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+         "--max-vcpus", "2", "--metadata-ttl", "600", "--access-key-id", KEYS["access_key_id"]],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=dict(env, BATCHFUTURES_EMULATOR_SECRET_ACCESS_KEY=KEYS["secret_access_key"]))
     try:
         url = process.stdout.readline().strip()
         assert url == f"http://127.0.0.1:{port}", url or process.stderr.read()

@@ -254,19 +254,19 @@ class Endpoint:
 
 
 @pytest.mark.slow
-def test_the_module_makes_prints_and_writes_a_pair(tmp_path):
+def test_the_module_makes_a_pair_and_writes_it_only_to_endpoint_json(tmp_path):
+    """Issue 29: a pair made at start is never printed (a `> emulator.log` under umask 022 is
+    world-readable); it is in endpoint.json, mode 0600, and nowhere else."""
     process = start(tmp_path)
     try:
         url = process.stdout.readline().strip()
         assert url.startswith("http://127.0.0.1:"), url or process.stderr.read()
-        printed = dict(process.stdout.readline().strip().split("=", 1) for _ in range(2))
         written = tmp_path / "endpoint.json"
         assert stat.S_IMODE(written.stat().st_mode) == 0o600
         found = json.loads(written.read_text())
         assert set(found) == {"endpoint_url", "aws_access_key_id", "aws_secret_access_key"}
         assert found["endpoint_url"] == url
-        assert (found["aws_access_key_id"], found["aws_secret_access_key"]) == (
-            printed["AWS_ACCESS_KEY_ID"], printed["AWS_SECRET_ACCESS_KEY"])
+        assert [p for p in os.listdir(tmp_path) if p.startswith(".endpoint")] == []
         endpoint = Endpoint(url, found["aws_access_key_id"], found["aws_secret_access_key"])
         assert client("batch", endpoint).describe_job_queues()["jobQueues"]
         with pytest.raises(ClientError) as refused:
@@ -283,12 +283,17 @@ def test_the_module_makes_prints_and_writes_a_pair(tmp_path):
             assert cli.returncode == 0, cli.stderr
             assert json.loads(cli.stdout)["jobQueues"][0]["jobQueueName"] == QUEUE
     finally:
-        stop(process)
+        out = stop(process)
+    assert out == ""  # the URL was the only line
 
 
 @pytest.mark.slow
-def test_the_module_takes_its_pair_from_flags_or_the_environment(tmp_path):
-    for flags, env in ((("--access-key-id", "AKIDFLAG", "--secret-access-key", "flag-secret"), {}),
+def test_the_module_takes_its_pair_from_a_file_or_the_environment(tmp_path):
+    secret_file = tmp_path / "secret"
+    secret_file.write_text("flag-secret\n")
+    os.chmod(secret_file, 0o600)
+    for flags, env in ((("--access-key-id", "AKIDFLAG", "--secret-access-key-file",
+                         str(secret_file)), {}),
                        ((), {"BATCHFUTURES_EMULATOR_ACCESS_KEY_ID": "AKIDFLAG",
                              "BATCHFUTURES_EMULATOR_SECRET_ACCESS_KEY": "flag-secret"})):
         process = start(tmp_path / str(len(flags)), *flags, env=env)

@@ -170,9 +170,9 @@ def test_tagging_another_processs_job_goes_through_its_owner(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in path if p))
     process = subprocess.Popen(
         [sys.executable, "-m", "batchfutures.emulator", "--port", "0", "--folder", str(tmp_path),
-         "--max-vcpus", "1", "--access-key-id", KEYS["access_key_id"],
-         "--secret-access-key", KEYS["secret_access_key"]],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+         "--max-vcpus", "1", "--access-key-id", KEYS["access_key_id"]],  # the secret: below
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=dict(env, BATCHFUTURES_EMULATOR_SECRET_ACCESS_KEY=KEYS["secret_access_key"]))
     try:
         url = process.stdout.readline().strip()
         assert url.startswith("http://127.0.0.1:"), url or process.stderr.read()
