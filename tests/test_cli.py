@@ -470,7 +470,9 @@ def test_check_exits_1_naming_a_broken_part(tmp_path):
     failed = [line for line in done.stdout.splitlines() if line.startswith("FAIL")]
     assert [line.split(":")[0] for line in failed] == ["FAIL signing key"], done.stdout
     assert "too short for a signing key" in failed[0]
-    assert "unsigned probe" in done.stdout  # the bucket is still probed
+    assert "an unsigned object written" in done.stdout  # the bucket is still probed
+    assert done.stderr == ("batchfutures: 1 of 7 checks failed: fix the FAIL lines, then run "
+                           "`batchfutures check` again\n")
 
 
 # -- cleanup, end to end -------------------------------------------------------------------------

@@ -273,7 +273,7 @@ def test_without_the_signing_secret_check_fails_naming_the_signing_key(box, expo
     assert state == "FAIL" and "BATCHFUTURES_SIGNING_SECRET" in detail and "SigningSecret" in detail
     failed = [name for name, (state, _) in verdicts.items() if state != "ok"]
     assert failed == ["signing key"], verdicts  # the bucket is still probed, unsigned
-    assert "unsigned probe" in verdicts["bucket"][1]
+    assert "an unsigned object written" in verdicts["bucket"][1]
 
 
 def test_a_wrong_image_fails_check_naming_the_image(box, exported):

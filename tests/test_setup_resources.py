@@ -847,7 +847,7 @@ def run_image_script(tmp_path, text, **environment):
 
 @pytest.mark.slow  # runs sh / python processes
 def test_image_script_creates_logs_in_builds_and_pushes(tmp_path, stack, aws):
-    done, calls = run_image_script(tmp_path, image_commands(region=REGION))
+    done, calls = run_image_script(tmp_path, image_commands(region=REGION, platforms="all"))
     assert done.returncode == 0, done.stderr
     image = f"123456789012.dkr.ecr.{REGION}.amazonaws.com/{DEFAULT_REPOSITORY}:py{MINOR}"
     def step(prefix):
@@ -871,6 +871,18 @@ def test_image_script_creates_logs_in_builds_and_pushes(tmp_path, stack, aws):
     (definition,) = aws("batch").describe_job_definitions(
         jobDefinitionName=stack["outputs"]["JobDefinition"], status="ACTIVE")["jobDefinitions"]
     assert definition["containerProperties"]["image"] == image
+
+
+@pytest.mark.slow  # runs sh / python processes
+def test_image_script_builds_this_machines_platform_by_default(tmp_path):
+    from batchfutures.cli.setup_resources import host_platform
+
+    done, calls = run_image_script(tmp_path, image_commands(region=REGION))
+    assert done.returncode == 0, done.stderr
+    (build,) = [call for call in calls if call.startswith("docker buildx build")]
+    assert f"--platform {host_platform()} " in build and "--builder" not in build
+    assert not any(call.startswith("docker buildx inspect") for call in calls)  # no builder
+    assert "context has the worker" in calls and len(calls) == 8  # 9 less the builder look-up
 
 
 @pytest.mark.slow  # runs sh / python processes

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from .envargs import environment
-from .output import ExitCode, OutputFormat, out, print_json
+from .output import ExitCode, OutputFormat, note, out, print_json
 
 
 # -- cleanup ------------------------------------------------------------------------------------
@@ -37,10 +37,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     from .checks import run_checks
 
     env = environment(args)
-    failures = 0
-    for name, ok, detail in run_checks(env):
-        failures += not ok
+    verdicts = run_checks(env)
+    for name, ok, detail in verdicts:
         out(f"{'ok  ' if ok else 'FAIL'} {name}: {detail}")
+    failures = sum(not ok for _, ok, _ in verdicts)
+    if failures:  # stderr: stdout stays one line per part
+        note(f"{failures} of {len(verdicts)} checks failed: fix the FAIL lines, then run "
+             f"`batchfutures check` again")
     return ExitCode.FAILED if failures else ExitCode.OK
 
 

@@ -170,6 +170,11 @@ def build_parser() -> argparse.ArgumentParser:
     image.add_argument("--repository", help="ECR repository URI")
     image.add_argument("--region", help="AWS region of the repository")
     image.add_argument("--python", help="Python version of the image (default: this interpreter's)")
+    image.add_argument("--platforms", help="linux/amd64, linux/arm64, or both comma-separated, or "
+                       "all (default: this machine's; another needs QEMU)")
+    image.add_argument("--extra-packages", metavar="PACKAGES", help="the libraries your functions "
+                       "import (numpy,pandas), installed at the versions installed here "
+                       "(default: $EXTRA_PIP_PACKAGES)")
     return parser
 
 

@@ -165,8 +165,9 @@ def _bucket(env: Any) -> str:
         raise
     except Exception as error:
         raise CheckFailed(bucket_fix(error, storage.root_url, _is_local(env))) from error
-    how = "a signed object" if signed else "an unsigned probe (no signing key: see its line)"
-    return f"{storage.root_url} is writable and readable ({how} written, read back, deleted)"
+    how = "a signed object written, read back, deleted" if signed else \
+        "an unsigned object written, read back, deleted: no signing key, see its line"
+    return f"{storage.root_url} is writable and readable ({how})"
 
 
 def bucket_fix(error: BaseException, root_url: str, local: bool) -> str:

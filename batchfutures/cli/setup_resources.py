@@ -3,10 +3,12 @@
     template_text()   the CloudFormation template (templates/batchfutures.yaml), its
                       PythonVersion default set to this interpreter's minor version
     image_commands()  a POSIX sh script: create the ECR repository if missing, log docker in,
-                      build templates/Dockerfile with docker buildx for linux/amd64 and
-                      linux/arm64, for the client's Python and its exact cloudpickle, s3fs,
-                      fsspec, aiobotocore, botocore and boto3 (`client_versions`), with the
-                      installed batchfutures package as the build context, and push
+                      build templates/Dockerfile with docker buildx for this host's platform
+                      (`host_platform`; `platforms=` more, `parse_platforms`), for the client's
+                      Python and its exact cloudpickle, s3fs, fsspec, aiobotocore, botocore and
+                      boto3 (`client_versions`), the extra packages at the client's versions too
+                      (`pinned_requirements`), with the installed batchfutures package as the
+                      build context, and push
 
 Both files ship as package data. The defaults agree with each other: `image_commands()` pushes
 <account>.dkr.ecr.<region>.amazonaws.com/batchfutures-worker:py<X.Y>, the image the template's
@@ -32,18 +34,29 @@ __all__ = [
     "PINNED",
     "client_versions",
     "dockerfile_path",
+    "host_platform",
     "image_commands",
     "image_tag",
     "package_dir",
+    "parse_platforms",
+    "pinned_requirements",
     "python_minor",
     "template_path",
     "template_text",
 ]
 
 DEFAULT_REPOSITORY = "batchfutures-worker"  # the template's default image names it too
-# x86 and Graviton instances (and Fargate's default X86_64) run the one image
+# the platforms Batch runs: x86 instances (and Fargate's default X86_64) and Graviton ones
 IMAGE_PLATFORMS = ("linux/amd64", "linux/arm64")
+# platform.machine() (and the short names people type) -> docker's platform
+_PLATFORM_NAMES = {"x86_64": "linux/amd64", "amd64": "linux/amd64", "x64": "linux/amd64",
+                   "aarch64": "linux/arm64", "arm64": "linux/arm64", "armv8": "linux/arm64",
+                   "linux/amd64": "linux/amd64", "linux/arm64": "linux/arm64",
+                   "linux/arm64/v8": "linux/arm64"}
 BUILDER = "batchfutures"  # the buildx builder the script makes (multi-platform needs one)
+# one requirement as pip reads it on a command line: a name, extras, a version specifier
+_REQUIREMENT = re.compile(r"^(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)"
+                          r"(?P<extras>\[[A-Za-z0-9._,-]+\])?(?P<specifier>(?:[<>=!~]=?[A-Za-z0-9.*+!_-]+,?)*)$")
 # the worker's libraries pinned to the client's: distribution name -> Dockerfile build argument
 PINNED = {
     "cloudpickle": "CLOUDPICKLE_VERSION",
@@ -112,6 +125,71 @@ def client_versions() -> Dict[str, str]:
     return found
 
 
+def host_platform(machine: Optional[str] = None) -> str:
+    """Docker's name of this host's platform ("linux/amd64" on x86_64, "linux/arm64" on
+    aarch64/arm64: a Mac's too, whose Docker runs Linux), from ``platform.machine()``."""
+    found = (machine if machine is not None else platform.machine()).strip().lower()
+    if found not in _PLATFORM_NAMES:
+        raise ConfigurationError(
+            f"this machine is {found or 'of an unknown architecture'}, which AWS Batch does not "
+            f"run: give the image's platforms (--platforms linux/amd64 or linux/arm64)")
+    return _PLATFORM_NAMES[found]
+
+
+def parse_platforms(value: Optional[str], machine: Optional[str] = None) -> Tuple[str, ...]:
+    """The platforms to build: ``value`` is comma-separated docker platforms or machine names
+    ("linux/amd64,linux/arm64", "amd64", "arm64", "x86_64", "all" for both); None or empty:
+    this host's alone (``host_platform``). Order kept, repeats dropped."""
+    names = [part.strip().lower() for part in (value or "").split(",") if part.strip()]
+    if not names:
+        return (host_platform(machine),)
+    chosen: List[str] = []
+    for name in names:
+        found = IMAGE_PLATFORMS if name == "all" else (_PLATFORM_NAMES.get(name),)
+        if None in found:
+            raise ConfigurationError(
+                f"platform {name!r}: AWS Batch runs {' and '.join(IMAGE_PLATFORMS)} (or give all)")
+        chosen.extend(p for p in found if p is not None and p not in chosen)
+    return tuple(chosen)
+
+
+def pinned_requirements(packages: Optional[str], installed: Optional[Dict[str, str]] = None,
+                        pin: bool = True) -> List[str]:
+    """The extra packages for the image (comma- or space-separated, pip's requirement syntax),
+    each without a version pinned to the version installed here (``installed``: name -> version,
+    default importlib.metadata's), so the worker unpickles with the client's numpy, pandas...
+    A requirement with a specifier is kept as given; ``pin=False`` (an image for another
+    Python) keeps every one as given. ConfigurationError: a bare name not installed here."""
+    requirements: List[str] = []
+    # a comma before a name separates packages; before an operator it is a specifier's (>=2,<3)
+    for text in re.split(r"\s*,\s*(?=[A-Za-z0-9])|\s+", (packages or "").strip()):
+        if not text:
+            continue
+        match = _REQUIREMENT.match(text)
+        if not match:
+            raise ConfigurationError(
+                f"extra package {text!r}: give name, name[extra] or name<specifier> such as "
+                f"numpy==2.1.3, without spaces, quotes, URLs or markers")
+        if match.group("specifier") or not pin:
+            requirements.append(text)
+            continue
+        name = match.group("name")
+        version = (installed.get(name) if installed is not None else _installed_version(name))
+        if version is None:
+            raise ConfigurationError(
+                f"extra package {name!r} is not installed here, so there is no version to pin: "
+                f"install it, or give one ({name}==<version>)")
+        requirements.append(f"{name}{match.group('extras') or ''}=={version}")
+    return requirements
+
+
+def _installed_version(name: str) -> Optional[str]:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def _split_repository(repository: str) -> Tuple[str, str, Optional[str]]:
     """(registry host or '', repository path, tag or None) of a repository reference."""
     reference = repository.strip()
@@ -143,7 +221,8 @@ def _dns_suffix(region: str) -> str:
 
 
 def image_commands(python_version: str | None = None, repository: str | None = None,
-                   region: str | None = None) -> str:
+                   region: str | None = None, platforms: str | None = None,
+                   extra_packages: str | None = None, machine: str | None = None) -> str:
     """The shell commands that build the worker image for a Python version and push it.
 
     ``python_version``: the client's Python (default: this interpreter's); the image gets the
@@ -153,11 +232,16 @@ def image_commands(python_version: str | None = None, repository: str | None = N
     repository with its host (``ghcr.io/me/worker``, ``docker.io/me/worker``: no ECR steps);
     a name without a host is an ECR repository, slashes included. ``region``: the ECR region
     (default: the URI's, else AWS_REGION, AWS_DEFAULT_REGION or the AWS CLI's configured region,
-    looked up when the script runs).
+    looked up when the script runs). ``platforms``: what to build for (``parse_platforms``;
+    default this host's, ``machine`` standing for ``platform.machine()``): another one needs
+    QEMU. ``extra_packages``: the libraries the functions import, pinned to the versions
+    installed here (``pinned_requirements``), passed as EXTRA_PIP_PACKAGES.
     """
     minor = python_minor(python_version)
     own_python = minor == python_minor()
     versions = client_versions() if own_python else {}  # another Python has its own
+    chosen = parse_platforms(platforms, machine)
+    extras = pinned_requirements(extra_packages, pin=own_python)
     if "s3fs" in versions:
         from ..worker.storagelib import S3FS_MINIMUM, parse_version
 
@@ -193,9 +277,8 @@ def image_commands(python_version: str | None = None, repository: str | None = N
         f"# Build the batchfutures {__version__} worker image for Python {minor} and push it.",
         "# Run it as it is (batchfutures image | sh) or a step at a time. It needs docker and,",
         "# for ECR, the AWS CLI with credentials that may push to the repository.",
-        "# The libraries your functions import must be in the image too: add",
-        "#   --build-arg EXTRA_PIP_PACKAGES='numpy pandas'",
-        "# to the docker buildx build line (or build your own image FROM this one).",
+        "# The libraries your functions import must be in the image too, at your versions:",
+        "#   batchfutures image --extra-packages numpy,pandas   (or build your own image FROM this one)",
         "set -eu",
     ]
     if kind == "other":
@@ -234,19 +317,31 @@ def image_commands(python_version: str | None = None, repository: str | None = N
     build_args = [f"--build-arg PYTHON_VERSION={minor}"]
     build_args += [f"--build-arg {PINNED[name]}={q(version)}" for name, version in versions.items()]
     build_args.append(f"--build-arg BATCHFUTURES_VERSION={__version__}")
-    what = ", ".join([f"Python {minor}", *(f"{n} {v}" for n, v in versions.items())])
+    if extras:
+        build_args.append(f"--build-arg EXTRA_PIP_PACKAGES={q(' '.join(extras))}")
+    what = ", ".join([f"Python {minor}", *(f"{n} {v}" for n, v in versions.items()), *extras])
     lines += [f"# build: {what} and this batchfutures (the build context is its package folder)"]
     if not own_python:
         lines.append("#    pin the libraries of that Python's client: add --build-arg "
                      + " --build-arg ".join(f"{arg}=<version>" for arg in PINNED.values()))
-    platforms = ",".join(IMAGE_PLATFORMS)
+    foreign = [p for p in chosen if p != _PLATFORM_NAMES.get((machine or platform.machine()).lower())]
+    kinds = {"linux/amd64": "x86", "linux/arm64": "Graviton"}
+    lines.append(f"# for {' and '.join(chosen)} ({' and '.join(kinds[p] for p in chosen)}), built "
+                 f"by docker buildx and pushed as it is built (--platforms to choose)")
+    if not (platforms or "").strip() and chosen != ("linux/amd64",):
+        lines += [f"# only this machine's {chosen[0]}: jobs on x86 instances (the stack's default "
+                  "InstanceTypes, optimal) need linux/amd64 too: --platforms all"]
+    if foreign:
+        lines += [f"# {', '.join(foreign)} is not this machine's: building it needs QEMU. Docker "
+                  "Desktop has it; elsewhere run once:",
+                  "#   docker run --privileged --rm tonistiigi/binfmt --install all"]
+    builder = ""
+    if len(chosen) > 1:  # one image of several platforms needs a docker-container builder
+        builder = f"--builder {BUILDER} "
+        lines += [f"docker buildx inspect {BUILDER} >/dev/null 2>&1 \\",
+                  f"  || docker buildx create --name {BUILDER} --driver docker-container >/dev/null"]
     lines += [
-        f"# for {' and '.join(IMAGE_PLATFORMS)} (x86 and Graviton) in one image, built by docker",
-        "# buildx and pushed as it is built. Building the other architecture needs QEMU: Docker",
-        "# Desktop has it; elsewhere run once: docker run --privileged --rm tonistiigi/binfmt --install all",
-        f"docker buildx inspect {BUILDER} >/dev/null 2>&1 \\",
-        f"  || docker buildx create --name {BUILDER} --driver docker-container >/dev/null",
-        f"docker buildx build --builder {BUILDER} --platform {platforms} \\",
+        f"docker buildx build {builder}--platform {','.join(chosen)} \\",
         *[f"  {arg} \\" for arg in build_args],
         f"  --file {q(str(dockerfile_path()))} \\",
         '  --tag "$IMAGE" --push \\',
