@@ -55,7 +55,12 @@ def cmd_template(args: argparse.Namespace) -> int:
 
 
 def cmd_image(args: argparse.Namespace) -> int:
+    import os
+
     from .setup_resources import image_commands
 
-    out(image_commands(python_version=args.python, repository=args.repository, region=args.region))
+    # the Dockerfile's build argument, set in the shell, works as --extra-packages (and is pinned)
+    extra = getattr(args, "extra_packages", None) or os.environ.get("EXTRA_PIP_PACKAGES")
+    out(image_commands(python_version=args.python, repository=args.repository, region=args.region,
+                       platforms=getattr(args, "platforms", None), extra_packages=extra))
     return ExitCode.OK
