@@ -482,17 +482,22 @@ def test_the_client_policy_reaches_its_prefix_only(stack, enforced, as_user):
 
 
 def test_batchfutures_checks_bucket_probe_passes_under_the_client_policy_only(stack, enforced,
-                                                                               as_user):
-    """`batchfutures check`'s bucket probe (PUT, GET, DELETE under <IoPrefix>/check/); its Batch
-    checks are refused by moto under enforcement whatever the policy (see the module docstring)
-    and are evaluated in test_the_client_policy_allows_the_batch_and_logs_calls."""
+                                                                               as_user,
+                                                                               monkeypatch):
+    """`batchfutures check`'s bucket probe: with a signing key, a sealed object under
+    <IoPrefix>/runs/ written, read back and its run deleted; without one, PUT, GET, DELETE under
+    <IoPrefix>/check/. Its Batch checks are refused by moto under enforcement whatever the policy
+    (see the module docstring) and are evaluated in
+    test_the_client_policy_allows_the_batch_and_logs_calls."""
     import boto3
 
     from batchfutures import AWSBatchEnvironment
     from batchfutures.cli.checks import run_checks
 
-    def verdicts(user: str):
+    def verdicts(user: str, signed: bool):
         variables = as_user(user)
+        if not signed:
+            monkeypatch.delenv("BATCHFUTURES_SIGNING_KEY")
         session = boto3.session.Session(aws_access_key_id=variables["AWS_ACCESS_KEY_ID"],
                                         aws_secret_access_key=variables["AWS_SECRET_ACCESS_KEY"],
                                         region_name=REGION)
@@ -501,9 +506,12 @@ def test_batchfutures_checks_bucket_probe_passes_under_the_client_policy_only(st
                                   job_definition=stack["outputs"]["JobDefinition"], session=session)
         return {name: (ok, line) for name, ok, line in run_checks(env)}
 
-    client = verdicts("bf-iam-client")
-    assert client["credentials"][0] and client["bucket"][0], client
-    worker = verdicts("bf-iam-worker")  # the job role may not write check/
+    for signed in (True, False):
+        client = verdicts("bf-iam-client", signed)
+        assert client["credentials"][0] and client["bucket"][0], client
+    # the job role may not write check/ (the signed probe writes under runs/, which the job
+    # role may: it cannot tell the two roles apart, and is not asked to here)
+    worker = verdicts("bf-iam-worker", signed=False)
     assert not worker["bucket"][0] and "Access" in worker["bucket"][1], worker
 
 
