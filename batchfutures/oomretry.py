@@ -25,7 +25,10 @@ platform sizes (``Placement``, from ``placement_of(env)``):
              capped at what the queue's compute environments can place
              (``AWSBatchEnvironment.max_memory_mib()``: ``max_memory=`` or learned once)
     FARGATE  the next (vCPU, memory) pair Fargate offers that holds the doubled memory, at no
-             fewer vCPUs, capped at the largest pair (32 vCPU, 249856 MiB)
+             fewer vCPUs, capped at the largest pair (32 vCPU, 249856 MiB) and at the vCPUs one
+             job can get (``Placement.max_vcpus``): the account's Fargate vCPU quota (Service
+             Quotas, ``fargate_vcpu_cap``) and the compute environments' maxvCpus. A job over the
+             quota stays RUNNABLE with no reason for ever; past the cap the retry gives up at once.
 
 A cap that is already reached gives up at once, naming the tries. With no known cap, a retry that
 Batch then holds RUNNABLE with MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT (no compute environment
@@ -48,7 +51,8 @@ from .settings import JobSettings
 __all__ = ["Verdict", "Decision", "Try", "ChildHistory", "OomRetry", "Placement", "decide",
            "final_error", "unplaceable_error", "placeable_memory_mib", "placement_of",
            "ec2_usable_mib", "ec2_next_memory", "fargate_pairs", "fargate_next_pair",
-           "instance_type_queries", "queue_max_memory_mib", "DEFAULT_FAMILIES"]
+           "instance_type_queries", "queue_max_memory_mib", "DEFAULT_FAMILIES",
+           "FARGATE_VCPU_QUOTAS", "fargate_vcpu_cap", "read_fargate_quotas", "learn_fargate_vcpus"]
 
 logger = logging.getLogger("batchfutures")
 
@@ -74,6 +78,14 @@ DEFAULT_FAMILIES: Dict[str, Tuple[str, ...]] = {
 OPTIMAL_FAMILIES = DEFAULT_FAMILIES["optimal"]
 
 
+# Service Quotas' codes (service code "fargate") of the vCPUs an account may run at once on
+# Fargate, per kind of compute environment: "Fargate On-Demand vCPU resource count" and
+# "Fargate Spot vCPU resource count". New accounts may start low (6 is often seen); a job of
+# more vCPUs than the quota is held RUNNABLE, with no statusReason, for ever.
+FARGATE_SERVICE_CODE = "fargate"
+FARGATE_VCPU_QUOTAS = {"FARGATE": "L-3032A538", "FARGATE_SPOT": "L-36FBB829"}
+
+
 class Verdict(enum.Enum):
     RESUBMIT = "resubmit"
     GIVE_UP = "give up"
@@ -89,10 +101,12 @@ class Decision:
 
 @dataclass(frozen=True)
 class Placement:
-    """How a queue sizes jobs: its platform and the most memory (MiB) it can place (None: unknown)."""
+    """How a queue sizes jobs: its platform, the most memory (MiB) it can place and, on
+    Fargate, the most vCPUs one job can get (the account's quota; None: unknown)."""
 
     platform: Platform = "LOCAL"
     max_mib: Optional[int] = None
+    max_vcpus: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -127,12 +141,9 @@ def decide(tried: Sequence[int], retry_on_oom: int,
         return Decision(Verdict.GIVE_UP, why=f"retry_on_oom={retry_on_oom} allows no further try")
     last = tried[-1]
     if placement.platform == "FARGATE":
-        pair = fargate_next_pair(vcpus, last, placement.max_mib)
+        pair = fargate_next_pair(vcpus, last, placement.max_mib, placement.max_vcpus)
         if pair is None:
-            most = min(placement.max_mib or FARGATE_MAX_MIB, FARGATE_MAX_MIB)
-            where = (f"Fargate offers at most {FARGATE_MAX_MIB} MiB ({FARGATE_MAX_VCPUS:g} vCPU)"
-                     if most == FARGATE_MAX_MIB else f"the queue can place at most {most} MiB")
-            return Decision(Verdict.GIVE_UP, why=f"{where}, and {last} MiB was tried")
+            return Decision(Verdict.GIVE_UP, why=_fargate_limit(last, vcpus, placement))
         return Decision(Verdict.RESUBMIT, memory_mib=pair[1], vcpus=pair[0])
     cap = placement.max_mib
     wanted = ec2_next_memory(last) if placement.platform == "EC2" else last * 2
@@ -141,6 +152,21 @@ def decide(tried: Sequence[int], retry_on_oom: int,
             return Decision(Verdict.GIVE_UP, why=f"the queue can place at most {cap} MiB")
         wanted = cap
     return Decision(Verdict.RESUBMIT, memory_mib=wanted)
+
+
+def _fargate_limit(last: int, vcpus: float, placement: Placement) -> str:
+    """Why no Fargate pair holds more than ``last`` MiB here: the quota, the queue or Fargate."""
+    unquoted = fargate_next_pair(vcpus, last, placement.max_mib)  # what the vCPU cap took away
+    if placement.max_vcpus is not None and unquoted is not None:
+        most = max((m for v, m in fargate_pairs() if v <= placement.max_vcpus), default=0)
+        return (f"one job gets at most {placement.max_vcpus:g} vCPUs here (the account's Fargate "
+                f"vCPU quota, Service Quotas {FARGATE_VCPU_QUOTAS['FARGATE']} on demand, or the "
+                f"compute environments' maxvCpus), which hold at most {most} MiB, and {last} MiB "
+                f"was tried; a larger pair would wait RUNNABLE for ever: ask AWS to raise the quota")
+    most = min(placement.max_mib or FARGATE_MAX_MIB, FARGATE_MAX_MIB)
+    where = (f"Fargate offers at most {FARGATE_MAX_MIB} MiB ({FARGATE_MAX_VCPUS:g} vCPU)"
+             if most == FARGATE_MAX_MIB else f"the queue can place at most {most} MiB")
+    return f"{where}, and {last} MiB was tried"
 
 
 def as_placement(placeable: Union[Placement, int, None]) -> Placement:
@@ -212,13 +238,14 @@ def fargate_pairs() -> List[Tuple[float, int]]:
                   key=lambda pair: (pair[1], pair[0]))
 
 
-def fargate_next_pair(vcpus: float, last_mib: int,
-                      cap_mib: Optional[int] = None) -> Optional[Tuple[float, int]]:
-    """The smallest pair with at least ``vcpus`` that holds twice ``last_mib``; past the cap
-    (``cap_mib``, and Fargate's largest), the largest pair under it if that is more than
-    ``last_mib``; None when no pair is."""
+def fargate_next_pair(vcpus: float, last_mib: int, cap_mib: Optional[int] = None,
+                      max_vcpus: Optional[float] = None) -> Optional[Tuple[float, int]]:
+    """The smallest pair with at least ``vcpus`` (and at most ``max_vcpus``, the vCPUs one job
+    can get) that holds twice ``last_mib``; past the cap (``cap_mib``, and Fargate's largest),
+    the largest pair under it if that is more than ``last_mib``; None when no pair is."""
     cap = min(cap_mib or FARGATE_MAX_MIB, FARGATE_MAX_MIB)
-    fitting = [(v, m) for v, m in fargate_pairs() if v >= vcpus and m <= cap]
+    most_vcpus = FARGATE_MAX_VCPUS if max_vcpus is None else max_vcpus
+    fitting = [(v, m) for v, m in fargate_pairs() if vcpus <= v <= most_vcpus and m <= cap]
     for pair in fitting:
         if pair[1] >= last_mib * 2:
             return pair
@@ -227,6 +254,68 @@ def fargate_next_pair(vcpus: float, last_mib: int,
         return None
     most = max(m for _, m in larger)
     return min((pair for pair in larger if pair[1] == most), key=lambda pair: pair[0])
+
+
+def fargate_vcpu_cap(compute_environments: Sequence[Mapping[str, Any]],
+                     quotas: Mapping[str, Optional[float]]) -> Optional[float]:
+    """The most vCPUs one job can get on a queue's ENABLED Fargate compute environments
+    (DescribeComputeEnvironments entries): per environment the least of its maxvCpus and the
+    account's quota for its kind (``quotas``: "FARGATE"/"FARGATE_SPOT" -> vCPUs, None or absent
+    when unread), the most over them; None when none is Fargate."""
+    best: Optional[float] = None
+    for environment in compute_environments:
+        resources = environment.get("computeResources") or {}
+        kind = str(resources.get("type") or "")
+        if environment.get("state", "ENABLED") != "ENABLED" or not kind.startswith("FARGATE"):
+            continue
+        limits = [float(value) for value in (resources.get("maxvCpus"), quotas.get(kind))
+                  if value is not None]
+        most = min(limits) if limits else float(FARGATE_MAX_VCPUS)
+        best = most if best is None else max(best, most)
+    return best
+
+
+def read_fargate_quotas(service_quotas: Any, kinds: Iterable[str]) -> Dict[str, Optional[float]]:
+    """The account's Fargate vCPU quota of each kind ("FARGATE", "FARGATE_SPOT") from Service
+    Quotas' GetServiceQuota (the applied value); None for one that cannot be read (refused:
+    the caller needs servicequotas:GetServiceQuota), logged once."""
+    found: Dict[str, Optional[float]] = {}
+    for kind in kinds:
+        code = FARGATE_VCPU_QUOTAS.get(kind)
+        if code is None:
+            continue
+        try:
+            answer = service_quotas.get_service_quota(ServiceCode=FARGATE_SERVICE_CODE,
+                                                      QuotaCode=code)
+            found[kind] = float(answer["Quota"]["Value"])
+        except Exception as error:  # refused or unknown: the steps are capped by maxvCpus alone
+            found[kind] = None
+            logger.info("batchfutures: cannot read the account's %s vCPU quota (Service Quotas "
+                        "%s/%s: %s); retry_on_oom's Fargate steps are capped by the compute "
+                        "environments' maxvCpus only. Allow servicequotas:GetServiceQuota, or see "
+                        "docs/aws.md on the Fargate vCPU quota.", kind, FARGATE_SERVICE_CODE, code,
+                        getattr(error, "response", {}).get("Error", {}).get("Code") or error)
+    return found
+
+
+def learn_fargate_vcpus(batch: Any, job_queue: str, service_quotas: Callable[[], Any]
+                        ) -> Optional[float]:
+    """``fargate_vcpu_cap`` of ``job_queue``: DescribeJobQueues, DescribeComputeEnvironments,
+    then GetServiceQuota for each kind of Fargate environment it has (``service_quotas()``:
+    the Service Quotas client, made only then)."""
+    from . import batchapi
+
+    queues = batchapi.call(batch.describe_job_queues, jobQueues=[job_queue]).get("jobQueues") or []
+    names = [entry["computeEnvironment"]
+             for queue in queues[:1] for entry in queue.get("computeEnvironmentOrder") or []]
+    if not names:
+        return None
+    described = list(batchapi.call(batch.describe_compute_environments,
+                                   computeEnvironments=names).get("computeEnvironments") or [])
+    kinds = sorted({str((e.get("computeResources") or {}).get("type") or "") for e in described}
+                   & set(FARGATE_VCPU_QUOTAS))
+    quotas = read_fargate_quotas(service_quotas(), kinds) if kinds else {}
+    return fargate_vcpu_cap(described, quotas)
 
 
 def tried_text(tries: Sequence[Try]) -> str:
@@ -268,10 +357,24 @@ def placement_of(env: Any) -> Placement:
         try:
             found = offered()
             if isinstance(found, Placement):
-                return found
+                return with_fargate_vcpus(found, env)
         except Exception as error:  # unknown then: the doubling is not capped
             logger.debug("batchfutures: oom_placement() failed: %r", error)
     return Placement("LOCAL", placeable_memory_mib(env))
+
+
+def with_fargate_vcpus(placement: Placement, env: Any) -> Placement:
+    """A Fargate placement with ``max_vcpus`` learned once from ``env``'s queue and account
+    (``learn_fargate_vcpus``: its ``batch``, ``job_queue`` and ``client("service-quotas")``);
+    as it is when that cannot be read (then no vCPU cap but Fargate's own)."""
+    if placement.platform != "FARGATE" or placement.max_vcpus is not None:
+        return placement
+    try:
+        most = learn_fargate_vcpus(env.batch, env.job_queue, lambda: env.client("service-quotas"))
+    except Exception as error:  # the queue unreadable here: SubmitJob still says what is wrong
+        logger.debug("batchfutures: cannot learn the Fargate vCPU cap: %r", error)
+        return placement
+    return replace(placement, max_vcpus=most)
 
 
 def placeable_memory_mib(env: Any) -> Optional[int]:
