@@ -171,6 +171,30 @@ def test_ordinary_ends_keep_their_exit_status(local, memory_cgroup):
     assert local.list_oom_markers(fine) == set()
 
 
+def allocate_on_the_second(position, mib):
+    return allocate(mib) if position == 1 else position
+
+
+def kill_my_process_on_the_second(position):
+    if position == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return position
+
+
+@pytest.mark.slow
+def test_on_the_inner_pool_the_kernels_kill_is_recorded_and_another_sigkill_is_not(local,
+                                                                                  memory_cgroup):
+    # a child of 2 vCPUs runs its items on 2 forked processes (pool.py): the same rule there
+    oom = make_job(local, [[(allocate_on_the_second, (i, 400), {}) for i in range(2)]])
+    done = _run(oom, memory_cgroup, BATCHFUTURES_VCPUS="2")
+    assert done.returncode == 137, done.stderr
+    assert local.list_oom_markers(oom) == {0} and local.read_result(oom, 0) is None
+    killed = make_job(local, [[(kill_my_process_on_the_second, (i,), {}) for i in range(2)]])
+    done = _run(killed, memory_cgroup, BATCHFUTURES_VCPUS="2")
+    assert done.returncode == 137, done.stderr  # the sub-process's status, as before...
+    assert local.list_oom_markers(killed) == set()  # ...but the count says it was no OOM kill
+
+
 # -- a real job on the emulator ----------------------------------------------------------------------
 @pytest.mark.slow
 def test_on_the_emulator_the_kernels_kill_of_the_calls_is_typed_and_marked(local_env):

@@ -19,8 +19,10 @@
       (calls.Capture there: tee'd to the container's log as before) or None
       a sub-process that ends unasked (the OOM killer's SIGKILL, a MemoryError, os._exit in the
       function, a crash) ends the container: the other sub-processes are killed, then
-        status 137 or SIGKILL -> MemoryError (the worker exits 137, as for the sequential path)
-        any other status      -> the container ends with that status, no result written
+        status 137, or SIGKILL with the cgroup's oom_kill count risen (or unreadable:
+        oomguard.verdict) -> MemoryError (the worker exits 137, as for the sequential path)
+        any other status (a SIGKILL the count says was no OOM kill: 137 with no marker)
+                          -> the container ends with that status, no result written
 
 N: ``BATCHFUTURES_VCPUS`` (the client sets it in containerOverrides from the job's vCPUs; a
 fraction rounds down), never more than the CPUs this process may use (its affinity mask and
@@ -56,7 +58,7 @@ from multiprocessing.connection import Connection, Pipe, wait
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..dependencies import Resolver
-from . import calls
+from . import calls, oomguard
 from .calls import Item
 
 if TYPE_CHECKING:
@@ -78,13 +80,15 @@ _PR_SET_PDEATHSIG = 1
 
 
 class SubProcessEnded(Exception):
-    """A sub-process ended without being told to; ``exit_status`` is the container's to be."""
+    """A sub-process ended without being told to; ``exit_status`` is the container's to be,
+    ``killed``: it died of SIGKILL (an OOM kill, or another), not of its own exit."""
 
-    def __init__(self, pid: int, exit_status: int) -> None:
+    def __init__(self, pid: int, exit_status: int, killed: bool = False) -> None:
         super().__init__(f"a worker sub-process (pid {pid}) ended with status {exit_status} "
                          f"while running items")
         self.pid = pid
         self.exit_status = exit_status
+        self.killed = killed
 
 
 # -- how many processes --------------------------------------------------------------------------
@@ -221,6 +225,7 @@ class _SubProcess:
     def __init__(self, pid: int, connection: Connection) -> None:
         self.pid, self.connection = pid, connection
         self.status: Optional[int] = None  # the exit status, once reaped
+        self.killed = False  # it died of SIGKILL
 
 
 def _exit_status(wait_status: int) -> int:
@@ -233,11 +238,13 @@ def _reap(process: _SubProcess, grace: float) -> int:
     deadline = time.monotonic() + grace
     while process.status is None:
         pid, wait_status = os.waitpid(process.pid, os.WNOHANG)
+        if not pid and time.monotonic() >= deadline:
+            _kill(process)
+            pid, wait_status = os.waitpid(process.pid, 0)
         if pid:
             process.status = _exit_status(wait_status)
-        elif time.monotonic() >= deadline:
-            _kill(process)
-            process.status = _exit_status(os.waitpid(process.pid, 0)[1])
+            process.killed = (os.WIFSIGNALED(wait_status)
+                              and os.WTERMSIG(wait_status) == signal.SIGKILL)
         else:
             time.sleep(0.005)
     return process.status
@@ -317,7 +324,8 @@ def _receive(process: _SubProcess) -> Any:
     try:
         return process.connection.recv()
     except (EOFError, OSError):
-        raise SubProcessEnded(process.pid, _reap(process, _EXIT_GRACE)) from None
+        status = _reap(process, _EXIT_GRACE)
+        raise SubProcessEnded(process.pid, status, process.killed) from None
 
 
 def run_pool(items: Sequence[Item], header: Dict[str, Any], index: int,
@@ -403,10 +411,15 @@ def run_items(storage: "Storage", header: Dict[str, Any], items: Sequence[Item],
     resolver = Resolver(storage, header.get("redirects"))
     resolver.preload(items)  # here, before the fork: the sub-processes read no storage
     logger.debug("child %d: running %d items on %d processes", index, len(items), processes)
+    kills_before = oomguard.oom_kill_count()
     try:
         return run_pool(items, header, index, prefetched, processes, output, resolver, usage)
     except SubProcessEnded as ended:
-        if ended.exit_status == calls.OOM_EXIT_STATUS:  # its MemoryError, or SIGKILL (128 + 9)
+        # its MemoryError (exit 137), or a SIGKILL (128 + 9) the cgroup counts as an OOM kill
+        # (or that nothing can tell from another: oomguard.verdict's rule)
+        if ended.exit_status == calls.OOM_EXIT_STATUS and (not ended.killed or oomguard.verdict(
+                None, signal.SIGKILL, kills_before, oomguard.oom_kill_count(),
+                lambda: False)[0] == "oom"):
             raise MemoryError from None
         logger.error("child %d: %s; ending the container with it", index, ended)
         calls.flush_output()
