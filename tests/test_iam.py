@@ -612,10 +612,14 @@ def kms_statements(document: Dict[str, Any]) -> List[Dict[str, Any]]:
 
 
 def test_kms_key_arn_grants_the_job_role_and_the_clients_the_sse_kms_actions_on_that_key(
-        kms_stack, kms_key):
+        kms_stack, kms_key, admin):
     policy_arn = f"arn:aws:iam::{ACCOUNT}:policy/{KMS_STACK}-payload-key"
     assert kms_stack["outputs"]["PayloadKeyPolicy"] == policy_arn
     assert kms_stack["job_role_attached"] == [policy_arn]  # the stack attaches it to the job role
+    # and to the execution role, which reads a SigningSecretArn encrypted with the key for ECS
+    attached = admin("iam").list_attached_role_policies(
+        RoleName=kms_stack["physical"]["ExecutionRole"])["AttachedPolicies"]
+    assert [p["PolicyArn"] for p in attached] == [policy_arn]
     # what each principal holds: its own policy and the payload key policy
     for own in (kms_stack["job_policy"], kms_stack["client_policy"]):
         assert kms_statements(own) == []
