@@ -216,3 +216,25 @@ def test_on_the_emulator_the_kernels_kill_of_the_calls_is_typed_and_marked(local
     storage = local_env.storage
     job_url = storage.read_job_pointer(future.job_id)
     assert storage.list_oom_markers(job_url) == {0}
+
+
+@pytest.mark.slow
+def test_on_the_aws_path_the_worker_records_the_kill_in_the_bucket(tmp_path, s3_endpoint):
+    # the emulator's endpoint as Batch and moto's S3: the worker's parent writes the marker
+    # through s3fs after its child's kill, and retry_on_oom retries from it
+    from s3server import emulator_endpoint, emulator_environment, new_bucket
+    from test_oom_marker import _oom_keys
+
+    from batchfutures.emulator.runtime import cgroups
+
+    if cgroups.detect() is None:
+        pytest.skip("needs cgroups (root on Linux)")
+    with emulator_endpoint(tmp_path / "emulator", max_vcpus=2, isolation="cgroups"):
+        env = emulator_environment(new_bucket())
+        with BatchExecutor(env, memory=256) as ex:
+            guarded = ex.with_settings(environment={"BATCHFUTURES_OOM_GUARD": "1"})
+            error = guarded.submit(allocate, 600).exception(timeout=180)
+            retried = guarded.with_settings(retry_on_oom=2).submit(allocate, 300)
+            assert retried.result(timeout=180) == 300
+    assert type(error) is MemoryLimitExceeded and error.memory_mib == 256
+    assert len(_oom_keys(env.io_bucket)) >= 2  # the failed call's and the retried call's first try
