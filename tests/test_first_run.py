@@ -235,6 +235,11 @@ def test_the_doc_blocks_export_what_the_client_needs(box, exported):
     assert identity["Account"] == ACCOUNT
     printed = done.stdout[done.stdout.index("}") + 1:].split()
     assert printed == sorted(f"{k}={v}" for k, v in exported.items() if k.startswith("BATCHF"))
+    # the CLI honours AWS_ENDPOINT_URL_BATCH over AWS_ENDPOINT_URL: the emulator's own queue
+    # (moto's Batch has only the stack's) is listed
+    listed = run_bash("aws batch describe-job-queues --query 'jobQueues[].jobQueueName' "
+                      "--output text", dict(box.env, **exported), box.tmp)
+    assert "batchfutures" in listed.stdout.split(), listed.stdout + listed.stderr
 
 
 def test_check_passes_with_exactly_the_doc_variables(box, exported):
