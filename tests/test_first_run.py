@@ -156,13 +156,15 @@ def box(tmp_path_factory):
         container = dict(base, AWS_REGION=REGION, AWS_DEFAULT_REGION=REGION,
                          PYTHONPATH=str(ROOT), **{ACCESS_KEY_VARIABLE: "testing",
                                                   SECRET_KEY_VARIABLE: "testing"})
-        process = subprocess.Popen(
-            [sys.executable, "-m", "batchfutures.emulator", "--folder", str(folder),
-             "--max-vcpus", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env=container, cwd=tmp)
+        errors = tmp / "emulator.stderr"  # a file: a pipe nobody reads could fill and stall it
+        with open(errors, "w") as stderr:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "batchfutures.emulator", "--folder", str(folder),
+                 "--max-vcpus", "2"], stdout=subprocess.PIPE, stderr=stderr, text=True,
+                env=container, cwd=tmp)
         try:
             emulator_url = process.stdout.readline().strip()
-            assert emulator_url.startswith("http://127.0.0.1:"), process.stderr.read()
+            assert emulator_url.startswith("http://127.0.0.1:"), errors.read_text()
             batch = boto3.client("batch", endpoint_url=emulator_url, region_name=REGION,
                                  aws_access_key_id="testing", aws_secret_access_key="testing")
             queue_name = outputs["JobQueue"].rsplit("/", 1)[1]
