@@ -279,14 +279,16 @@ def read_fargate_quotas(service_quotas: Any, kinds: Iterable[str]) -> Dict[str, 
     """The account's Fargate vCPU quota of each kind ("FARGATE", "FARGATE_SPOT") from Service
     Quotas' GetServiceQuota (the applied value); None for one that cannot be read (refused:
     the caller needs servicequotas:GetServiceQuota), logged once."""
+    from . import batchapi  # its retries (throttling, 5xx); the clients' own are off
+
     found: Dict[str, Optional[float]] = {}
     for kind in kinds:
         code = FARGATE_VCPU_QUOTAS.get(kind)
         if code is None:
             continue
         try:
-            answer = service_quotas.get_service_quota(ServiceCode=FARGATE_SERVICE_CODE,
-                                                      QuotaCode=code)
+            answer = batchapi.call(service_quotas.get_service_quota,
+                                   ServiceCode=FARGATE_SERVICE_CODE, QuotaCode=code)
             found[kind] = float(answer["Quota"]["Value"])
         except Exception as error:  # refused or unknown: the steps are capped by maxvCpus alone
             found[kind] = None
