@@ -29,8 +29,10 @@ import getpass
 import json
 import logging
 import math
+import random
 import re
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
@@ -543,10 +545,21 @@ class Submitter:
         return variables
 
     def _check_queue_once(self) -> None:
-        if self._queue_checked:
-            return
-        self._env.check_queue()
-        self._queue_checked = True
+        """The queue's check, once; a check that failed only for throttling (past its retry
+        budget) is made again while the executor is open, as a throttled SubmitJob is sent
+        again: throttling alone never fails a call."""
+        throttled = 0
+        while not self._queue_checked:
+            try:
+                self._env.check_queue()
+            except ConfigurationError as error:
+                cause = error.__cause__
+                if cause is None or not batchapi.is_throttling(cause) or self._stopped.is_set():
+                    raise
+                throttled += 1
+                time.sleep(batchapi.throttle_wait(throttled, self.submit_budget, random.random()))
+                continue
+            self._queue_checked = True
 
     def _initargs_location(self) -> str:
         if self._initargs_url is None:

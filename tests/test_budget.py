@@ -138,6 +138,14 @@ def test_mapping_key(monkeypatch):
 def test_local_environment_is_unbudgeted_unless_asked(tmp_path):
     plain = LocalEnvironment(tmp_path / "a")
     assert plain.request_rate is None
+    budgeted = LocalEnvironment(tmp_path / "c", request_rate=50)
+    try:
+        assert plain.batch is plain.emulator  # the local default: as fast as the emulator
+        assert budgeted.batch.unbudgeted is budgeted.emulator
+        assert budgeted.batch.request_budget.rate == 50
+    finally:
+        plain.emulator.close()
+        budgeted.emulator.close()
     with pytest.raises(ConfigurationError, match="request_rate"):
         LocalEnvironment(tmp_path / "b", request_rate=-1)
 
@@ -412,6 +420,20 @@ def test_shutdown_with_cancel_stops_a_throttled_submission(make_env):
     stopper.start()
     stopper.join(timeout=30)
     assert not stopper.is_alive() and future.cancelled()
+
+
+def test_a_throttled_queue_check_is_made_again(make_env):
+    env = make_env()
+    env.emulator.set_faults(FaultProfile(throttle_rate=1.0,
+                                         operations=frozenset({"DescribeJobQueues"})))
+    with BatchExecutor(env) as executor:
+        executor._session.submitter.submit_budget = FAST
+        future = executor.submit(square, 4)
+        deadline = time.monotonic() + 60
+        while env.emulator.faults.injected < 12 and time.monotonic() < deadline:
+            time.sleep(0.01)  # past DEFAULT_BUDGET's 6 tries, twice
+        env.emulator.set_faults(FaultProfile())
+        assert future.result(timeout=60) == 16
 
 
 def test_too_big_a_request_is_refused_before_any_upload(make_env):
