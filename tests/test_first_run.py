@@ -322,7 +322,10 @@ def test_an_image_of_another_registry_is_said_not_checked(box, exported):
                                        f"(it must exist and run Python {MINOR})")
 
 
-def test_batch_executor_from_the_doc_variables_alone_runs_a_map(box, exported):
+@pytest.mark.parametrize("by", ["arn", "name"])
+def test_batch_executor_from_the_doc_variables_alone_runs_a_map(box, exported, by):
+    if by == "name":  # the secret by name: the jobs find it in their region (ECS sets it)
+        exported = dict(exported, BATCHFUTURES_SIGNING_SECRET=f"{STACK}/signing-key")
     script = textwrap.dedent("""
         from batchfutures import BatchExecutor
 
