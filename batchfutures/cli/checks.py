@@ -118,7 +118,7 @@ SECRET_FIXES = {
                              "a secret under your own KMS key also needs kms:Decrypt)",
     "ResourceNotFoundException": "no such secret in this region: BATCHFUTURES_SIGNING_SECRET must "
                                  f"be the stack's SigningSecret output ({STEP_3})",
-    "InvalidRequestException": "the secret is scheduled for deletion or disabled: restore it "
+    "InvalidRequestException": "the secret is scheduled for deletion: restore it "
                                "(`aws secretsmanager restore-secret --secret-id ...`)",
     "DecryptionFailure": "its KMS key cannot decrypt it for this caller: allow kms:Decrypt on "
                          "the secret's key",
