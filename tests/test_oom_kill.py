@@ -195,6 +195,47 @@ def test_on_the_inner_pool_the_kernels_kill_is_recorded_and_another_sigkill_is_n
     assert local.list_oom_markers(killed) == set()  # ...but the count says it was no OOM kill
 
 
+def wait_for_sigterm(ready, handle):
+    import signal as signals
+    import time
+
+    got = []
+    if handle:  # a call that cleans up on docker stop's SIGTERM
+        signals.signal(signals.SIGTERM, lambda *_: got.append(1))
+    with open(ready, "w") as flag:
+        flag.write("ready")
+    deadline = time.monotonic() + 30
+    while not got and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return "got SIGTERM" if got else "no SIGTERM"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("handle", [True, False])
+def test_docker_stops_sigterm_reaches_the_calls(local, tmp_path, handle):
+    import subprocess
+    import sys
+    import time
+
+    ready = tmp_path / "ready"
+    job = make_job(local, [[(wait_for_sigterm, (str(ready), handle), {})]])
+    env = dict(os.environ, AWS_BATCH_JOB_ARRAY_INDEX="0", AWS_BATCH_JOB_ATTEMPT="1",
+               BATCHFUTURES_OOM_GUARD="1")
+    worker = subprocess.Popen([sys.executable, "-m", "batchfutures.worker", job], env=env,
+                              stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not ready.exists() and worker.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    worker.send_signal(signal.SIGTERM)  # to the container's main process, as docker stop does
+    _, stderr = worker.communicate(timeout=60)
+    if handle:  # the call's handler ran in the child, which then finished and wrote its result
+        assert worker.returncode == 0, stderr
+        assert results(local, job)[1] == [(True, "got SIGTERM")]
+    else:  # the default: the call's process ends of it, and the worker of the same signal
+        assert worker.returncode == -signal.SIGTERM
+        assert local.read_result(job, 0) is None and local.list_oom_markers(job) == set()
+
+
 # -- a real job on the emulator ----------------------------------------------------------------------
 @pytest.mark.slow
 def test_on_the_emulator_the_kernels_kill_of_the_calls_is_typed_and_marked(local_env):

@@ -170,10 +170,18 @@ def supervise(main: Callable[[], int], args: List[str], *, record_oom: Callable[
     kills_before = oom_kill_count()
     for stream in (sys.stdout, sys.stderr):  # nothing buffered may be written twice
         stream.flush()
-    pid = os.fork()
+    # a signal sent before the forwarding is set waits (blocked), then is forwarded
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+    try:
+        pid = os.fork()
+    except OSError as error:  # no memory or process left for it: the attempt runs here
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        os.write(2, f"batchfutures.worker: cannot fork ({error}); running here\n".encode())
+        return main()
     if pid == 0:
         status = 1
         try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
             _in_child()
             status = main()
         except SystemExit as exit_:  # as the interpreter ends on one
@@ -184,6 +192,7 @@ def supervise(main: Callable[[], int], args: List[str], *, record_oom: Callable[
             finish(status)  # never returns: the atexit handlers, then os._exit
     for forwarded in FORWARDED:
         signal.signal(forwarded, lambda number, _frame: _forward(pid, number))
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     exit_status, signal_number = _wait(pid)
     for forwarded in FORWARDED:
         signal.signal(forwarded, signal.SIG_DFL)
