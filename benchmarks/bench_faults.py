@@ -197,9 +197,11 @@ def aws_stack(folder: Path, s3_fault_rate: float, emulator_process: bool) -> Ite
                 [sys.executable, "-m", "batchfutures.emulator", "--port", "0", "--folder",
                  str(folder / "emulator"), "--max-vcpus", "2",
                  # it serves only requests signed with its pair: the fake keys boto3 signs with
-                 "--access-key-id", values["AWS_ACCESS_KEY_ID"],
-                 "--secret-access-key", values["AWS_SECRET_ACCESS_KEY"]],
-                env={**os.environ, **values}, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                 # (the secret by variable: never in argv)
+                 "--access-key-id", values["AWS_ACCESS_KEY_ID"]],
+                env={**os.environ, **values,
+                     "BATCHFUTURES_EMULATOR_SECRET_ACCESS_KEY": values["AWS_SECRET_ACCESS_KEY"]},
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 text=True)
             endpoint = process.stdout.readline().strip()  # it prints its URL, then serves
         else:

@@ -8,30 +8,52 @@ request that
 - carries the protocol's JSON content type when it has a body (a browser's "simple" cross-site
   POST can only be text/plain, form-encoded or multipart),
 - has a body no larger than the server's limit (413), and
-- is signed (SigV4, as botocore signs) with the server's access key and secret, dated within
-  15 minutes of now (AWS's window).
+- is signed (SigV4, as botocore signs) with the server's access key and secret, dated at most
+  15 minutes ago (AWS's window) and at most 5 minutes ahead (FUTURE_SKEW, below), and
+- for an operation that changes anything (every one but Describe*, List*, Get*, Filter*), was
+  not seen before: its signature is single-use (ReplayGuard remembers every one it let through
+  until its date leaves the window; bounded, see MAX_SEEN_SIGNATURES).
 
 The signature is checked with botocore's own SigV4 code: a botocore `AWSRequest` is rebuilt
-from the received method, path, query, signed headers and body, signed by `SigV4Auth` with the
-request's own `X-Amz-Date` and the region and service of its credential scope, and the two
-signatures are compared with `hmac.compare_digest`.
+from the received method, the request line's own path and query (never a URL rebuilt from the
+Host header), the signed headers and body, signed by `SigV4Auth` with the request's own
+`X-Amz-Date` and the region and service of its credential scope, and the two signatures are
+compared with `hmac.compare_digest`.
+
+Why reads are not single-use, and why a repeat is a 429: botocore signs only `content-type`,
+`host` and `x-amz-date` (its `amz-sdk-invocation-id` is added after signing), dated to the
+second, so two equal calls in one second carry one signature. A client polls DescribeJobs with
+the same ids several times a second; refusing those would break it, and replaying a read shows
+an eavesdropper only what the original answer already showed. A repeated *change* (SubmitJob
+runs a command) is refused with 429 TooManyRequestsException, which runs nothing: a replayer
+gets nothing, and a legitimate client that really sent the same change twice in one second
+retries, as botocore does on 429, with a fresh date and so a fresh signature.
 """
 
 from __future__ import annotations
 
 import datetime
 import hashlib
+import heapq
 import hmac
 import ipaddress
 import re
 import secrets
 import socket
 import string
-from typing import Any, Iterable, Optional, Tuple
+import threading
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
-MAX_CLOCK_SKEW = datetime.timedelta(minutes=15)
+MAX_CLOCK_SKEW = datetime.timedelta(minutes=15)  # how old a signed request may be (AWS's window)
+# How far ahead of this clock a request may be dated: client and server share one clock on the
+# loopback, and NTP keeps machines within seconds of each other; 5 minutes (AWS's own tolerance
+# for clock skew on many services) leaves room for a badly set clock while keeping a request
+# signed for later (to be sent by whoever intercepts it) useful for at most 20 minutes in all.
+FUTURE_SKEW = datetime.timedelta(minutes=5)
+MAX_SEEN_SIGNATURES = 200_000  # ~220 requests a second for the whole 15-minute window
 DEFAULT_MAX_BODY = 8 * 1024 * 1024  # bytes; Batch's and Logs' requests are far smaller
 _LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1", "localhost.localdomain"}
+_HOST_CHARACTERS = re.compile(r"[A-Za-z0-9.\-\[\]:%_]{1,300}")
 _AUTHORIZATION = re.compile(
     r"AWS4-HMAC-SHA256\s+Credential=(?P<credential>[^,\s]+)\s*,\s*"
     r"SignedHeaders=(?P<signed>[^,\s]+)\s*,\s*Signature=(?P<signature>[0-9a-fA-F]+)\s*$")
@@ -105,6 +127,8 @@ def check_host(host_header: Optional[str], bind: str, names: Iterable[str]) -> N
     the Host a client signed is covered by its signature."""
     if not host_header:
         raise Refused(400, "MissingHostHeader", "request has no Host header")
+    if not _HOST_CHARACTERS.fullmatch(host_header.strip()):  # a name, an address, a port
+        raise Refused(400, "InvalidHostHeader", "the Host header is not a host name and port")
     name = _host_name(host_header)
     if name in names:
         return
@@ -130,9 +154,60 @@ def check_content_type(content_type: Optional[str], expected: str, has_body: boo
                       f"content type {media!r} is not accepted here (expected {expected})")
 
 
+class ReplayGuard:
+    """The signatures let through whose date is still inside the window: a signature seen again
+    is a replay (403). Entries expire with the window; at most ``limit`` are kept, and a request
+    that would need more is refused as throttled (429, which clients retry) rather than let in
+    unremembered."""
+
+    def __init__(self, limit: int = MAX_SEEN_SIGNATURES) -> None:
+        self.limit = int(limit)
+        self._seen: Dict[bytes, datetime.datetime] = {}
+        self._expiry: List[Tuple[datetime.datetime, bytes]] = []  # a heap of (expires, key)
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def admit(self, signature: str, signed_at: datetime.datetime, now: datetime.datetime) -> None:
+        key = hashlib.sha256(signature.lower().encode()).digest()[:16]
+        expires = signed_at + MAX_CLOCK_SKEW
+        with self._lock:
+            while self._expiry and self._expiry[0][0] < now:
+                _, old = heapq.heappop(self._expiry)
+                self._seen.pop(old, None)
+            if key in self._seen:
+                raise Refused(429, "TooManyRequestsException",
+                              "this signature was already used, and a change is single-use: "
+                              "sign the request again (a new X-Amz-Date)")
+            if len(self._seen) >= self.limit:
+                raise Refused(429, "TooManyRequestsException",
+                              "too many signed requests inside the signature window; retry later")
+            self._seen[key] = expires
+            heapq.heappush(self._expiry, (expires, key))
+
+
+_READ_ONLY = re.compile(r"^(Describe|List|Get|Filter)[A-Z]")
+
+
+def is_read_only(operation: str) -> bool:
+    """Whether an operation of Batch's or Logs' API only reads (Describe*, List*, Get*,
+    Filter*): the ones a repeated signature may call again."""
+    return bool(_READ_ONLY.match(operation))
+
+
+class Signed(NamedTuple):
+    """What a request checked by check_signature was signed with."""
+
+    signature: str
+    signed_at: datetime.datetime
+    checked_at: datetime.datetime
+
+
 def check_signature(method: str, path: str, headers: Any, body: bytes, access_key_id: str,
-                    secret_access_key: str, now: Optional[datetime.datetime] = None) -> None:
-    """Refuse (403) a request not SigV4-signed with this pair, or dated outside the window."""
+                    secret_access_key: str, now: Optional[datetime.datetime] = None) -> Signed:
+    """Refuse (403) a request not SigV4-signed with this pair, or dated outside the window;
+    its signature and date, for ReplayGuard.admit once the operation is known."""
     from botocore.auth import SigV4Auth
     from botocore.awsrequest import AWSRequest
     from botocore.credentials import Credentials
@@ -158,9 +233,14 @@ def check_signature(method: str, path: str, headers: Any, body: bytes, access_ke
     except ValueError:
         raise Refused(403, "IncompleteSignatureException", "missing or malformed X-Amz-Date")
     now = now or datetime.datetime.now(datetime.timezone.utc)
-    if abs(now - when) > MAX_CLOCK_SKEW:
+    if now - when > MAX_CLOCK_SKEW:
         raise Refused(403, "InvalidSignatureException",
-                      f"Signature expired: {amz_date} is more than 15 minutes from now")
+                      f"Signature expired: {amz_date} is more than 15 minutes before now")
+    if when - now > FUTURE_SKEW:
+        raise Refused(403, "InvalidSignatureException",
+                      f"Signature not yet current: {amz_date} is more than 5 minutes ahead of now")
+    if not path.startswith("/"):  # origin-form only: the path signed is the path routed
+        raise Refused(400, "InvalidRequestPath", "the request target must be a path ('/...')")
     if scope_date != amz_date[:8]:
         raise Refused(403, "InvalidSignatureException", "credential scope date is not X-Amz-Date's")
     signed = match.group("signed").lower().split(";")
@@ -176,8 +256,9 @@ def check_signature(method: str, path: str, headers: Any, body: bytes, access_ke
         if not values or values[0] is None:
             raise Refused(403, "InvalidSignatureException", f"signed header {name} is missing")
         rebuilt[name] = ",".join(v.strip() for v in values)
-    request = AWSRequest(method=method, url=f"http://{headers.get('Host')}{path}",
-                         headers=rebuilt, data=body)
+    # the request line's own path and query; the signed Host is in `rebuilt`, never in the URL
+    request = AWSRequest(method=method, url=f"http://emulator.invalid{path}", headers=rebuilt,
+                         data=body)
     request.context["timestamp"] = amz_date
     signer = SigV4Auth(Credentials(access_key_id, secret_access_key), service, region)
     canonical = signer.canonical_request(request)
@@ -186,8 +267,10 @@ def check_signature(method: str, path: str, headers: Any, body: bytes, access_ke
         raise Refused(403, "InvalidSignatureException",
                       "The request signature we calculated does not match the signature you "
                       "provided. Check your AWS Secret Access Key and signing method.")
+    return Signed(match.group("signature").lower(), when, now)
 
 
-__all__ = ["DEFAULT_MAX_BODY", "MAX_CLOCK_SKEW", "MIN_REMOTE_SECRET", "Refused",
+__all__ = ["DEFAULT_MAX_BODY", "FUTURE_SKEW", "MAX_CLOCK_SKEW", "MAX_SEEN_SIGNATURES",
+           "MIN_REMOTE_SECRET", "Refused", "ReplayGuard", "Signed", "is_read_only",
            "allowed_host_names", "check_content_type", "check_host", "check_secret_strength",
            "check_signature", "is_loopback", "new_credentials"]

@@ -10,7 +10,16 @@
 Only requests SigV4-signed with the server's own pair (`access_key_id`, `secret_access_key`),
 without an `Origin` header, with a `Host` naming the address served, the protocol's JSON
 content type and a body within `max_body` are served; any other is refused with 4xx before it is
-routed (auth.py).
+routed (auth.py). Before a request is authenticated nothing it sends is unbounded:
+
+    body          Content-Length digits only, at most `max_body`; chunked bodies with chunk
+                  sizes of 1-8 hex digits, the total at most `max_body`, CRLF after each chunk;
+                  Content-Length with Transfer-Encoding, or any other coding: 400
+    time          `request_deadline` seconds (default 30) from a request's first byte to the end
+                  of its body, however slowly it trickles in (slowloris); then the connection
+                  is closed. A kept-alive connection may wait IDLE_CONNECTION_TIMEOUT for its
+                  next request
+    connections   at most `max_connections` (default 64) at once; one more is closed at once
 
 Nothing is routed by hand: every operation of botocore's Batch model is a route (its
 `http.method` and `http.requestUri`), every operation of the CloudWatch Logs model a target
@@ -40,11 +49,13 @@ import datetime
 import decimal
 import functools
 import inspect
+import io
 import json
 import logging
 import re
 import socket
 import threading
+import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, List, Optional, Set, Tuple
@@ -57,17 +68,24 @@ from botocore.validate import ParamValidator
 from .auth import (
     DEFAULT_MAX_BODY,
     Refused,
+    ReplayGuard,
+    Signed,
     allowed_host_names,
     check_content_type,
     check_host,
     check_secret_strength,
     check_signature,
+    is_read_only,
     new_credentials,
 )
 
 logger = logging.getLogger("batchfutures")
 
 IDLE_CONNECTION_TIMEOUT = 60.0  # seconds a keep-alive connection may sit unused
+REQUEST_DEADLINE = 30.0  # seconds from a request's first byte to the end of its body
+MAX_CONNECTIONS = 64  # connections served at once (a thread each)
+_CHUNK_SIZE = re.compile(rb"([0-9A-Fa-f]{1,8})(;[^\r\n]*)?\r?\n")  # hex digits, extensions
+_CONTENT_LENGTH = re.compile(r"[0-9]{1,19}")
 _VALIDATOR = ParamValidator()
 _THROTTLING_CODES = {"TooManyRequestsException", "ThrottlingException", "Throttling",
                      "ThrottledException", "RequestThrottledException", "RequestLimitExceeded"}
@@ -378,6 +396,41 @@ class _JsonApi(_Api):
 
 
 # -- the HTTP server ------------------------------------------------------------------------
+class _DeadlineReader(io.RawIOBase):
+    """A socket's reads under two clocks: waiting for a request's first byte, the idle timeout;
+    from that byte on, one deadline for the whole request (headers and body), however slowly
+    its bytes come. `idle()` starts the wait for the next request."""
+
+    def __init__(self, sock: socket.socket, idle_timeout: float, request_deadline: float) -> None:
+        super().__init__()
+        self._sock = sock
+        self._idle_timeout = idle_timeout
+        self._request_deadline = request_deadline
+        self._deadline: Optional[float] = None
+
+    def idle(self) -> None:
+        self._deadline = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self._deadline is None:
+            timeout = self._idle_timeout
+        else:
+            timeout = self._deadline - time.monotonic()
+            if timeout <= 0:
+                raise socket.timeout(f"request not received within {self._request_deadline:g} s")
+        self._sock.settimeout(timeout)
+        try:
+            count = self._sock.recv_into(buffer)
+        finally:
+            self._sock.settimeout(self._idle_timeout)  # what the answer's writes wait at most
+        if count and self._deadline is None:
+            self._deadline = time.monotonic() + self._request_deadline
+        return count
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as botocore's connection pool expects
     server_version = "batchfutures-emulator"
@@ -386,7 +439,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
+        owner = self.server.owner
+        self._reader = _DeadlineReader(self.connection, IDLE_CONNECTION_TIMEOUT,
+                                       owner.request_deadline)
+        self.rfile.close()  # the plain socket file setup() made: reads go through the clocks
+        self.rfile = io.BufferedReader(self._reader)
         self.server.track(self.connection, True)
+
+    def handle_one_request(self) -> None:
+        self._reader.idle()  # the next request's clock starts with its first byte
+        super().handle_one_request()
 
     def finish(self) -> None:
         try:
@@ -403,44 +465,68 @@ class _Handler(BaseHTTPRequestHandler):
     do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_GET
 
     def _read_body(self, limit: int) -> bytes:
-        """The request body; `Refused` (413) past `limit` bytes, before reading them all."""
-        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            chunks: List[bytes] = []
-            total = 0
-            while True:
-                size = int(self.rfile.readline(64).split(b";", 1)[0].strip() or b"0", 16)
-                if size == 0:
-                    while self.rfile.readline(65537).strip():  # trailers, up to the blank line
-                        pass
-                    return b"".join(chunks)
-                total += size
-                if total > limit:
-                    raise Refused(413, "RequestEntityTooLarge",
-                                  f"request body over the limit of {limit} bytes")
-                chunks.append(self.rfile.read(size))
-                self.rfile.readline()
-        length = int(self.headers.get("Content-Length") or 0)
+        """The request body; `Refused` (413) past `limit` bytes, before reading them all, and
+        (400) for a length or chunk size that is not plain digits (see the module doc)."""
+        codings = [c.strip().lower() for c in self.headers.get_all("Transfer-Encoding") or []]
+        lengths = self.headers.get_all("Content-Length") or []
+        if codings:
+            if codings != ["chunked"] or lengths:
+                raise Refused(400, "BadRequest", "only one Transfer-Encoding, chunked, and "
+                                                 "without Content-Length, is accepted")
+            return self._read_chunked(limit)
+        if len(lengths) > 1 or (lengths and not _CONTENT_LENGTH.fullmatch(lengths[0].strip())):
+            raise Refused(400, "BadRequest", "Content-Length must be one decimal number")
+        length = int(lengths[0]) if lengths else 0
         if length > limit:
             raise Refused(413, "RequestEntityTooLarge",
                           f"request body of {length} bytes is over the limit of {limit} bytes")
-        return self.rfile.read(length) if length > 0 else b""
+        body = self.rfile.read(length) if length > 0 else b""
+        if len(body) != length:
+            raise Refused(400, "BadRequest", "the body ended before its Content-Length")
+        return body
 
-    def _admit(self, owner: "EmulatorServer", api: "_Api", target: Optional[str]) -> bytes:
-        """The body of a request the endpoint serves; `Refused` (4xx) for any other, before
-        anything is run (auth.py)."""
+    def _read_chunked(self, limit: int) -> bytes:
+        chunks: List[bytes] = []
+        total = 0
+        while True:
+            match = _CHUNK_SIZE.fullmatch(self.rfile.readline(1024))
+            if match is None:
+                raise Refused(400, "BadRequest", "malformed chunk size (1 to 8 hex digits)")
+            size = int(match.group(1), 16)
+            if size == 0:
+                for _ in range(64):  # trailers, up to the blank line, each bounded
+                    line = self.rfile.readline(8192)
+                    if line in (b"\r\n", b"\n"):
+                        return b"".join(chunks)
+                    if not line.endswith(b"\n"):
+                        break
+                raise Refused(400, "BadRequest", "malformed or too many trailers")
+            total += size
+            if total > limit:
+                raise Refused(413, "RequestEntityTooLarge",
+                              f"request body over the limit of {limit} bytes")
+            chunk = self.rfile.read(size)
+            if len(chunk) != size or self.rfile.readline(3) not in (b"\r\n", b"\n"):
+                raise Refused(400, "BadRequest", "a chunk is not followed by CRLF")
+            chunks.append(chunk)
+
+    def _admit(self, owner: "EmulatorServer", api: "_Api", target: Optional[str]
+               ) -> Tuple[bytes, Signed]:
+        """The body and signature of a request the endpoint serves; `Refused` (4xx) for any
+        other, before anything is run (auth.py)."""
         if self.headers.get("Origin") is not None:
             raise Refused(403, "AccessDeniedException",
                           "requests from web pages (with an Origin header) are refused")
         check_host(self.headers.get("Host"), owner.host, owner._host_names)
         length = self.headers.get("Content-Length")
-        chunked = "chunked" in (self.headers.get("Transfer-Encoding") or "").lower()
+        chunked = self.headers.get("Transfer-Encoding") is not None
         has_body = chunked or bool(length and length.strip() not in ("", "0"))
         expected = api.content_type if target else owner.rest_api.content_type
         check_content_type(self.headers.get("Content-Type"), expected, has_body)
         raw = self._read_body(owner.max_body)
-        check_signature(self.command, self.path, self.headers, raw, owner.access_key_id,
-                        owner.secret_access_key)
-        return raw
+        signed = check_signature(self.command, self.path, self.headers, raw, owner.access_key_id,
+                                 owner.secret_access_key)
+        return raw, signed
 
     def _handle(self) -> None:
         owner = self.server.owner
@@ -451,7 +537,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             try:
                 try:
-                    raw = self._admit(owner, api, target)
+                    raw, signed = self._admit(owner, api, target)
                 except Refused as refused:
                     self.close_connection = True  # its body may be unread: end the connection
                     raise _Answer(refused.status, refused.code, refused.message)
@@ -473,6 +559,12 @@ class _Handler(BaseHTTPRequestHandler):
                     operation, labels = found
                     query = parse_qs(url.query, keep_blank_values=True)
                     params = api.params(operation, labels, query, self.headers, raw)
+                if not is_read_only(operation.name):  # a change: its signature is single-use
+                    try:
+                        owner.replay_guard.admit(signed.signature, signed.signed_at,
+                                                 signed.checked_at)
+                    except Refused as refused:
+                        raise _Answer(refused.status, refused.code, refused.message)
                 method = api.method(operation)
                 api.validate(operation, params)
                 api.check_signature(operation, method, params)
@@ -520,9 +612,29 @@ class _HTTPServer(ThreadingHTTPServer):
         self.owner = owner
         self._connections: Set[socket.socket] = set()
         self._connections_lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(owner.max_connections)
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """A thread for the connection while under `max_connections`; else it is closed now."""
+        if not self._slots.acquire(blocking=False):
+            logger.warning("batchfutures emulator server: %d connections open; refused one "
+                           "from %s", self.owner.max_connections, client_address)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
     def track(self, connection: socket.socket, open_: bool) -> None:
         with self._connections_lock:
@@ -550,7 +662,9 @@ class EmulatorServer:
     It serves only requests SigV4-signed with `access_key_id` and `secret_access_key` (a fresh
     pair when not given; both are attributes, for building a client), with no `Origin` header,
     a `Host` naming the address served, the protocol's JSON content type and a body of at most
-    `max_body` bytes; anything else is refused with 4xx and runs nothing (auth.py).
+    `max_body` bytes, each signature once; anything else is refused with 4xx and runs nothing
+    (auth.py). A request must arrive whole within `request_deadline` seconds of its first byte;
+    at most `max_connections` connections are served at once (the module doc).
 
         boto3.client("batch", endpoint_url=server.endpoint_url, region_name="us-east-1",
                      aws_access_key_id=server.access_key_id,
@@ -563,7 +677,8 @@ class EmulatorServer:
 
     def __init__(self, service: Any, host: str = "127.0.0.1", port: int = 0,
                  access_key_id: Optional[str] = None, secret_access_key: Optional[str] = None,
-                 max_body: int = DEFAULT_MAX_BODY) -> None:
+                 max_body: int = DEFAULT_MAX_BODY, request_deadline: float = REQUEST_DEADLINE,
+                 max_connections: int = MAX_CONNECTIONS) -> None:
         if (access_key_id is None) != (secret_access_key is None):
             raise ValueError("give both access_key_id and secret_access_key, or neither")
         if access_key_id is None or secret_access_key is None:
@@ -577,6 +692,11 @@ class EmulatorServer:
         self.access_key_id = access_key_id
         self.secret_access_key = secret_access_key
         self.max_body = int(max_body)
+        if not request_deadline > 0 or int(max_connections) < 1:
+            raise ValueError("request_deadline must be positive and max_connections at least 1")
+        self.request_deadline = float(request_deadline)
+        self.max_connections = int(max_connections)
+        self.replay_guard = ReplayGuard()  # a change's signature is single-use in the window
         self._host_names = allowed_host_names(host)
         self.rest_api = _RestJsonApi(_load_model("batch"), service)
         # a service without `logs` still answers Logs' protocol: every operation unknown (404)

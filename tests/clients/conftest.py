@@ -43,9 +43,10 @@ def endpoint(tmp_path_factory):
     path = [str(REPO), os.environ.get("PYTHONPATH")]
     env = {k: v for k, v in os.environ.items() if not k.startswith("BATCHFUTURES_EMULATOR_")}
     env["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
+    env["BATCHFUTURES_EMULATOR_SECRET_ACCESS_KEY"] = secret  # never in argv (issue 29)
     process = subprocess.Popen(
         [sys.executable, "-m", "batchfutures.emulator", "--folder", str(folder),
-         "--max-vcpus", str(MAX_VCPUS), "--access-key-id", key_id, "--secret-access-key", secret],
+         "--max-vcpus", str(MAX_VCPUS), "--access-key-id", key_id],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         url = process.stdout.readline().strip()
