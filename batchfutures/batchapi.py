@@ -14,7 +14,9 @@
            v
         submit_verdict(error):
            RESUBMIT   certainly not processed (throttled 429, the connection never opened)
-                      ─> wait (jitter) and send again
+                      ─> wait (jitter) and send again; a throttle with ``keep_waiting`` (the
+                         submitter's) is outside the retry budget: sent again, backing off
+                         (`throttle_wait`), while the executor wants the job
            LOOK_UP    may have been processed (5xx, read timeout, connection closed mid-call)
                       ─> ListJobs(jobQueue, JOB_NAME = the unique name) for up to the grace
                          (the poller's allowance for DescribeJobs to show a new job; a listed
@@ -23,6 +25,11 @@
                          others terminated); none ─> send again, then look again at once and
                          after the grace, terminating every other job of the name
            GIVE_UP    a client error (4xx): raise
+
+Every request here goes through the client it is given: the environments give
+`budget.BudgetedClient`s, so each try (retries included) takes a token of the process's request
+budget first. The bulk CancelJobs/TerminateJobs answer 200 with per-job `errors`; the throttled
+and 5xx entries are sent again (`split_stop_errors`).
 
 Both the emulator and botocore raise `botocore.exceptions.ClientError`, so one policy covers
 them: `is_retryable` says a call is worth another try, `is_safe_to_resubmit` that a SubmitJob
