@@ -9,6 +9,11 @@
         GET  R/runs/<run>/jobs/<key>/results/<child>      per candidate child: only an "ok"
                                                           outcome of that item is a hit
 
+An index object is read as every signed object is (Storage.read_sealed: its size checked
+before a byte is read, at most MAX_INDEX_SIZE; never a symlink or FIFO locally; the MAC computed
+as it streams in), and one listing reads at most MAX_INDEX_READS of them, the newest runs first:
+whoever can write the bucket without the key can make a client read no more than that.
+
 A call's digest is sha256 over the function's digest (the sha256 of its stored pickle, the
 name it is stored under), the environment digest (environment variables, secrets, job
 definition, the initializer's arguments) and the cloudpickle of ``(args, kwargs)``. Nothing is
@@ -34,13 +39,19 @@ from .errors import DryRunResult, IntegrityError
 from .futures import BatchFuture
 from .jobs import settle
 
-__all__ = ["CallCache", "CACHE_FOLDER", "forget_runs", "environment_digest"]
+__all__ = ["CallCache", "CACHE_FOLDER", "MAX_INDEX_READS", "MAX_INDEX_SIZE", "forget_runs",
+           "environment_digest"]
 
 logger = logging.getLogger("batchfutures")
 
 CACHE_FOLDER = "cache"
 INDEX_KIND = "cache-index"
 READERS = 16  # parallel GETs of index and result objects on an object store
+# An index entry is ~80 bytes ([64-hex digest, child, position]): 32 MiB is ~400,000 calls in
+# one Batch job; a job with more is not cached (its index is not written), rather than let a
+# reader take any size.
+MAX_INDEX_SIZE = 32 * 1024 * 1024
+MAX_INDEX_READS = 256  # index objects read per listing (newest runs first); more are skipped
 
 # (job URL, child, position of the item in the child)
 Location = Tuple[str, int, int]
@@ -234,9 +245,13 @@ class CallCache:
             return
         with self._lock:
             known = self._known.setdefault(function_digest, set())
-            new = [name for name in names if name not in known]
+            new = sorted((name for name in names if name not in known), reverse=True)
         if not new:
             return
+        if len(new) > MAX_INDEX_READS:  # run ids sort by time: the newest runs' indexes
+            logger.warning("batchfutures: the cache of %s has %d index objects not read yet; "
+                           "reading the newest %d", function_digest, len(new), MAX_INDEX_READS)
+            new = new[:MAX_INDEX_READS]
         read = self._map(lambda name: self._read_index(function_digest, name), new)
         with self._lock:
             entries = self._entries.setdefault(function_digest, {})
@@ -253,12 +268,11 @@ class CallCache:
         if not dot:
             return None
         url = f"{self._folder(function_digest)}/{name}"
-        try:
-            data = storage.get_bytes(url)
+        try:  # the one sealed read: size first, no link or FIFO, MAC streamed
+            data = storage.read_sealed(url, INDEX_KIND, limit=MAX_INDEX_SIZE)
             if data is None:
                 return None
-            calls = json.loads(storage.signer.unseal(INDEX_KIND, storage.name_of(url), data,
-                                                     root=_mac_root(storage)))["calls"]
+            calls = json.loads(bytes(data))["calls"]
         except IntegrityError as error:
             logger.warning("batchfutures: ignoring the cache index %s: %s", name, error)
             return []
@@ -289,10 +303,14 @@ class CallCache:
         name = f"{where[0]}.{where[1]}"
         for function_digest, entries in by_function.items():
             url = storage.url(CACHE_FOLDER, function_digest, name)
+            payload = _index_payload(entries)
+            if len(payload) > MAX_INDEX_SIZE - 64:  # readers refuse it: these calls go uncached
+                logger.warning("batchfutures: not caching the %d calls of %s: their index would "
+                               "be over %d bytes", len(entries), url, MAX_INDEX_SIZE)
+                continue
             try:
                 storage.put_bytes(url, storage.signer.seal(INDEX_KIND, storage.name_of(url),
-                                                           _index_payload(entries),
-                                                           root=_mac_root(storage)))
+                                                           payload, root=_mac_root(storage)))
             except Exception as error:  # the job runs all the same; it is just not findable
                 logger.warning("batchfutures: cannot write the cache index %s: %s", url, error)
                 continue

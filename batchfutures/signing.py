@@ -69,6 +69,7 @@ import hashlib
 import hmac
 import os
 import secrets
+import stat
 import struct
 import threading
 import uuid
@@ -93,6 +94,7 @@ KEY_VARIABLE = "BATCHFUTURES_SIGNING_KEY"
 KEY_FROM_VARIABLE = "BATCHFUTURES_SIGNING_KEY_FROM"
 KEY_FILE_NAME = "signing.key"
 MIN_KEY_CHARACTERS = 32
+KEY_FILE_LIMIT = 4096  # bytes read of the key file at most
 # The result-meta key under which a worker records that it refused its job's objects (a fixed
 # JSON field, never a pickle: the client turns it into IntegrityError without unpickling).
 REFUSED = "integrity_error"
@@ -288,7 +290,8 @@ def read_key_file(path: Path, *, create: bool) -> bytes:
     if create and not path.exists():
         _create_key_file(path)
     try:
-        descriptor = open_private(path, os.O_RDONLY)  # O_NOFOLLOW: a planted symlink is refused
+        # O_NOFOLLOW: a planted symlink is refused; O_NONBLOCK: a planted FIFO never blocks
+        descriptor = open_private(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
         raise ConfigurationError(
             f"no signing key: the key file {path} does not exist (the client creates it on "
@@ -300,8 +303,10 @@ def read_key_file(path: Path, *, create: bool) -> bytes:
             f"creates a new key") from None
     with os.fdopen(descriptor, "rb") as handle:
         # owned by this user and private to them: a key someone else planted forges results
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise ConfigurationError(f"the signing key file {path} is not a regular file")
         check_private_file(handle.fileno(), path, "signing key file")
-        text = handle.read().strip()
+        text = handle.read(KEY_FILE_LIMIT).strip()  # a key is 64 hex digits, not any size
     try:
         key = bytes.fromhex(text.decode("ascii"))
     except (UnicodeDecodeError, ValueError):

@@ -456,11 +456,11 @@ class Storage:
             # predate the object; a range "bytes=0-" is one GET that always sees the object.
             start = 0
 
+        if self.local:  # never through a symlink, never blocking on a FIFO, size checked first
+            return self._local_bytes(url, path, start, end)
+
         def read() -> Optional[bytes]:
             try:
-                if self.local and end is not None:  # a range past the end reads what is there,
-                    size = os.path.getsize(path)  # as on S3 (a file read would allocate it all)
-                    return self.fs.cat_file(path, start=min(start or 0, size), end=min(end, size))
                 return self.fs.cat_file(path, start=start, end=end)
             except FileNotFoundError:
                 return None
@@ -470,6 +470,45 @@ class Storage:
                 self.fs.invalidate_cache(path)
                 return self.fs.cat_file(path)
         return self._retried(read)
+
+    def _local_bytes(self, url: str, path: str, start: Optional[int],
+                     end: Optional[int]) -> Optional[bytes]:
+        """A local file's bytes [start, end) as a range read on S3 gives them (a range past the
+        end reads what is there), opened as every local read is (``_open_local``); a read to
+        the end over ``max_object_size`` is refused before it is read."""
+        opened = self._open_local(url, path)
+        if opened is None:
+            return None
+        handle, size = opened
+        with handle:
+            first = min(start or 0, size)
+            last = size if end is None else min(end, size)
+            if end is None and last - first > self.max_object_size:  # a range is the caller's
+                raise ObjectTooLargeError(url, last - first, self.max_object_size)
+            handle.seek(first)
+            return handle.read(max(0, last - first))
+
+    @staticmethod
+    def _open_local(url: str, path: str) -> Optional[Tuple[Any, int]]:
+        """(an unbuffered handle, its size) of the regular file at ``path``: opened without
+        following a symlink (IntegrityError) nor blocking on a FIFO or device (IntegrityError);
+        None when there is none."""
+        try:
+            descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
+                                 | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError:
+            return None
+        except OSError as error:
+            if error.errno != errno.ELOOP:
+                raise
+            raise IntegrityError(f"{url} is a symbolic link; refusing it, nothing was "
+                                 f"unpickled") from None
+        handle = open(descriptor, "rb", buffering=0)
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode):
+            handle.close()
+            raise IntegrityError(f"{url} is not a regular file; refusing it")
+        return handle, info.st_size
 
     def _read_verified(self, url: str, make: Callable[[], _Verifying], start: Optional[int] = None,
                        end: Optional[int] = None) -> Optional[_Verifying]:
@@ -481,22 +520,13 @@ class Storage:
         ranged = start is not None or end is not None
 
         def local() -> Optional[_Verifying]:
-            try:  # never through a symlink, never blocking on a planted FIFO
-                descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
-                                     | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-            except FileNotFoundError:
+            opened = self._open_local(url, path)  # never through a symlink, never a FIFO
+            if opened is None:
                 return None
-            except OSError as error:
-                if error.errno != errno.ELOOP:
-                    raise
-                raise IntegrityError(f"{url} is a symbolic link; refusing it, nothing was "
-                                     f"unpickled") from None
-            with open(descriptor, "rb", buffering=0) as handle:
-                info = os.fstat(descriptor)
-                if not stat.S_ISREG(info.st_mode):
-                    raise IntegrityError(f"{url} is not a regular file; refusing it")
-                first = min(start or 0, info.st_size)
-                last = info.st_size if end is None else min(end, info.st_size)
+            handle, size = opened
+            with handle:
+                first = min(start or 0, size)
+                last = size if end is None else min(end, size)
                 sink = make()
                 sink.begin(max(0, last - first))  # before a byte of it is read
                 handle.seek(first)
@@ -541,8 +571,18 @@ class Storage:
             return sink
         return self._retried(lambda: sync(self.fs.loop, stream))
 
-    def _read_sealed(self, url: str, kind: str) -> Optional[bytearray]:
+    def read_sealed(self, url: str, kind: str, *, limit: Optional[int] = None
+                    ) -> Optional[bytearray]:
+        """The payload of the sealed object of ``kind`` at ``url``, read as every signed object
+        is: its size checked first (against ``limit`` when smaller than ``max_object_size``),
+        never through a symlink or FIFO locally, the MAC computed as it streams in
+        (IntegrityError, ObjectTooLargeError); None when there is none."""
+        return self._read_sealed(url, kind, limit=limit)
+
+    def _read_sealed(self, url: str, kind: str, *, limit: Optional[int] = None
+                     ) -> Optional[bytearray]:
         """A sealed object's payload, its MAC checked as it was read; None when there is none."""
+        cap = self.max_object_size if limit is None else min(limit, self.max_object_size)
         name = self.name_of(url)
         unsigned = (f"the {kind} object {name} is not signed; refusing to load it (nothing was "
                     f"unpickled)")
@@ -553,7 +593,7 @@ class Storage:
 
         def make() -> _Verifying:
             return _Verifying(
-                url, self.max_object_size, len(SEAL_MAGIC) + TAG_SIZE,
+                url, cap, len(SEAL_MAGIC) + TAG_SIZE,
                 lambda size: self.signer.mac_stream(kind, name, root=self.mac_root, tail=size),
                 unsigned, check_head=magic)
         sink = self._read_verified(url, make)

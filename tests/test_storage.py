@@ -56,7 +56,7 @@ def s3_requests(storage: Storage) -> Iterator[Optional[S3Requests]]:
 
 
 class LocalReads:
-    """Every cat_file call on the local filesystem: (start, end, bytes returned)."""
+    """Every read of the local filesystem: (start, end, bytes returned)."""
 
     def __init__(self, storage: Storage, monkeypatch: pytest.MonkeyPatch) -> None:
         self.reads: List[Tuple[Optional[int], Optional[int], int]] = []
@@ -67,6 +67,13 @@ class LocalReads:
             self.reads.append((start, end, len(data)))
             return data
         monkeypatch.setattr(storage.fs, "cat_file", cat_file)
+        plain = storage._local_bytes  # local reads: opened without following links (issue 29)
+
+        def local_bytes(url: str, path: str, start: Optional[int], end: Optional[int]) -> Any:
+            data = plain(url, path, start, end)
+            self.reads.append((start, end, 0 if data is None else len(data)))
+            return data
+        monkeypatch.setattr(storage, "_local_bytes", local_bytes)
         verified = storage._read_verified  # signed ranges are streamed, not read by cat_file
 
         def read_verified(url: str, make: Any, start: Optional[int] = None,
