@@ -18,6 +18,8 @@ from .output import (
     ExitCode,
     OutputFormat,
     counts_text,
+    escape,
+    json_text,
     note,
     out,
     print_json,
@@ -111,7 +113,7 @@ def _print_status(info: Any, failures: Any, output: OutputFormat, usage: Any = N
         rows += [("", line) for line in lines[1:]]
     width = max(len(key) for key, _ in rows)
     for key, value in rows:
-        out(f"{key.ljust(width)}  {value}")
+        out(f"{key.ljust(width)}  {escape(str(value))}")  # a field's newline is no new row
 
 
 def _watch_line(info: Any) -> str:
@@ -134,11 +136,11 @@ def _watch(env: Any, args: argparse.Namespace) -> Any:
         info = jobview.describe(env.batch, args.job, children=False)
         line = _watch_line(info)
         if interactive:
-            print("\r" + line, end="\x1b[K", flush=True)
+            print("\r" + escape(line), end="\x1b[K", flush=True)
         elif line != last:
             if args.output is OutputFormat.JSON:
-                print(json.dumps({"jobId": info.job_id, "status": info.status,
-                                  "statusCounts": info.status_counts}), flush=True)
+                print(json_text({"jobId": info.job_id, "status": info.status,
+                                 "statusCounts": info.status_counts}), flush=True)
             else:
                 out(line)
         last = line
@@ -250,7 +252,7 @@ def cmd_result(args: argparse.Namespace) -> int:
 
     def emit(index: int, ok: bool, value: Any) -> None:
         if streaming:
-            out(repr(value) if ok else f"{type(value).__name__}: {value}")
+            out(repr(value) if ok else f"{type(value).__name__}: {escape(str(value))}")
         elif ok:
             collected.append({"index": index, "ok": True, "repr": repr(value),
                               "value": _value_json(value)})
