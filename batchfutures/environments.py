@@ -141,8 +141,12 @@ class Environment:
         memory = None
         try:
             definition = self._describe_definition()
-        except Exception:  # the default memory then ignores the definition; SubmitJob still checks
-            definition = None
+        except Exception as error:  # the default memory then ignores the definition
+            if batchapi.is_retryable(error):  # throttled or a 5xx: read again next time, not never
+                logger.info("batchfutures: the job definition's memory is unread for now (%s)",
+                            error)
+                return None
+            definition = None  # refused or absent: SubmitJob still checks
         self._definition_tags = dict((definition or {}).get("tags") or {})
         if definition:
             props = definition.get("containerProperties") or {}

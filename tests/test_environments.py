@@ -280,3 +280,19 @@ def test_a_malformed_signing_secret_is_refused_in_the_users_words(secret, monkey
     if secret:  # an empty variable counts as unset
         with pytest.raises(ConfigurationError, match="BATCHFUTURES_SIGNING_SECRET"):
             resolve_environment(None)
+
+
+def test_a_throttled_definition_read_is_read_again_not_given_up(tmp_path):
+    """A throttled DescribeJobDefinitions leaves the definition's memory unread for now; the next
+    ask reads it (before, the first failure was kept for the environment's whole life)."""
+    env = LocalEnvironment(tmp_path / "wd")
+    try:
+        env.emulator.inject_faults(1.0, operations=["DescribeJobDefinitions"])
+        assert env.definition_memory() is None
+        env.emulator.inject_faults(0)
+        memory = env.definition_memory()
+        assert memory is not None and memory > 0
+        env.emulator.inject_faults(1.0, operations=["DescribeJobDefinitions"])
+        assert env.definition_memory() == memory  # read once it succeeded
+    finally:
+        env.emulator.inject_faults(0)
