@@ -392,6 +392,8 @@ class AWSBatchEnvironment(Environment):
         self.io_prefix = (io_prefix or "").strip("/")
         self.image = image
         self.definition_options = definition_options
+        self._fargate_cap: Optional[float] = None  # fargate_vcpu_cap(), read once
+        self._fargate_cap_read = False
         self.signing_secret = check_signing_secret(signing_secret)
         self.kms_key_id = _optional_text(kms_key_id, "kms_key_id")
         if expected_bucket_owner is not None and not ACCOUNT_ID.fullmatch(str(expected_bucket_owner)):
@@ -647,8 +649,35 @@ class AWSBatchEnvironment(Environment):
             jobdefinitions.check_fargate(settings.vcpus, settings.memory_mib(), settings.gpus)
             if settings.nodes > 1:
                 raise ConfigurationError("nodes > 1: multi-node parallel jobs run on EC2, not Fargate")
+            cap = self.fargate_vcpu_cap()
+            if cap is not None and settings.vcpus > cap:
+                # Batch would hold it RUNNABLE for ever, with no statusReason
+                raise ConfigurationError(
+                    f"vcpus={settings.vcpus:g} can never run on this queue's Fargate compute "
+                    f"environments: one job gets at most {cap:g} vCPUs (the account's Fargate vCPU "
+                    f"quota, Service Quotas fargate/L-3032A538 on demand or L-36FBB829 Spot, and "
+                    f"the compute environments' maxvCpus). Lower vcpus=, or request a quota "
+                    f"increase (docs/aws.md, 'Fargate vCPU quota')")
         elif platform == "EC2":
             jobdefinitions.check_ec2_vcpus(settings.vcpus)
+
+    def fargate_vcpu_cap(self) -> Optional[float]:
+        """The most vCPUs one job can get on the queue's Fargate compute environments (their
+        maxvCpus and the account's Fargate quota), read once; None when unknown."""
+        with self._lock:
+            if self._fargate_cap_read:
+                return self._fargate_cap
+        from . import oomretry
+
+        try:
+            cap = oomretry.learn_fargate_vcpus(self.batch, self.job_queue,
+                                               lambda: self.client("service-quotas"))
+        except Exception as error:  # unreadable: SubmitJob and the queue still decide
+            logger.info("batchfutures: the queue's Fargate vCPU cap is unknown (%s)", error)
+            return None
+        with self._lock:
+            self._fargate_cap, self._fargate_cap_read = cap, True
+        return cap
 
     def __repr__(self) -> str:
         return (f"AWSBatchEnvironment(job_queue={self.job_queue!r}, io_bucket={self.io_bucket!r}, "

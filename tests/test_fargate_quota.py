@@ -9,11 +9,14 @@ and a retry that gives up at the quota instead of waiting.
 
 from __future__ import annotations
 
+import uuid
+
 import boto3
 import pytest
 from botocore.stub import Stubber
 
-from batchfutures.errors import BatchError, MemoryLimitExceeded, classify_failure
+from batchfutures import AWSBatchEnvironment
+from batchfutures.errors import BatchError, ConfigurationError, MemoryLimitExceeded, classify_failure
 from batchfutures.futures import BatchFuture
 from batchfutures.jobs import Actions, TrackedJob
 from batchfutures.oomretry import (
@@ -127,3 +130,38 @@ def test_an_ec2_queue_asks_no_quota(local_env):
     assert learn_fargate_vcpus(local_env.batch, local_env.job_queue,
                                lambda: made.append(1)) is None
     assert made == []  # the emulator's one compute environment is EC2: no Service Quotas client
+
+
+# -- the first submit, not only the retries ----------------------------------------------------
+def fargate_queue(max_vcpus: int) -> str:
+    """A Fargate compute environment of ``max_vcpus`` and its queue in moto's Batch (the
+    emulator's compute environments are EC2); returns the queue's ARN."""
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/24")["Subnet"]["SubnetId"]
+    group = ec2.create_security_group(GroupName=f"fg-{uuid.uuid4().hex[:8]}", Description="fg",
+                                      VpcId=vpc)["GroupId"]
+    role = boto3.client("iam", region_name="us-east-1").create_role(
+        RoleName=f"batch-{uuid.uuid4().hex[:8]}", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    batch = boto3.client("batch", region_name="us-east-1")
+    name = f"fargate-{uuid.uuid4().hex[:8]}"
+    environment = batch.create_compute_environment(
+        computeEnvironmentName=name, type="MANAGED", state="ENABLED", serviceRole=role,
+        computeResources={"type": "FARGATE", "maxvCpus": max_vcpus, "subnets": [subnet],
+                          "securityGroupIds": [group]})
+    return batch.create_job_queue(
+        jobQueueName=name, state="ENABLED", priority=1,
+        computeEnvironmentOrder=[{"order": 1, "computeEnvironment":
+                                  environment["computeEnvironmentArn"]}])["jobQueueArn"]
+
+
+def test_a_fargate_job_over_the_queues_vcpu_cap_is_refused_before_anything_runs(s3_endpoint):
+    """Batch would hold it RUNNABLE for ever with no reason; the executor refuses it when made.
+    (moto's Service Quotas does not know fargate's codes: the cap is the maxvCpus here.)"""
+    env = AWSBatchEnvironment(job_queue=fargate_queue(4), io_bucket="bucket-fargate-cap",
+                              image="python:3.11", platform="FARGATE", region_name="us-east-1",
+                              signing_secret="batchfutures/signing-key")
+    env.validate_settings(JobSettings(vcpus=4, memory=8192))  # within the cap
+    with pytest.raises(ConfigurationError, match=r"vcpus=8 .* at most 4 vCPUs.*L-3032A538"):
+        env.validate_settings(JobSettings(vcpus=8, memory=16384))
+    assert env.fargate_vcpu_cap() == 4.0
