@@ -441,8 +441,29 @@ class Stop(enum.Enum):
         return self.name.lower()
 
 
+class StopFailed(str):
+    """Why a job was not stopped: the text callers log ("<code>: <message>"), with the error's
+    ``code`` and ``message`` apart for those who decide on them (childstops.refused_alone)."""
+
+    code: str
+    message: str
+
+    def __new__(cls, code: str, message: str) -> "StopFailed":
+        text = super().__new__(cls, f"{code}: {message}" if code else message)
+        text.code, text.message = code, message
+        return text
+
+    @classmethod
+    def of(cls, error: BaseException) -> "StopFailed":
+        """A whole call's failure (a ClientError's code and message; else the exception)."""
+        if isinstance(error, ClientError):
+            return cls(error_code(error), str(error.response.get("Error", {}).get("Message")
+                                              or error))
+        return cls("", str(error))
+
+
 def stop_jobs(client: Any, how: Stop, job_ids: List[str], reason: str,
-              **narrower: Any) -> Dict[str, str]:
+              **narrower: Any) -> Dict[str, StopFailed]:
     """CancelJob or TerminateJob (``how``) for each job,
     in calls of up to 50 jobs (CancelJobs / TerminateJobs) where the client has them,
     else one call per job; {job id: why} for the jobs that could not be stopped.
@@ -451,7 +472,7 @@ def stop_jobs(client: Any, how: Stop, job_ids: List[str], reason: str,
     jobs answered ThrottlingException or ServerException (`split_stop_errors`) are sent again,
     in one call, within the same retry budget as a whole call (`DEFAULT_BUDGET`).
     ``narrower``: `call`'s ``attempts``/``max_delay`` for each call (a Ctrl-C must not wait)."""
-    failed: Dict[str, str] = {}
+    failed: Dict[str, StopFailed] = {}
     # a boto3 client has a method for each operation of its botocore model (an older botocore:
     # none for the bulk calls); the emulator has them
     if hasattr(client, how.bulk):
@@ -463,7 +484,7 @@ def stop_jobs(client: Any, how: Stop, job_ids: List[str], reason: str,
         try:
             call(getattr(client, how.value), jobId=job_id, reason=reason, **narrower)
         except Exception as error:
-            failed[job_id] = str(error)
+            failed[job_id] = StopFailed.of(error)
     return failed
 
 
@@ -473,14 +494,15 @@ def stop_jobs(client: Any, how: Stop, job_ids: List[str], reason: str,
 RESEND_ITEM_CODES = THROTTLING_CODES | {"ServerException"}
 
 
-def split_stop_errors(errors: List[Mapping[str, Any]]) -> "tuple[Dict[str, str], Dict[str, str]]":
+def split_stop_errors(errors: List[Mapping[str, Any]]
+                      ) -> "tuple[Dict[str, StopFailed], Dict[str, StopFailed]]":
     """The ``errors`` of a CancelJobs/TerminateJobs answer: ({job: why} to send again, in the
     answer's order; {job: why} refused for good)."""
-    resend: Dict[str, str] = {}
-    refused: Dict[str, str] = {}
+    resend: Dict[str, StopFailed] = {}
+    refused: Dict[str, StopFailed] = {}
     for item in errors:
         job, code = str(item.get("job")), str(item.get("code") or "")
-        why = f"{code}: {item.get('message')}"
+        why = StopFailed(code, str(item.get("message")))
         if code in RESEND_ITEM_CODES:
             resend[job] = why
         else:
@@ -489,7 +511,7 @@ def split_stop_errors(errors: List[Mapping[str, Any]]) -> "tuple[Dict[str, str],
 
 
 def _stop_chunk(method: Callable[..., Dict[str, Any]], jobs: List[str], reason: str,
-                **narrower: Any) -> Dict[str, str]:
+                **narrower: Any) -> Dict[str, StopFailed]:
     """One bulk stop call of up to 50 jobs, its throttled entries sent again; {job: why} of
     those not stopped."""
     budget = DEFAULT_BUDGET
@@ -498,13 +520,13 @@ def _stop_chunk(method: Callable[..., Dict[str, Any]], jobs: List[str], reason: 
                          seconds=narrower.get("max_delay", budget.seconds))
     wait = wait_random_exponential(multiplier=budget.first_wait, max=budget.max_wait)
     deadline = time.monotonic() + budget.seconds
-    failed: Dict[str, str] = {}
+    failed: Dict[str, StopFailed] = {}
     pending = list(jobs)
     for attempt in range(1, budget.attempts + 1):
         try:
             answer = call(method, jobs=pending, reason=reason, **narrower)
         except Exception as error:
-            failed.update((job_id, str(error)) for job_id in pending)
+            failed.update((job_id, StopFailed.of(error)) for job_id in pending)
             return failed
         resend, refused = split_stop_errors(answer.get("errors") or [])
         failed.update(refused)
@@ -512,7 +534,8 @@ def _stop_chunk(method: Callable[..., Dict[str, Any]], jobs: List[str], reason: 
             return failed
         pause = wait(_retry_state(attempt))
         if attempt == budget.attempts or time.monotonic() + pause > deadline:
-            failed.update((job_id, f"{why} (sent {attempt} times)") for job_id, why in resend.items())
+            failed.update((job_id, StopFailed(why.code, f"{why.message} (sent {attempt} times)"))
+                          for job_id, why in resend.items())
             return failed
         logger.debug("%s: %d job(s) answered throttled; sending them again", method.__name__,
                      len(resend))

@@ -60,6 +60,7 @@ from typing import (
 
 from . import batchapi
 from .batchapi import Stop
+from .childstops import is_child, parent_of, refused_alone, stop_calls
 from .errors import (
     ABORT_REASON_PREFIX,
     DependencyFailedError,
@@ -147,6 +148,8 @@ class Poller:
         self._tails_left = LOG_TAILS_PER_POLL
         self.polls = 0  # rounds that described at least one job (for tests and benchmarks)
         self._described: Dict[str, int] = {}  # job id -> the round that last described it
+        # jobs a stop of one child of was refused (childstops.refused_alone): no more child stops
+        self._alone_refused: Set[str] = set()
 
     # -- control (any thread) ------------------------------------------------------------------
     def start(self) -> None:
@@ -345,36 +348,58 @@ class Poller:
         if not pending:
             return
         batch = self._batch()
-        cancels: Dict[str, Tuple[TrackedJob, Set[int], str]] = {}
-        calls: List[Tuple[Stop, str, str]] = []  # (how, job id, reason)
+        # per job: {child: reason} to terminate, {child: reason} to cancel (the first reason)
+        asked: Dict[str, Tuple[TrackedJob, Dict[int, str], Dict[int, str]]] = {}
         for request in pending:
             job, index = request.job, request.index
             job.drop_settled((index,))
-            if request.how is Stop.TERMINATE:
-                calls.append((Stop.TERMINATE, job.child_id(index), request.reason))
-            else:
-                cancels.setdefault(job.job_id, (job, set(), request.reason))[1].add(index)
-        for job, indices, reason in cancels.values():
-            # children a CancelJob on the whole job would wrongly stop: still wanted, not started
-            wanted = [i for i in range(job.size) if i not in indices and
-                      any(not f.done() and not f.running() for f in job.children[i])]
-            if not job.array or not wanted:
-                calls.append((Stop.CANCEL, job.job_id, reason))
-            else:
-                calls.extend((Stop.CANCEL, job.child_id(i), reason) for i in sorted(indices))
+            terminate, cancel = asked.setdefault(job.job_id, (job, {}, {}))[1:]
+            (terminate if request.how is Stop.TERMINATE else cancel).setdefault(index,
+                                                                                request.reason)
+        calls: List[Tuple[Stop, str, str]] = []  # (how, job id, reason)
+        for job, terminate, cancel in asked.values():
+            # a stop of the whole job must not reach a child still wanted: any child outside
+            # these whose futures are not all done (a TerminateJob kills it), or one of those
+            # not started (a CancelJob stops it)
+            others = [job.children[i] for i in range(job.size)
+                      if i not in terminate and i not in cancel] if job.array else []
+            calls += stop_calls(
+                job.job_id, array=job.array, terminate=terminate, cancel=cancel,
+                others_wanted=any(not f.done() for futures in others for f in futures),
+                others_waiting=any(not f.done() and not f.running()
+                                   for futures in others for f in futures),
+                alone_refused=job.job_id in self._alone_refused)
         self._stop(batch, calls)
 
-    @staticmethod
-    def _stop(batch: Any, calls: List[Tuple[Stop, str, str]]) -> None:
+    def _stop(self, batch: Any, calls: List[Tuple[Stop, str, str]]) -> None:
         """CancelJob/TerminateJob of each (how, job id, reason): one CancelJobs or
-        TerminateJobs per 50 jobs of one reason where Batch has them, not one call each."""
-        grouped: Dict[Tuple[Stop, str], List[str]] = {}
+        TerminateJobs per 50 jobs of one reason where Batch has them, not one call each.
+
+        Children and whole jobs go in separate calls (a call refused as a whole then leaves the
+        whole jobs' stops unharmed). A child the caller may not stop alone (`refused_alone`: the
+        client policy's tag condition, see childstops.py) is logged once per job at INFO and
+        not sent again: its futures are settled already, it runs on and its result is ignored.
+        """
+        grouped: Dict[Tuple[Stop, str, bool], List[str]] = {}
         for how, target, reason in calls:
-            grouped.setdefault((how, reason), []).append(target)
-        for (how, reason), targets in grouped.items():
+            grouped.setdefault((how, reason, is_child(target)), []).append(target)
+        for (how, reason, _), targets in grouped.items():
             for target, why in batchapi.stop_jobs(batch, how, targets, reason).items():
-                logger.warning("batchfutures: could not %s Batch job %s: %s", how.verb, target,
-                               why)
+                code, message = getattr(why, "code", ""), getattr(why, "message", str(why))
+                if not refused_alone(target, code, message):
+                    logger.warning("batchfutures: could not %s Batch job %s: %s", how.verb,
+                                   target, why)
+                    continue
+                parent = parent_of(target)
+                if parent in self._alone_refused:
+                    continue
+                self._alone_refused.add(parent)
+                logger.info(
+                    "batchfutures: Batch refused to %s child %s alone (%s): a child of an array "
+                    "job has no tags, and the stack's client policy stops only jobs tagged "
+                    "batchfutures:stack. Its calls already ended here; it runs on and its result "
+                    "is ignored. Other children of job %s are stopped only with the whole job "
+                    "(when none of them is still wanted).", how.verb, target, code, parent)
 
     # -- one poll --------------------------------------------------------------------------------
     def poll_once(self) -> bool:
@@ -582,6 +607,7 @@ class Poller:
             for job in jobs:
                 self._jobs.pop(job.job_id, None)
                 self._described.pop(job.job_id, None)
+                self._alone_refused.discard(job.job_id)
 
 
 DESCRIBE_PAGE = 100  # job ids per DescribeJobs (Batch's limit)

@@ -4,13 +4,16 @@
     FaultInjector(profile)             decides call by call and attempt by attempt, from seeded
                                        random streams (one per kind of fault), so a test with a
                                        seed sees the same faults every run
-      .maybe_raise(operation)          raise 429 TooManyRequestsException or 500 ServerException
+      .maybe_raise(operation, params)  raise 429 TooManyRequestsException or 500 ServerException
                                        (first the account budget: one TokenBucket per injector,
                                        i.e. per emulator, shared by every Batch operation and
                                        every client; `over_budget` counts the calls it refused)
-      .item_fault(operation)           None, or (code, message) for one entry of a bulk
+      .item_fault(operation, job)      None, or (code, message) for one entry of a bulk
                                        CancelJobs / TerminateJobs: that job is left as it is and
-                                       the answer's `errors` names it (item_throttle_rate)
+                                       the answer's `errors` names it (item_throttle_rate; an
+                                       array child's AccessDenied: child_stops_refused, which
+                                       also makes maybe_raise refuse CancelJob/TerminateJob of
+                                       a child: 403 AccessDeniedException)
       .reply_lost(operation)           True: act on the call (SubmitJob did create the job),
                                        then answer 500, as when AWS's reply is lost
       .host_loss_delay()               None, or seconds after RUNNING at which the attempt's host
@@ -42,6 +45,12 @@ from .model import client_error
 THROTTLED = "TooManyRequestsException"
 SERVER_ERROR = "ServerException"
 ITEM_THROTTLED = "ThrottlingException"  # the code of a bulk stop call's entry (botocore's model)
+# the IAM action each stop operation is authorized as (the SAR: CancelJobs is batch:CancelJob)
+_STOP_ACTION_OF = {"CancelJob": "CancelJob", "CancelJobs": "CancelJob",
+                   "TerminateJob": "TerminateJob", "TerminateJobs": "TerminateJob"}
+_STOP_ACTIONS = frozenset(_STOP_ACTION_OF.values())
+CHILD_REFUSED = "AccessDeniedException"  # one call refused by IAM
+ITEM_REFUSED = "AccessDenied"  # one entry of a bulk stop call (botocore's *JobsErrorDetail)
 # CloudWatch Logs is another service, with its own quotas: not Batch's account budget
 _NOT_BATCH = frozenset({"GetLogEvents", "FilterLogEvents", "DescribeLogStreams", "DescribeLogGroups"})
 
@@ -76,6 +85,13 @@ class FaultProfile:
     # fraction of the jobs of a bulk CancelJobs / TerminateJobs answered, in the 200 answer's
     # `errors`, ThrottlingException (the job is not stopped; Batch reports each job apart)
     item_throttle_rate: float = 0.0
+    # IAM actions ("CancelJob", "TerminateJob") refused on an array child (`<id>:<index>`), as a
+    # policy that allows them only on tagged jobs may on AWS (a child has no tags of its own:
+    # childstops.py): CancelJob/TerminateJob answer 403 AccessDeniedException, an entry of
+    # CancelJobs/TerminateJobs (authorized as the same action) code AccessDenied; the child is
+    # left as it is. The whole job (the parent) is stopped as usual. The emulator checks no IAM
+    # otherwise: by default every caller may stop anything.
+    child_stops_refused: FrozenSet[str] = frozenset()
 
     def __post_init__(self) -> None:
         for name in ("throttle_rate", "server_error_rate", "lost_reply_rate", "host_loss_rate",
@@ -90,6 +106,11 @@ class FaultProfile:
             raise ValueError(f"account_burst={self.account_burst!r} must be at least 1")
         if self.operations is not None and not isinstance(self.operations, frozenset):
             object.__setattr__(self, "operations", frozenset(self.operations))
+        refused = frozenset(self.child_stops_refused)
+        if not refused <= _STOP_ACTIONS:
+            raise ValueError(f"child_stops_refused={sorted(refused)!r}: only "
+                             f"{sorted(_STOP_ACTIONS)} are stop actions")
+        object.__setattr__(self, "child_stops_refused", refused)
 
 
 class FaultInjector:
@@ -103,6 +124,7 @@ class FaultInjector:
         self.injected = 0
         self.over_budget = 0
         self.hosts_lost = 0
+        self.refused = 0  # child stops refused (child_stops_refused), not counted in injected
         self._code: Optional[str] = None  # a throttling code other than Batch's (inject_faults)
         self.set(profile or FaultProfile())
 
@@ -140,8 +162,13 @@ class FaultInjector:
         operations = self.profile.operations
         return operations is None or operation in operations
 
-    def maybe_raise(self, operation: str) -> None:
-        """Raise the ClientError of a throttled or failed call of `operation`, or return."""
+    def maybe_raise(self, operation: str, params: Optional[Dict[str, Any]] = None) -> None:
+        """Raise the ClientError of a throttled, failed or refused call of `operation` (its
+        request ``params``: a child's CancelJob/TerminateJob, `child_stops_refused`), or return."""
+        job_id = str((params or {}).get("jobId") or "")
+        if operation in ("CancelJob", "TerminateJob") and self._child_stop_refused(operation,
+                                                                                   job_id):
+            raise client_error(self._refusal(operation, job_id), CHILD_REFUSED, 403, operation)
         with self._lock:
             profile = self.profile
             if (self._budget is not None and operation not in _NOT_BATCH
@@ -165,8 +192,24 @@ class FaultInjector:
             status = {"ClientException": 400}.get(code, 429)
         raise client_error(f"{message} (fault injected into {operation})", code, status, operation)
 
-    def item_fault(self, operation: str) -> Optional[Tuple[str, str]]:
+    def _child_stop_refused(self, operation: str, job_id: str) -> bool:
+        action = _STOP_ACTION_OF.get(operation)
+        if ":" not in job_id or action not in self.profile.child_stops_refused:
+            return False
+        with self._lock:
+            self.refused += 1
+        return True
+
+    @staticmethod
+    def _refusal(operation: str, job_id: str) -> str:
+        action = _STOP_ACTION_OF[operation]
+        return (f"User is not authorized to perform: batch:{action} on resource: job {job_id} "
+                f"(fault injected: child_stops_refused; an array child carries no tags)")
+
+    def item_fault(self, operation: str, job_id: str = "") -> Optional[Tuple[str, str]]:
         """(code, message) for one job of a bulk stop call that is left undone, or None."""
+        if self._child_stop_refused(operation, job_id):
+            return ITEM_REFUSED, self._refusal(operation, job_id)
         with self._lock:
             rate = self.profile.item_throttle_rate
             if not rate or not self._applies(operation) or self._items.random() >= rate:

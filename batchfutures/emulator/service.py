@@ -139,7 +139,7 @@ def _api(operation: str) -> Callable[[Callable[..., Dict[str, Any]]], Callable[.
         @functools.wraps(method)
         def call(self: "BatchEmulator", **params: Any) -> Dict[str, Any]:
             validate_request(operation, params)
-            self.faults.maybe_raise(operation)
+            self.faults.maybe_raise(operation, params)
             try:
                 response = method(self, params)
             except Rejected as error:
@@ -761,7 +761,7 @@ class BatchEmulator:
         errors: List[Dict[str, str]] = []
         operation = "CancelJobs" if action is StopAction.CANCEL else "TerminateJobs"
         for job_id in job_ids:
-            fault = self.faults.item_fault(operation)  # this job left undone, reported apart
+            fault = self.faults.item_fault(operation, job_id)  # left undone, reported apart
             if fault is not None:
                 errors.append({"job": job_id, "code": fault[0], "message": fault[1]})
                 continue
