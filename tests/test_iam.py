@@ -87,6 +87,7 @@ STACK = "bf-iam"
 #   IAM              https://docs.aws.amazon.com/service-authorization/latest/reference/list_awsidentityandaccessmanagementiam.html
 #   STS              https://docs.aws.amazon.com/service-authorization/latest/reference/list_awssecuritytokenservice.html
 #   KMS              https://docs.aws.amazon.com/service-authorization/latest/reference/list_awskeymanagementservice.html
+#   Service Quotas   https://docs.aws.amazon.com/service-authorization/latest/reference/list_service-quotas.html
 #                    (the resource type "key" of both actions is also in cfn-lint's bundled copy,
 #                    cfnlint/data/AdditionalSpecs/Policies.json)
 _S3_COMMON = {"s3:AccessGrantsInstanceArn", "s3:authType", "s3:ResourceAccount", "s3:signatureAge",
@@ -131,6 +132,8 @@ SAR: Dict[str, Tuple[Tuple[str, ...], frozenset]] = {
     "logs:GetLogEvents": (("log-stream",), frozenset()),
     "logs:CreateLogStream": (("log-stream",), frozenset()),
     "logs:PutLogEvents": (("log-stream",), frozenset()),
+    # resource type "quota" (required), condition key servicequotas:service
+    "servicequotas:GetServiceQuota": (("quota",), frozenset({"servicequotas:service"})),
     "ecr:GetAuthorizationToken": ((), frozenset()),
     "ecr:BatchGetImage": (("repository",), frozenset()),
     "ecr:GetDownloadUrlForLayer": (("repository",), frozenset()),
@@ -159,6 +162,7 @@ RESOURCE_ARNS = {
     "log-stream": ":logs:{region}:{account}:log-group:",
     "repository": ":ecr:{region}:{account}:repository/", "role": ":iam::{account}:role/",
     "key": ":kms:{region}:{account}:key/",
+    "quota": ":servicequotas:{region}:{account}:",  # ...:<service code>/<quota code>
 }
 # global condition keys (IAM User Guide, "AWS global condition context keys")
 GLOBAL_KEYS = {"aws:SecureTransport", "aws:SourceAccount", "aws:SourceArn"}
@@ -768,6 +772,62 @@ def test_the_client_policy_conditions_refuse_other_stacks_jobs_and_other_service
     ours = {"aws:RequestTag/batchfutures:stack": STACK}
     assert condition_met(tagging, ours)  # on create: no resource tag yet
     assert not condition_met(tagging, {**ours, "aws:ResourceTag/batchfutures:stack": "other"})
+
+
+def test_a_child_job_is_refused_by_its_missing_tag_alone(stack):
+    """An array child's ARN (job/<id>:<index>) is in ManageJobs' resources, but a child carries
+    no tags (TagResource and ListTagsForResource: "ARNs for child jobs of array and multi-node
+    parallel (MNP) jobs aren't supported"), so the tag condition refuses a stop of it alone; the
+    parent, which has the tag, is allowed (batchfutures.childstops sends that instead)."""
+    document, batch = stack["client_policy"], f"arn:aws:batch:{REGION}:{ACCOUNT}"
+    parent = "6e6c6b1c-0000-4000-8000-000000000000"
+    for action in ("batch:CancelJob", "batch:TerminateJob"):
+        assert allowed(document, action, f"{batch}:job/{parent}:3")  # the resource matches
+        (managing,) = conditions_of(document, action)
+        assert not condition_met(managing, {})  # the child: no aws:ResourceTag at all
+        assert condition_met(managing, {"aws:ResourceTag/batchfutures:stack": STACK})
+
+
+FARGATE_QUOTAS = ("L-3032A538", "L-36FBB829")  # oomretry.FARGATE_VCPU_QUOTAS: on demand, Spot
+
+
+def test_the_fargate_quota_statement_names_the_quotas_oomretry_reads():
+    from batchfutures.oomretry import FARGATE_VCPU_QUOTAS
+
+    assert sorted(FARGATE_VCPU_QUOTAS.values()) == sorted(FARGATE_QUOTAS)
+    template = setup.load_template()
+    statements = [s for s in template["Resources"]["ClientPolicy"]["Properties"][
+        "PolicyDocument"]["Statement"] if "servicequotas:GetServiceQuota" in as_list(s["Action"])]
+    assert [s["Sid"] for s in statements] == ["ReadFargateQuotas"]
+    (statement,) = statements
+    assert as_list(statement["Action"]) == ["servicequotas:GetServiceQuota"]
+    assert "Condition" not in statement
+    assert sorted(resolved_arn(r) for r in statement["Resource"]) == [
+        f"arn:aws:servicequotas:{REGION}:{ACCOUNT}:fargate/{code}" for code in sorted(FARGATE_QUOTAS)]
+    for name, document in policy_documents(template):  # no other policy reads quotas
+        if name != "ClientPolicy":
+            assert "servicequotas" not in json.dumps(document), name
+
+
+def test_the_client_policy_reads_the_two_fargate_quotas_and_no_other(stack):
+    """GetServiceQuota (retry_on_oom's cap on Fargate) on the deployed client policy, with moto's
+    evaluator: fargate's two vCPU quotas in the stack's account and region, nothing else."""
+    document = stack["client_policy"]
+    quotas = f"arn:aws:servicequotas:{REGION}:{ACCOUNT}"
+    for code in FARGATE_QUOTAS:
+        assert allowed(document, "servicequotas:GetServiceQuota", f"{quotas}:fargate/{code}")
+        # reading is all: no increase request, no other Service Quotas action
+        for action in ("servicequotas:RequestServiceQuotaIncrease",
+                       "servicequotas:ListServiceQuotas", "servicequotas:GetAWSDefaultServiceQuota"):
+            assert not allowed(document, action, f"{quotas}:fargate/{code}"), action
+    for other in (f"{quotas}:fargate/L-790AF391",  # another Fargate quota
+                  f"{quotas}:ec2/L-1216C47A",  # another service's (EC2 on-demand vCPUs)
+                  f"{quotas}:batch/L-3032A538",  # the same code under another service
+                  f"arn:aws:servicequotas:eu-west-1:{ACCOUNT}:fargate/L-3032A538",
+                  f"arn:aws:servicequotas:{REGION}:111122223333:fargate/L-3032A538"):
+        assert not allowed(document, "servicequotas:GetServiceQuota", other), other
+    assert not allowed(stack["job_policy"], "servicequotas:GetServiceQuota",
+                       f"{quotas}:fargate/{FARGATE_QUOTAS[0]}")
 
 
 def test_every_trust_policy_names_the_account(stack):
