@@ -190,10 +190,10 @@ class Recording:
 class RecordedEnvironment(LocalEnvironment):
     """A local environment on the threads launcher whose Batch client is recorded."""
 
-    def __init__(self, workdir: Path, faults: FaultProfile) -> None:
-        super().__init__(workdir, max_vcpus=4)
+    def __init__(self, workdir: Path, faults: FaultProfile, vcpus: int = 4) -> None:
+        super().__init__(workdir, max_vcpus=vcpus)
         self._emulator = BatchEmulator(self.workdir / "emulator", launcher="threads",
-                                       max_vcpus=4, faults=faults)
+                                       max_vcpus=vcpus, faults=faults)
         self.recording = Recording(self._emulator)
 
     @property
@@ -206,8 +206,8 @@ def make_env(tmp_path: Path) -> Iterator[Callable[..., RecordedEnvironment]]:
     GATE.clear()
     made: List[RecordedEnvironment] = []
 
-    def make(faults: FaultProfile = FaultProfile()) -> RecordedEnvironment:
-        made.append(RecordedEnvironment(tmp_path / f"work{len(made)}", faults))
+    def make(faults: FaultProfile = FaultProfile(), vcpus: int = 4) -> RecordedEnvironment:
+        made.append(RecordedEnvironment(tmp_path / f"work{len(made)}", faults, vcpus))
         return made[-1]
 
     yield make
@@ -334,4 +334,21 @@ def test_after_a_refusal_no_child_stop_is_sent_and_the_last_abort_stops_the_job(
                                      ("terminate_jobs", [parent])]
     assert env.emulator.faults.refused == 2
     assert len(refusals(caplog)) == 1  # once per job
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_a_refused_child_cancel_leaves_its_future_cancelled_and_its_run_ignored(make_env, caplog):
+    caplog.set_level(logging.INFO, logger="batchfutures")
+    env = make_env(REFUSING, vcpus=2)  # children 0 and 1 run (blocked); 2 and 3 wait RUNNABLE
+    with BatchExecutor(env, vcpus=1, memory=256, ship_local_modules=False) as executor:
+        futures, parent = gated_array(executor, 4)
+        assert futures[3].cancel()  # not started: cancelled; child 2 still waits to start
+        assert wait_until(lambda: env.emulator.faults.refused == 1)
+        GATE.set()  # every child runs, the refused one too, once a vCPU is free
+        assert [f.result(timeout=60) for f in futures[:3]] == [0, 1, 2]
+        assert wait_until(lambda: status(env, f"{parent}:3") == "SUCCEEDED")
+    assert futures[3].cancelled()
+    assert env.recording.stops() == [("cancel_jobs", [f"{parent}:3"])]
+    (record,) = refusals(caplog)
+    assert record.levelno == logging.INFO and "cancel" in record.getMessage()
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
