@@ -136,6 +136,7 @@ SAR: Dict[str, Tuple[Tuple[str, ...], frozenset]] = {
     "servicequotas:GetServiceQuota": (("quota",), frozenset({"servicequotas:service"})),
     "ecr:GetAuthorizationToken": ((), frozenset()),
     "ecr:BatchGetImage": (("repository",), frozenset()),
+    "ecr:DescribeImages": (("repository",), frozenset()),
     "ecr:GetDownloadUrlForLayer": (("repository",), frozenset()),
     "ecr:BatchCheckLayerAvailability": (("repository",), frozenset()),
     "iam:PassRole": (("role",), frozenset({"iam:AssociatedResourceArn", "iam:PassedToService"})),
@@ -551,6 +552,7 @@ def test_the_client_policy_allows_the_batch_and_logs_calls_the_client_makes(stac
         ("batch:DescribeJobs", "*"), ("batch:ListJobs", "*"), ("batch:DescribeJobQueues", "*"),
         ("batch:DescribeJobDefinitions", "*"), ("batch:DescribeComputeEnvironments", "*"),
         ("ec2:DescribeInstanceTypes", "*"),
+        ("ecr:DescribeImages", f"arn:aws:ecr:{REGION}:{ACCOUNT}:repository/batchfutures-worker"),
         ("iam:PassRole", roles["JobRole"]), ("iam:PassRole", roles["ExecutionRole"]),
         ("logs:GetLogEvents", f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/batch/{STACK}"
                               f":log-stream:{STACK}-worker/default/abc"),
@@ -563,6 +565,8 @@ def test_the_client_policy_allows_the_batch_and_logs_calls_the_client_makes(stac
         ("batch:RegisterJobDefinition", f"{batch}:job-definition/{outputs['JobDefinition']}"),
         ("batch:CreateComputeEnvironment", f"{batch}:compute-environment/x"),
         ("iam:PassRole", f"arn:aws:iam::{ACCOUNT}:role/Admin"),
+        ("ecr:DescribeImages", f"arn:aws:ecr:{REGION}:{ACCOUNT}:repository/someone-elses"),
+        ("ecr:BatchGetImage", f"arn:aws:ecr:{REGION}:{ACCOUNT}:repository/batchfutures-worker"),
         ("logs:GetLogEvents", f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/other:log-stream:x"),
         # another stack's definitions (its worker, its registered ones) and their logs
         ("batch:SubmitJob", f"{batch}:job-definition/other-worker:1"),

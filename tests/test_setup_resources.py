@@ -625,6 +625,15 @@ def test_ecr_pull_is_scoped_to_the_images_repository(aws, network, template, ima
     pull = execution_statements(aws, physical)["EcrPull"]
     assert as_list(pull["Resource"]) == repositories
     assert "*" not in as_list(pull["Resource"])  # never any repository
+    # `batchfutures check` may look up the image where the jobs pull it from, nowhere else
+    iam = aws("iam")
+    arn = f"arn:aws:iam::{MOTO_ACCOUNT}:policy/{name}-client"
+    version = iam.get_policy(PolicyArn=arn)["Policy"]["DefaultVersionId"]
+    client = policy_document({"PolicyDocument": iam.get_policy_version(
+        PolicyArn=arn, VersionId=version)["PolicyVersion"]["Document"]})
+    (check_image,) = [s for s in client["Statement"] if s.get("Sid") == "CheckImage"]
+    assert check_image["Action"] == "ecr:DescribeImages"
+    assert as_list(check_image["Resource"]) == repositories
     # and the stack's definitions hand the signing key to the container, read with this role
     (definition,) = aws("batch").describe_job_definitions(
         jobDefinitionName=f"{name}-worker", status="ACTIVE")["jobDefinitions"]
