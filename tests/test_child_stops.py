@@ -352,3 +352,22 @@ def test_a_refused_child_cancel_leaves_its_future_cancelled_and_its_run_ignored(
     (record,) = refusals(caplog)
     assert record.levelno == logging.INFO and "cancel" in record.getMessage()
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_the_cli_says_to_cancel_the_whole_job_when_a_child_alone_is_refused(make_env, monkeypatch,
+                                                                             capsys):
+    from batchfutures.cli import jobcommands
+    from batchfutures.cli.app import main
+
+    env = make_env(FaultProfile(child_stops_refused=frozenset({"TerminateJob"})))
+    parent = env.emulator.submit_job(
+        jobName="held", jobQueue="batchfutures", jobDefinition="batchfutures-worker",
+        arrayProperties={"size": 2}, containerOverrides={"command": ["true"], "resourceRequirements": [
+            {"type": "VCPU", "value": "8"}]})["jobId"]  # never placed: it stays unfinished
+    monkeypatch.setattr(jobcommands, "environment", lambda args: env)  # the test's emulator
+    assert main(["cancel", f"{parent}:0"]) == 1
+    error = capsys.readouterr().err
+    assert "may not stop one child of an array alone" in error and "Traceback" not in error
+    assert f"batchfutures cancel {parent}`" in error
+    assert main(["cancel", parent]) == 0  # the whole job can be stopped
+    assert "termination requested" in capsys.readouterr().out
