@@ -289,6 +289,7 @@ class Session:
                                    dry_run=dry_run)
             self.submitter.before_submit = self.cache.write_index
         self._lock = threading.RLock()
+        self.warm_pools: Dict[JobSettings, Any] = {}  # keepalive > 0: warmpool.WarmPool each
         self._cancelled_at_shutdown = False
         self.closed = False
         _live_sessions.add(self)
@@ -310,6 +311,12 @@ class Session:
     # -- submit and coalescing ---------------------------------------------------------------
     def submit(self, settings: JobSettings, fn: Callable, args: tuple, kwargs: dict) -> BatchFuture:
         self._check_open()
+        if self._warm(settings) and not any(has_future(v) for v in (*args, *kwargs.values())):
+            future = BatchFuture(self)
+            blob = serialization.pack_items([(0, args, kwargs)], by_value=self.by_value)
+            self.warm_pool(settings).add(self.pickle_function(fn), serialization.CALLS, [blob],
+                                         [1], [[future]])
+            return future
         upstream = Upstream(self)
         cacheable = self.cache is not None and settings.nodes == 1 and not any(
             has_future(value) for value in (*args, *kwargs.values()))
@@ -384,8 +391,38 @@ class Session:
                                    name=job_name_for(fn),
                                    depends_on=[{"jobId": j} for j in sorted(upstream.unfinished)]))
 
+    def _warm(self, settings: JobSettings) -> bool:
+        """keepalive > 0 runs calls on warm workers (warmpool.py), except what needs jobs."""
+        return bool(settings.keepalive) and settings.nodes == 1 and not self.dry_run \
+            and not settings.retry_on_oom
+
+    def warm_pool(self, settings: JobSettings) -> Any:
+        """The warm workers of ``settings`` (made at their first call)."""
+        with self._lock:
+            self._check_open()
+            pool = self.warm_pools.get(settings)
+            if pool is None:
+                from .warmpool import WarmPool
+
+                pool = self.warm_pools[settings] = WarmPool(self, settings)
+            return pool
+
+    def _warm_unfinished(self) -> List[BatchFuture]:
+        return [f for pool in list(self.warm_pools.values()) for f in pool.unfinished()]
+
+    def _close_warm(self, stop_running: str = "") -> None:
+        for pool in list(self.warm_pools.values()):
+            try:
+                pool.close(stop_running=stop_running)
+            except Exception:  # one pool must not keep the others' workers running
+                logger.exception("batchfutures: could not close a warm pool")
+
     def submit_job(self, job: PendingJob) -> None:
         """A map slice: submitted now, or paced under max_workers."""
+        if self._warm(job.settings) and not job.depends_on and len(job.function_pickles) == 1:
+            self.warm_pool(job.settings).add(job.function_pickles[0], job.encoding, job.blobs,
+                                             job.item_counts, job.futures, job.per_child)
+            return
         self.poller.start()
         self.submitter.submit(job)
 
@@ -477,6 +514,9 @@ class Session:
         return found[0] if found else description
 
     def read_log(self, future: BatchFuture) -> str:
+        log_text = getattr(future._job, "log_text", None)
+        if log_text is not None:  # a warm call: its own output, as its worker kept it
+            return str(log_text(future._item or 0))
         job_id = future.job_id
         if job_id is None:
             return ""
@@ -549,10 +589,20 @@ class Session:
                 future.cancel()  # never sent: nothing remote to cancel
             for future in self._unfinished_futures():
                 future.cancel()
+            for pool in list(self.warm_pools.values()):
+                pool.cancel_waiting()
         self.flush_all()
         if wait:
             # a KeyboardInterrupt here propagates: Ctrl-C is never swallowed
-            concurrent.futures.wait(self._unfinished_futures())
+            concurrent.futures.wait(self._unfinished_futures() + self._warm_unfinished())
+            self._close_warm()
+        elif self.warm_pools:  # the workers go once the calls sent are done
+            def close_when_done() -> None:
+                concurrent.futures.wait(self._warm_unfinished())
+                self._close_warm()
+
+            threading.Thread(target=close_when_done, name="batchfutures-warm-close",
+                             daemon=True).start()
         self.poller.stop(wait=wait)
 
     def interrupt(self) -> None:
@@ -566,6 +616,7 @@ class Session:
         self._cancelled_at_shutdown = True
         for future in self.coalescer.clear() + self.submitter.drop_waiting():
             future.cancel()
+        self._close_warm("the client was interrupted (KeyboardInterrupt)")
         self._stop_jobs("interrupted",
                         f"{ABORT_REASON_PREFIX} interrupted by the client (KeyboardInterrupt)",
                         "the client was interrupted")
@@ -582,6 +633,7 @@ class Session:
             settle(future, False, JobAbortedError(
                 f"the call was stopped before it was submitted: {how}() was called",
                 status_reason=reason))
+        self._close_warm(f"{how}() was called")
         self._stop_jobs(f"{how}() was called", reason, f"{how}() was called", level=logging.INFO)
 
     def _stop_jobs(self, event: str, reason: str, why: str, level: int = logging.WARNING) -> None:
@@ -609,6 +661,9 @@ class Session:
         self.submitter.submit_paced()
         if self._cancelled_at_shutdown:
             return
+        if self.warm_pools:  # as ProcessPoolExecutor: the calls sent finish, then the workers go
+            concurrent.futures.wait(self._warm_unfinished())
+            self._close_warm()
         # the calls this session sent (not the jobs it only attached to and observes)
         submitted = set(self.submitter.submitted_jobs)
         unfinished = [f for f in self._unfinished_futures()

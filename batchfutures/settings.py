@@ -30,7 +30,7 @@ _MEMORY_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 SETTING_NAMES = ("vcpus", "memory", "gpus", "timeout", "retries", "tags", "share_id", "priority",
-                 "environment", "secrets", "retry_on_oom", "nodes", "runnable_timeout")
+                 "environment", "secrets", "retry_on_oom", "nodes", "runnable_timeout", "keepalive")
 MAX_NODES = 1000  # Batch's numNodes limit for a multi-node parallel job
 # A secret's value source: a Secrets Manager secret or an SSM Parameter Store parameter.
 _SECRET_ARN_RE = re.compile(
@@ -85,6 +85,7 @@ class JobSettings:
     retry_on_oom: int = 0  # resubmit OOM-killed children with doubled memory, up to this often
     nodes: int = 1  # > 1: one multi-node parallel job per submit
     runnable_timeout: Optional[float] = None  # seconds RUNNABLE with a MISCONFIGURATION/CAPACITY reason
+    keepalive: float = 0  # > 0: calls run on warm workers idle this long before they exit (warmpool.py)
 
     @classmethod
     def from_kwargs(cls, base: Optional["JobSettings"] = None, **kwargs: Any) -> "JobSettings":
@@ -146,6 +147,10 @@ class JobSettings:
             values["nodes"] = nodes
         if "runnable_timeout" in kwargs:
             values["runnable_timeout"] = _check_timeout(kwargs["runnable_timeout"], name="runnable_timeout")
+        if "keepalive" in kwargs:
+            keepalive = kwargs["keepalive"]
+            values["keepalive"] = 0 if keepalive is None else _check_timeout(
+                keepalive, name="keepalive") if keepalive != 0 else 0
         settings = replace(base or cls(), **values)
         names = {name for name, _ in settings.environment} & {name for name, _ in settings.secrets}
         if names:
@@ -166,6 +171,7 @@ class JobSettings:
             "priority": self.priority, "environment": dict(self.environment),
             "secrets": dict(self.secrets), "retry_on_oom": self.retry_on_oom, "nodes": self.nodes,
             "runnable_timeout": self.runnable_timeout,
+            **({"keepalive": self.keepalive} if self.keepalive else {}),
         }
 
 

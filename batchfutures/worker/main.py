@@ -384,6 +384,11 @@ def _configure_logging() -> None:
 def main(argv: Optional[List[str]] = None) -> int:
     """``python -m batchfutures.worker <job_url>``; returns the exit status."""
     args = sys.argv[1:] if argv is None else list(argv)
+    if len(args) == 2 and args[0] == "--warm":  # a warm pool's worker (warm.py)
+        _configure_logging()
+        from .warm import main as warm_main
+
+        return warm_main(args[1])
     if len(args) != 1:
         sys.stderr.write("usage: python -m batchfutures.worker <job_url>\n")
         return 2
@@ -399,6 +404,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 def guarded_main() -> int:
     """The container command's: ``main()`` in one forked child where oomguard says so, so a
     kernel OOM kill of it is recorded as the out-of-memory marker; returns the exit status."""
+    if sys.argv[1:2] == ["--warm"]:  # its calls run in a process of their own (warm.Runner)
+        return main()
     return oomguard.supervise(
         main, sys.argv[1:], finish=exit_process,
         record_oom=lambda url: _record_out_of_memory(url, os.environ),

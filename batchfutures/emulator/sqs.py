@@ -1,0 +1,407 @@
+"""SQS's API shape over a private folder, shared by every process that opens the folder.
+
+The warm workers (batchfutures/warmpool.py) take calls from a work queue and send completions
+to the client through SQS on AWS. Locally the client and the workers are separate processes,
+so the queue lives in a folder (the emulator's, under the workdir) and every operation is a
+rename, which one process wins:
+
+    <folder>/<QueueName>/
+        queue.json         attributes and tags (0600), written once by CreateQueue (TagQueue
+                           rewrites it atomically)
+        ready/<visible_at_ns>.<MessageId>.<receives>     one 0600 file per message: its JSON
+                           (MessageId, Body, MD5OfMessageBody, SentTimestamp); visible once
+                           visible_at_ns has passed (DelaySeconds)
+        inflight/<receipt handle>                        a received message, renamed out of
+                           ready/: the receipt handle is the file's name
+                           (<seq>.<MessageId>.<receives>.<nonce>), its mtime the end of its
+                           visibility timeout
+        tmp/               messages being written (renamed into ready/ when complete)
+
+    SendMessage(Batch)      write tmp/x (0600), rename to ready/<now>.<id>.0
+    ReceiveMessage          first in-flight messages past their deadline go back to ready/
+                            (receives kept); then for each ready file in name order: set its
+                            mtime to now + VisibilityTimeout, rename it to inflight/<...>.<n+1>.
+                            <nonce> (losing the rename race to another receiver: skip it).
+                            WaitTimeSeconds: look again, 1 ms apart at first, then up to 20 ms
+                            (the folder is polled: no inotify in the standard library)
+    ChangeMessageVisibility set the in-flight file's mtime (0: rename back to ready/)
+    DeleteMessage(Batch)    unlink inflight/<handle>; a handle no longer in flight succeeds
+                            and deletes nothing, as on AWS
+    DeleteQueue             rename the queue's folder aside, then remove it: receivers see
+                            QueueDoesNotExist at once
+
+Every request is checked against botocore's SQS model first (``model.validate_request``, as the
+Batch facade does) and errors are the ClientErrors boto3 raises for AWS's answers, with the codes
+boto3 shows for SQS's query-compatible errors (``AWS.SimpleQueueService.NonExistentQueue``, ...).
+Not emulated: FIFO queues, message attributes (accepted, not returned), dead-letter queues,
+retention (a message is never dropped for age), ApproximateNumberOfMessages and the other
+queue statistics. Queue URLs are ``<endpoint>/<account>/<QueueName>``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+from ..workdir import make_private_dirs
+from .model import ACCOUNT, client_error, validate_request
+
+__all__ = ["LocalSQS", "QUEUE_GONE", "LOCAL_ENDPOINT"]
+
+LOCAL_ENDPOINT = "http://sqs.localhost"
+QUEUE_GONE = "AWS.SimpleQueueService.NonExistentQueue"
+_QUEUE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
+_HANDLE = re.compile(r"^[0-9]{20}\.[0-9a-f]{32}\.[0-9]{1,6}\.[0-9a-f]{16}$")
+MAX_BODY = 256 * 1024  # SQS's message size limit (and a batch's total)
+DEFAULT_ATTRIBUTES = {"VisibilityTimeout": "30", "ReceiveMessageWaitTimeSeconds": "0",
+                      "MessageRetentionPeriod": "345600", "DelaySeconds": "0",
+                      "MaximumMessageSize": str(MAX_BODY)}
+FIRST_POLL = 0.001  # long polling looks again this soon, then backs off to MAX_POLL
+MAX_POLL = 0.02
+
+
+def _now_ns() -> int:
+    return time.time_ns()
+
+
+def wait_steps(waited: float) -> float:
+    """How long a long poll sleeps before it looks at the folder again, having waited ``waited``
+    seconds: 1 ms for the first 0.1 s (a warm pool's next call is usually that close), then
+    growing to 20 ms (an idle worker costs ~50 directory reads a second)."""
+    if waited < 0.1:
+        return FIRST_POLL
+    return min(MAX_POLL, FIRST_POLL * (1 + waited * 20))
+
+
+class LocalSQS:
+    """The methods of boto3's SQS client the package uses, over ``folder`` (see module doc)."""
+
+    def __init__(self, folder: Union[str, os.PathLike], *, endpoint: str = LOCAL_ENDPOINT,
+                 account: str = ACCOUNT) -> None:
+        self.folder = Path(folder)
+        self.endpoint = endpoint.rstrip("/")
+        self.account = account
+        make_private_dirs(self.folder)
+
+    def __repr__(self) -> str:
+        return f"LocalSQS({str(self.folder)!r})"
+
+    # -- queues ------------------------------------------------------------------------------
+    def _url(self, name: str) -> str:
+        return f"{self.endpoint}/{self.account}/{name}"
+
+    def _queue(self, url: str, operation: str) -> Path:
+        """The folder of the queue at ``url``; QueueDoesNotExist when there is none."""
+        prefix = f"{self.endpoint}/{self.account}/"
+        name = url[len(prefix):] if url.startswith(prefix) else ""
+        path = self.folder / name
+        if not _QUEUE_NAME.match(name) or not (path / "queue.json").is_file():
+            raise client_error("The specified queue does not exist.", QUEUE_GONE, 400, operation)
+        return path
+
+    def create_queue(self, **params: Any) -> Dict[str, Any]:
+        validate_request("CreateQueue", params, "sqs")
+        name = params["QueueName"]
+        if not _QUEUE_NAME.match(name):
+            raise client_error("Can only include alphanumeric characters, hyphens, or "
+                               "underscores. 1 to 80 in length", "InvalidParameterValue", 400,
+                               "CreateQueue")
+        attributes = {**DEFAULT_ATTRIBUTES, **params.get("Attributes", {})}
+        path = self.folder / name
+        if (path / "queue.json").is_file():
+            return {"QueueUrl": self._url(name)}  # as SQS: the same name again is the same queue
+        staging = self.folder / f".new-{name}-{uuid.uuid4().hex}"
+        for part in ("ready", "inflight", "tmp"):
+            make_private_dirs(staging / part)
+        _write_json(staging / "queue.json", {"Attributes": attributes,
+                                             "Tags": params.get("tags", {}),
+                                             "Created": time.time()})
+        try:
+            os.rename(staging, path)
+        except OSError:  # created by another process meanwhile: that one stands
+            shutil.rmtree(staging, ignore_errors=True)
+        return {"QueueUrl": self._url(name)}
+
+    def get_queue_url(self, **params: Any) -> Dict[str, Any]:
+        validate_request("GetQueueUrl", params, "sqs")
+        url = self._url(params["QueueName"])
+        self._queue(url, "GetQueueUrl")
+        return {"QueueUrl": url}
+
+    def list_queues(self, **params: Any) -> Dict[str, Any]:
+        validate_request("ListQueues", params, "sqs")
+        prefix = params.get("QueueNamePrefix", "")
+        names = sorted(entry.name for entry in os.scandir(self.folder)
+                       if _QUEUE_NAME.match(entry.name) and entry.name.startswith(prefix))
+        return {"QueueUrls": [self._url(name) for name in names]} if names else {}
+
+    def delete_queue(self, **params: Any) -> Dict[str, Any]:
+        validate_request("DeleteQueue", params, "sqs")
+        path = self._queue(params["QueueUrl"], "DeleteQueue")
+        aside = self.folder / f".deleted-{path.name}-{uuid.uuid4().hex}"
+        try:
+            os.rename(path, aside)
+        except FileNotFoundError:
+            raise client_error("The specified queue does not exist.", QUEUE_GONE, 400,
+                               "DeleteQueue") from None
+        shutil.rmtree(aside, ignore_errors=True)
+        return {}
+
+    def get_queue_attributes(self, **params: Any) -> Dict[str, Any]:
+        validate_request("GetQueueAttributes", params, "sqs")
+        record = self._record(self._queue(params["QueueUrl"], "GetQueueAttributes"))
+        wanted = params.get("AttributeNames", [])
+        attributes = record["Attributes"]
+        if "All" not in wanted:
+            attributes = {k: v for k, v in attributes.items() if k in wanted}
+        return {"Attributes": attributes}
+
+    def tag_queue(self, **params: Any) -> Dict[str, Any]:
+        validate_request("TagQueue", params, "sqs")
+        path = self._queue(params["QueueUrl"], "TagQueue")
+        record = self._record(path)
+        record["Tags"] = {**record.get("Tags", {}), **params["Tags"]}
+        _write_json(path / "queue.json", record, folder=path / "tmp")
+        return {}
+
+    def list_queue_tags(self, **params: Any) -> Dict[str, Any]:
+        validate_request("ListQueueTags", params, "sqs")
+        tags = self._record(self._queue(params["QueueUrl"], "ListQueueTags")).get("Tags", {})
+        return {"Tags": dict(tags)} if tags else {}
+
+    @staticmethod
+    def _record(path: Path) -> Dict[str, Any]:
+        with open(path / "queue.json", "rb") as file:
+            record = json.loads(file.read(1024 * 1024))
+        if not isinstance(record, dict) or not isinstance(record.get("Attributes"), dict):
+            raise client_error("the queue's record is damaged", "InternalError", 500)
+        return record
+
+    # -- sending -----------------------------------------------------------------------------
+    def send_message(self, **params: Any) -> Dict[str, Any]:
+        validate_request("SendMessage", params, "sqs")
+        path = self._queue(params["QueueUrl"], "SendMessage")
+        body = params["MessageBody"]
+        _check_body(body, "SendMessage")
+        message_id, digest = self._put(path, body, int(params.get("DelaySeconds", 0)))
+        return {"MessageId": message_id, "MD5OfMessageBody": digest}
+
+    def send_message_batch(self, **params: Any) -> Dict[str, Any]:
+        validate_request("SendMessageBatch", params, "sqs")
+        path = self._queue(params["QueueUrl"], "SendMessageBatch")
+        entries = params["Entries"]
+        _check_batch(entries, "SendMessageBatch")
+        if sum(len(e["MessageBody"].encode("utf-8")) for e in entries) > MAX_BODY:
+            raise client_error(f"Batch requests cannot be longer than {MAX_BODY} bytes.",
+                               "AWS.SimpleQueueService.BatchRequestTooLong", 400,
+                               "SendMessageBatch")
+        successful = []
+        for entry in entries:
+            _check_body(entry["MessageBody"], "SendMessageBatch")
+            message_id, digest = self._put(path, entry["MessageBody"],
+                                           int(entry.get("DelaySeconds", 0)))
+            successful.append({"Id": entry["Id"], "MessageId": message_id,
+                               "MD5OfMessageBody": digest})
+        return {"Successful": successful, "Failed": []}
+
+    @staticmethod
+    def _put(path: Path, body: str, delay: int) -> Tuple[str, str]:
+        message_id = uuid.uuid4().hex
+        digest = hashlib.md5(body.encode("utf-8"), usedforsecurity=False).hexdigest()
+        now = _now_ns()
+        record = {"MessageId": message_id, "Body": body, "MD5OfMessageBody": digest,
+                  "SentTimestamp": str(now // 1_000_000)}
+        visible = now + delay * 1_000_000_000
+        temporary = path / "tmp" / f"{message_id}.tmp"
+        _write_json(temporary, record)
+        try:
+            os.rename(temporary, path / "ready" / f"{visible:020d}.{message_id}.0")
+        except FileNotFoundError:  # the queue was deleted meanwhile
+            raise client_error("The specified queue does not exist.", QUEUE_GONE, 400,
+                               "SendMessage") from None
+        return message_id, digest
+
+    # -- receiving ---------------------------------------------------------------------------
+    def receive_message(self, **params: Any) -> Dict[str, Any]:
+        validate_request("ReceiveMessage", params, "sqs")
+        url = params["QueueUrl"]
+        path = self._queue(url, "ReceiveMessage")
+        record = self._record(path)
+        most = int(params.get("MaxNumberOfMessages", 1))
+        if not 1 <= most <= 10:
+            raise client_error("Value for parameter MaxNumberOfMessages is invalid. Reason: "
+                               "Must be between 1 and 10.", "InvalidParameterValue", 400,
+                               "ReceiveMessage")
+        visibility = int(params.get("VisibilityTimeout",
+                                    record["Attributes"].get("VisibilityTimeout", 30)))
+        wait = float(params.get("WaitTimeSeconds",
+                                record["Attributes"].get("ReceiveMessageWaitTimeSeconds", 0)))
+        if not 0 <= wait <= 20:
+            raise client_error("Value for parameter WaitTimeSeconds is invalid. Reason: Must "
+                               ">= 0 and <= 20.", "InvalidParameterValue", 400, "ReceiveMessage")
+        wanted = set(params.get("AttributeNames", [])) | set(
+            params.get("MessageSystemAttributeNames", []))
+        started = time.monotonic()
+        while True:
+            try:
+                messages = self._take(path, most, visibility, wanted)
+            except FileNotFoundError:  # the queue's folder went away while we looked
+                raise client_error("The specified queue does not exist.", QUEUE_GONE, 400,
+                                   "ReceiveMessage") from None
+            waited = time.monotonic() - started
+            if messages or waited >= wait:
+                return {"Messages": messages} if messages else {}
+            time.sleep(min(wait_steps(waited), max(0.0, wait - waited)))
+            if not (path / "queue.json").is_file():
+                raise client_error("The specified queue does not exist.", QUEUE_GONE, 400,
+                                   "ReceiveMessage")
+
+    def _take(self, path: Path, most: int, visibility: int, wanted: set) -> List[Dict[str, Any]]:
+        ready, inflight = path / "ready", path / "inflight"
+        now = _now_ns()
+        _return_expired(ready, inflight, now)
+        messages: List[Dict[str, Any]] = []
+        for name in sorted(os.listdir(ready)):
+            if len(messages) >= most:
+                break
+            parts = name.split(".")
+            if len(parts) != 3 or int(parts[0]) > now:  # not visible yet (DelaySeconds)
+                continue
+            receives = int(parts[2]) + 1
+            handle = f"{parts[0]}.{parts[1]}.{receives}.{uuid.uuid4().hex[:16]}"
+            deadline = time.time() + visibility
+            try:
+                os.utime(ready / name, (deadline, deadline))
+                os.rename(ready / name, inflight / handle)
+            except FileNotFoundError:
+                continue  # another receiver took it first
+            with open(inflight / handle, "rb") as file:
+                record = json.loads(file.read(2 * MAX_BODY))
+            message = {"MessageId": record["MessageId"], "ReceiptHandle": handle,
+                       "MD5OfBody": record["MD5OfMessageBody"], "Body": record["Body"]}
+            if wanted:
+                attributes = {"ApproximateReceiveCount": str(receives),
+                              "SentTimestamp": record["SentTimestamp"]}
+                if "All" not in wanted:
+                    attributes = {k: v for k, v in attributes.items() if k in wanted}
+                if attributes:
+                    message["Attributes"] = attributes
+            messages.append(message)
+        return messages
+
+    def change_message_visibility(self, **params: Any) -> Dict[str, Any]:
+        validate_request("ChangeMessageVisibility", params, "sqs")
+        path = self._queue(params["QueueUrl"], "ChangeMessageVisibility")
+        handle = _handle(params["ReceiptHandle"], "ChangeMessageVisibility")
+        seconds = int(params["VisibilityTimeout"])
+        if not 0 <= seconds <= 43200:
+            raise client_error("Value for parameter VisibilityTimeout is invalid. Reason: "
+                               "Must be >= 0 and <= 43200.", "InvalidParameterValue", 400,
+                               "ChangeMessageVisibility")
+        held = path / "inflight" / handle
+        try:
+            if seconds == 0:
+                seq, message_id, receives, _ = handle.split(".")
+                os.rename(held, path / "ready" / f"{_now_ns():020d}.{message_id}.{receives}")
+            else:
+                deadline = time.time() + seconds
+                os.utime(held, (deadline, deadline))
+        except FileNotFoundError:
+            raise client_error("Message does not exist or is not available for visibility "
+                               "timeout change.", "AWS.SimpleQueueService.MessageNotInflight",
+                               400, "ChangeMessageVisibility") from None
+        return {}
+
+    def delete_message(self, **params: Any) -> Dict[str, Any]:
+        validate_request("DeleteMessage", params, "sqs")
+        path = self._queue(params["QueueUrl"], "DeleteMessage")
+        _unlink(path / "inflight" / _handle(params["ReceiptHandle"], "DeleteMessage"))
+        return {}
+
+    def delete_message_batch(self, **params: Any) -> Dict[str, Any]:
+        validate_request("DeleteMessageBatch", params, "sqs")
+        path = self._queue(params["QueueUrl"], "DeleteMessageBatch")
+        entries = params["Entries"]
+        _check_batch(entries, "DeleteMessageBatch")
+        successful, failed = [], []
+        for entry in entries:
+            if not _HANDLE.match(entry["ReceiptHandle"]):
+                failed.append({"Id": entry["Id"], "SenderFault": True,
+                               "Code": "ReceiptHandleIsInvalid",
+                               "Message": "The input receipt handle is invalid."})
+                continue
+            _unlink(path / "inflight" / entry["ReceiptHandle"])
+            successful.append({"Id": entry["Id"]})
+        return {"Successful": successful, "Failed": failed}
+
+
+def _return_expired(ready: Path, inflight: Path, now_ns: int) -> None:
+    """In-flight messages whose visibility timeout ended are visible again (receives kept)."""
+    now = now_ns / 1e9
+    with os.scandir(inflight) as entries:
+        for entry in entries:
+            try:
+                if entry.stat().st_mtime > now:
+                    continue
+                _seq, message_id, receives, _nonce = entry.name.split(".")
+                os.rename(entry.path, ready / f"{now_ns:020d}.{message_id}.{receives}")
+            except (FileNotFoundError, ValueError):
+                continue  # deleted, or taken back by another receiver meanwhile
+
+
+def _handle(value: str, operation: str) -> str:
+    """A receipt handle is one of our file names, never a path."""
+    if not _HANDLE.match(value):
+        raise client_error("The input receipt handle is invalid.", "ReceiptHandleIsInvalid",
+                           400, operation)
+    return value
+
+
+def _unlink(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass  # no longer in flight: AWS answers success and deletes nothing
+
+
+def _check_body(body: str, operation: str) -> None:
+    if len(body.encode("utf-8")) > MAX_BODY:
+        raise client_error(f"One or more parameters are invalid. Reason: Message must be "
+                           f"shorter than {MAX_BODY} bytes.", "InvalidParameterValue", 400,
+                           operation)
+    if not body:
+        raise client_error("The request must contain the parameter MessageBody.",
+                           "MissingParameter", 400, operation)
+
+
+def _check_batch(entries: List[Dict[str, Any]], operation: str) -> None:
+    if not entries:
+        raise client_error("There should be at least one SendMessageBatchRequestEntry in the "
+                           "request.", "AWS.SimpleQueueService.EmptyBatchRequest", 400, operation)
+    if len(entries) > 10:
+        raise client_error(f"Maximum number of entries per request are 10. You have sent "
+                           f"{len(entries)}.", "AWS.SimpleQueueService.TooManyEntriesInBatchRequest",
+                           400, operation)
+    if len({e["Id"] for e in entries}) != len(entries):
+        raise client_error("Id's of BatchRequestEntry should be unique.",
+                           "AWS.SimpleQueueService.BatchEntryIdsNotDistinct", 400, operation)
+
+
+def _write_json(path: Path, record: Dict[str, Any], folder: Optional[Path] = None) -> None:
+    """``record`` at ``path``, 0600, whole or not at all (through a temporary in ``folder``)."""
+    data = json.dumps(record, separators=(",", ":")).encode("utf-8")
+    if folder is None:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+        return
+    temporary = folder / f"{uuid.uuid4().hex}.tmp"
+    _write_json(temporary, record)
+    os.replace(temporary, path)

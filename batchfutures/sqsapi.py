@@ -1,0 +1,59 @@
+"""The SQS seam: the subset of boto3's SQS client the warm pool calls, and where a client comes from.
+
+    SQSAPI                       what warmpool.py (client) and worker/warm.py call, typed
+    client_for(spec)             {"local": FOLDER} -> emulator.sqs.LocalSQS over that folder
+                                 (the local default: client and worker processes share it);
+                                 {"region": R[, "endpoint_url": U]} -> boto3's SQS client
+    is_queue_gone(error)         QueueDoesNotExist, as boto3 shows it (query-compatible code)
+
+The spec travels in the pool's sealed config object, so a worker reaches the queues its client
+made and no others.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Mapping, Protocol
+
+__all__ = ["SQSAPI", "client_for", "is_queue_gone", "QUEUE_GONE_CODES"]
+
+# boto3 shows SQS's query-compatible code; the JSON protocol's own name is the shape's
+QUEUE_GONE_CODES = frozenset({"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"})
+
+
+class SQSAPI(Protocol):
+    """boto3's SQS client, as far as batchfutures uses it (keyword arguments as boto3's)."""
+
+    def create_queue(self, **params: Any) -> Dict[str, Any]: ...
+    def get_queue_url(self, **params: Any) -> Dict[str, Any]: ...
+    def delete_queue(self, **params: Any) -> Dict[str, Any]: ...
+    def tag_queue(self, **params: Any) -> Dict[str, Any]: ...
+    def list_queue_tags(self, **params: Any) -> Dict[str, Any]: ...
+    def send_message(self, **params: Any) -> Dict[str, Any]: ...
+    def send_message_batch(self, **params: Any) -> Dict[str, Any]: ...
+    def receive_message(self, **params: Any) -> Dict[str, Any]: ...
+    def delete_message(self, **params: Any) -> Dict[str, Any]: ...
+    def delete_message_batch(self, **params: Any) -> Dict[str, Any]: ...
+    def change_message_visibility(self, **params: Any) -> Dict[str, Any]: ...
+
+
+def client_for(spec: Mapping[str, Any]) -> SQSAPI:
+    """The SQS client a pool's spec names (see the module doc)."""
+    if "local" in spec:
+        from .emulator.sqs import LocalSQS
+
+        return LocalSQS(str(spec["local"]))
+    import boto3
+
+    from .awsclients import CLIENT_CONFIG
+
+    client: SQSAPI = boto3.session.Session().client(
+        "sqs", region_name=spec.get("region"), endpoint_url=spec.get("endpoint_url"),
+        config=CLIENT_CONFIG)
+    return client
+
+
+def is_queue_gone(error: BaseException) -> bool:
+    """Whether ``error`` says the queue does not exist (deleted: the pool was shut down)."""
+    response = getattr(error, "response", None)
+    code = (response or {}).get("Error", {}).get("Code") if isinstance(response, dict) else None
+    return code in QUEUE_GONE_CODES

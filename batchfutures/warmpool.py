@@ -1,0 +1,448 @@
+"""Warm workers: ``BatchExecutor(env, keepalive=S, max_workers=N)`` runs its calls on up to N
+long-lived Batch jobs that take them from a queue, so an iterative program (an optimizer's
+``pool.map`` per generation, a sampler's per step) pays a Batch job's start once, not per map.
+
+Data flow (one pool per distinct JobSettings of a Session, as with_settings views make):
+
+    user thread                         SQS (emulator: emulator/sqs.py)        warm worker k
+    -----------                         ------------------------------         (Batch job)
+    ex.submit / ex.map
+      pickle fn: put_function once ──> R/runs/<run>/functions/<sha>.pkl
+      per call (a submit, or a map child of chunksize items): a WarmCall, its future(s)
+        PENDING in the pool's deque
+      _pump: while fewer than `window` (2 N) calls are sent and unfinished:
+        future RUNNING (as a ProcessPoolExecutor's call queue: cancel() works until now)
+        SendMessageBatch ───────────────> work queue <pool>-work
+          (base64 of the sealed call:        │  ReceiveMessage(1, long poll,
+           its items inline up to 180 KiB,   │    VisibilityTimeout V) ─────────> decode, seal
+           else stored and pointed to)       │                                  checked
+      too few workers for the calls sent:    │                                  runner process
+        SubmitJob(python -m batchfutures.    │                                  (forked once:
+        worker --warm R/runs/<run>/warm/<k>) │                                  initializer,
+        one job per worker, never per call   │                                  globals kept)
+                                             │                                  runs the call,
+                                             │    ChangeMessageVisibility(V)   <─ every V/3 s
+                                             │                                  PUT results/<n>
+                                             │                                  once (exclusive)
+                                 completions queue <pool>-done <──── SendMessage({n, worker,
+                                             │                         sealed result inline})
+                                             │                      DeleteMessage(work)
+    pool thread (one per pool)               │
+      ReceiveMessage(10, long poll) <────────┘
+      seal checked (unseal "result" under results/<n>; or GET it when not inline)
+      settle the call's future(s) (jobs.decode_result), echo its output, keep it for log()
+      DeleteMessageBatch; refill the window (_pump)
+      every WATCH_EVERY s with workers: DescribeJobs(worker ids) (<= 100 a request): a worker
+        that ended is forgotten and replaced while calls wait; never a Batch request per call
+    shutdown/exit: DeleteQueue(work) (idle workers exit at their next receive), TerminateJob of
+      every worker (a running call is stopped), DeleteQueue(done)
+
+No call lost or run twice to a result. A message reappears after its visibility timeout when
+its worker died holding it; the worker that takes it again sees ApproximateReceiveCount > 1 and
+first looks for the call's result (written once: a second writer loses, so a call whose first
+worker finished but died before its completion is not run again, only completed). A call seen
+more times than its ``retries`` (attempts, as Batch's) fails with HostTerminatedError
+(warmwire.lost_failure) instead of running again: the worker that held it is gone, and nothing
+else can say how. The common deaths never reach that point: the call runs in the worker's
+runner process, so a kernel OOM kill or a MemoryError (exit 137) ends only the runner, and the
+worker fails that call with MemoryLimitExceeded and starts a new runner; a call past its
+``timeout`` is killed by the worker (JobTimeoutError): timeout is per call here, not the
+worker job's. The call's own exception comes back as itself, as on the cold path.
+
+Costs per call (see benchmarks/bench_warm.py): SQS about 3.3 requests (send 1/10, receive 1 for
+the worker plus 1/k for the client, completion send 1, delete 1, completion delete 1/10), storage
+1 PUT (the result) and no GET when the result is under 180 KiB; Batch 0 (SubmitJob per worker,
+DescribeJobs per WATCH_EVERY for the whole pool).
+
+Not on the warm path (they use the cold path's jobs): futures as arguments, cache=True,
+nodes > 1, retry_on_oom. A client killed outright leaves its queues: its workers exit after
+keepalive seconds without calls; the queues are tagged ``batchfutures:run`` (and expire after
+MESSAGE_RETENTION with nothing in them; removing the queues themselves is cleanup's, a later
+slice).
+"""
+
+from __future__ import annotations
+
+import base64
+import collections
+import functools
+import json
+import logging
+import threading
+import time
+import uuid
+import weakref
+from typing import Any, Deque, Dict, List, Optional
+
+from . import batchapi, serialization, sqsapi, warmwire
+from .errors import JobAbortedError
+from .futures import BatchFuture
+from .jobs import decode_result, settle
+from .settings import JobSettings
+from .statuses import JobStatus
+from .submission import build_request, user_tag
+from .usage import Usage
+
+__all__ = ["WarmPool", "WarmCall", "VISIBILITY_TIMEOUT", "WATCH_EVERY", "sqs_spec_for",
+           "workers_to_start"]
+
+logger = logging.getLogger("batchfutures")
+
+VISIBILITY_TIMEOUT = 30  # seconds a received call stays hidden; its worker extends it as it runs
+WATCH_EVERY = 1.0  # seconds between DescribeJobs of the pool's workers
+MESSAGE_RETENTION = 86400  # a dead client's queues hold nothing older than a day
+COMPLETION_WAIT = 1  # seconds of a completions long poll (the thread also watches workers)
+
+
+def workers_to_start(live: int, outstanding: int, max_workers: int) -> int:
+    """How many workers to start now: enough for the calls outstanding, at most max_workers."""
+    return max(0, min(max_workers, outstanding) - live)
+
+
+def sqs_spec_for(env: Any) -> Dict[str, Any]:
+    """Where the pool's queues live: the local emulator's folder, or the environment's Region."""
+    workdir = getattr(env, "workdir", None)
+    if workdir is not None and not hasattr(env, "region"):
+        return {"local": str(workdir / "emulator" / "sqs")}
+    spec: Dict[str, Any] = {"region": getattr(env, "region", None)}
+    endpoint = getattr(env, "sqs_endpoint_url", None)
+    if endpoint:
+        spec["endpoint_url"] = endpoint
+    return spec
+
+
+class WarmCall:
+    """One call on the warm path (a submit, or one map child): the BoundJob of its futures and
+    the ShownStatuses of its one child."""
+
+    __slots__ = ("pool", "number", "futures", "items", "per_child", "_status", "worker",
+                 "output", "usage", "body", "_reason")
+
+    def __init__(self, pool: "WarmPool", number: int, futures: List[BatchFuture], items: int,
+                 body: str, per_child: bool) -> None:
+        self.pool = pool
+        self.number = number
+        self.futures = futures
+        self.items = items
+        self.per_child = per_child  # map's: one future resolved with all its items' outcomes
+        self.body = body
+        self._status: str = JobStatus.SUBMITTED.value
+        self.worker: Optional[str] = None
+        self.output: Dict[int, Any] = {}
+        self.usage: List[Any] = []
+        self._reason: Optional[str] = None
+
+    # BoundJob
+    def child_id(self, index: Optional[int]) -> str:
+        return self.worker or ""
+
+    @property
+    def default_status(self) -> str:
+        return self._status
+
+    @property
+    def statuses(self) -> "WarmCall":
+        return self
+
+    def item_usage(self, child: int, position: int) -> Optional[Any]:
+        return Usage.from_raw(self.usage[position]) if position < len(self.usage) else None
+
+    # ShownStatuses (its one child)
+    def status(self, child: int) -> Optional[str]:
+        return self._status
+
+    def reason(self, child: int) -> Optional[str]:
+        return self._reason
+
+    def exit_code(self, child: int) -> Optional[int]:
+        return None
+
+    def show(self, child: int, status: Optional[str], reason: Optional[str] = None,
+             exit_code: Optional[int] = None) -> None:
+        if status is not None:
+            self._status = status
+        if reason is not None:
+            self._reason = reason
+
+    def set_reason(self, child: int, reason: Optional[str]) -> None:
+        self._reason = reason
+
+    def set_exit_code(self, child: int, exit_code: Optional[int]) -> None:
+        pass
+
+    def log_text(self, position: int) -> str:
+        """What the call printed (stdout then stderr), as its worker kept it."""
+        printed = self.output.get(position)
+        return "".join(printed[:2]) if printed else ""
+
+
+class WarmPool:
+    """The warm workers of one Session and JobSettings (see module doc)."""
+
+    def __init__(self, session: Any, settings: JobSettings) -> None:
+        self._session = weakref.proxy(session)
+        self.env = session.env
+        self.storage = session.storage
+        self.settings = settings
+        self.run_id = session.run_id
+        key = uuid.uuid4().hex[:8]
+        self.pool_url = self.storage.url("runs", self.run_id, "warm", key)
+        self.pool_name = self.storage.name_of(self.pool_url)
+        given = session.submitter.max_workers
+        self.max_workers = int(given) if given else max(1, int(self.env.max_vcpus_at_once()
+                                                               / settings.vcpus + 1e-9))
+        self.window = 2 * self.max_workers
+        self.echo_output = session.submitter.echo_output
+        self.spec = sqs_spec_for(self.env)
+        self.sqs: sqsapi.SQSAPI = sqsapi.client_for(self.spec)
+        tags = {"batchfutures:run": self.run_id, "batchfutures:warm": key}
+        attributes = {"MessageRetentionPeriod": str(MESSAGE_RETENTION),
+                      "VisibilityTimeout": str(VISIBILITY_TIMEOUT)}
+        base = f"bf-{self.run_id}-{key}"
+        self.queue = self.sqs.create_queue(QueueName=f"{base}-work", Attributes=attributes,
+                                           tags=tags)["QueueUrl"]
+        self.completions = self.sqs.create_queue(QueueName=f"{base}-done",
+                                                 Attributes=attributes, tags=tags)["QueueUrl"]
+        self._initargs_url = (session.submitter._initargs_location()
+                              if session.submitter._initargs is not None else None)
+        self._write_config()
+        self._lock = threading.RLock()
+        self._numbers = iter(range(1 << 62))
+        self._pending: Deque[WarmCall] = collections.deque()
+        self._sent: Dict[int, WarmCall] = {}
+        self.workers: Dict[str, str] = {}  # job id -> last status seen
+        # requests by operation (benchmarks)
+        self.requests: collections.Counter = collections.Counter()
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="batchfutures-warm", daemon=True)
+        self._thread.start()
+
+    # -- set-up ------------------------------------------------------------------------------
+    def _write_config(self) -> None:
+        settings = self.settings
+        memory = settings.memory_mib(self.env.definition_memory())
+        config = {"queue": self.queue, "completions": self.completions, "sqs": self.spec,
+                  "keepalive": settings.keepalive, "visibility": VISIBILITY_TIMEOUT,
+                  "timeout": settings.timeout, "attempts": settings.retries,
+                  "initargs": self._initargs_url, "memory_mib": memory,
+                  **serialization.payload_stamp()}
+        url = f"{self.pool_url}/config"
+        storage = self.storage
+        storage.put_bytes(url, storage.signer.seal(warmwire.CONFIG_KIND, storage.name_of(url),
+                                                   json.dumps(config).encode(),
+                                                   root=storage.mac_root))
+
+    def _start_workers(self, count: int) -> None:
+        submitter = self._session.submitter
+        settings = self.settings
+        command = list(self.env.worker_command(self.pool_url))
+        command.insert(-1, "--warm")
+        request = build_request(
+            settings, name="batchfutures-warm", job_queue=submitter._queue_for(settings),
+            job_definition=submitter._definition_for(settings), command=command, size=1,
+            memory_mib=settings.memory_mib(self.env.definition_memory()), run_id=self.run_id,
+            user=user_tag(), signing_environment=submitter._job_environment(),
+            environment_tags=getattr(self.env, "job_tags", dict)())
+        request.pop("timeout", None)  # per call, enforced by the worker
+        request["retryStrategy"] = {"attempts": 1}  # a dead worker is replaced by the pool
+        for _ in range(count):
+            job_id = self.env.batch.submit_job(**request)["jobId"]
+            self.requests["batch:SubmitJob"] += 1
+            with self._lock:
+                self.workers[job_id] = JobStatus.SUBMITTED.value
+            logger.debug("warm pool %s: started worker %s", self.pool_name, job_id)
+
+    # -- calls -------------------------------------------------------------------------------
+    def add(self, function_pickle: bytes, encoding: str, blobs: List[bytes],
+            counts: List[int], futures: List[List[BatchFuture]], per_child: bool = False
+            ) -> None:
+        """Calls (one per blob) whose futures are ``futures[i]``; sent as the window allows."""
+        storage = self.storage
+        function_url = storage.put_function(self.run_id, function_pickle)
+        calls = []
+        for blob, count, group in zip(blobs, counts, futures):
+            number = next(self._numbers)
+            sealed = warmwire.encode_call(storage.signer, storage.mac_root, self.pool_name,
+                                          number, function_url, encoding, count, blob)
+            if len(sealed) > warmwire.INLINE_LIMIT:
+                url = f"{self.pool_url}/calls/{number}"
+                storage.put_bytes(url, sealed)
+                sealed = warmwire.encode_pointer(storage.signer, storage.mac_root,
+                                                 self.pool_name, number, url)
+            call = WarmCall(self, number, group, count, base64.b64encode(sealed).decode(),
+                            per_child)
+            for position, future in enumerate(group):
+                future._bind(call, 0)  # type: ignore[arg-type]
+                future._set_item(position)
+            calls.append(call)
+        with self._lock:
+            self._pending.extend(calls)
+        self._pump()
+
+    def _pump(self) -> None:
+        """Send waiting calls while the window has room; start workers the calls need."""
+        with self._lock:
+            batch: List[WarmCall] = []
+            while self._pending and len(self._sent) + len(batch) < self.window:
+                call = self._pending.popleft()
+                # RUNNING once sent, as ProcessPoolExecutor's call queue; a cancelled one is
+                # never sent
+                if not all([f.set_running_or_notify_cancel() for f in call.futures]):
+                    for future in call.futures:
+                        future.cancel()
+                    continue
+                call._status = JobStatus.RUNNABLE.value
+                batch.append(call)
+                if len(batch) == 10:
+                    self._send(batch)
+                    batch = []
+            if batch:
+                self._send(batch)
+            live = sum(1 for status in self.workers.values()
+                       if status not in (JobStatus.SUCCEEDED.value, JobStatus.FAILED.value))
+            start = workers_to_start(live, len(self._sent) + len(self._pending),
+                                     self.max_workers)
+        if start and not self._closed.is_set():
+            self._start_workers(start)
+
+    def _send(self, batch: List[WarmCall]) -> None:
+        for call in batch:
+            self._sent[call.number] = call
+        self.sqs.send_message_batch(QueueUrl=self.queue, Entries=[
+            {"Id": str(i), "MessageBody": call.body} for i, call in enumerate(batch)])
+        self.requests["sqs:SendMessageBatch"] += 1
+        for call in batch:
+            call.body = ""  # sent: the client keeps no copy of the arguments
+
+    # -- the pool's thread -------------------------------------------------------------------
+    def _run(self) -> None:
+        next_watch = time.monotonic() + WATCH_EVERY
+        while not self._closed.is_set():
+            try:
+                answer = self.sqs.receive_message(QueueUrl=self.completions,
+                                                  MaxNumberOfMessages=10,
+                                                  WaitTimeSeconds=COMPLETION_WAIT)
+                self.requests["sqs:ReceiveMessage"] += 1
+                messages = answer.get("Messages", [])
+                for message in messages:
+                    self._complete(message["Body"])
+                if messages:
+                    self.sqs.delete_message_batch(QueueUrl=self.completions, Entries=[
+                        {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
+                        for i, m in enumerate(messages)])
+                    self.requests["sqs:DeleteMessageBatch"] += 1
+                    self._pump()
+                if time.monotonic() >= next_watch and self.workers:
+                    self._watch()
+                    next_watch = time.monotonic() + WATCH_EVERY
+            except Exception as error:
+                if self._closed.is_set() or sqsapi.is_queue_gone(error):
+                    return
+                logger.warning("batchfutures: warm pool %s: %s", self.pool_name, error)
+                time.sleep(0.5)
+
+    def _complete(self, body: str) -> None:
+        try:
+            number, worker, sealed = warmwire.decode_completion(body)
+        except (ValueError, KeyError, TypeError):
+            logger.warning("batchfutures: warm pool %s: a malformed completion was dropped",
+                           self.pool_name)
+            return
+        with self._lock:
+            call = self._sent.pop(number, None)
+        if call is None:  # a duplicate (a call completed again by a later holder)
+            return
+        storage = self.storage
+        url = storage.result_url(self.pool_url, number)
+        data: Any
+        try:
+            if sealed is not None:
+                data = storage.signer.unseal("result", storage.name_of(url), sealed,
+                                             root=storage.mac_root)
+            else:
+                data = storage.read_result(self.pool_url, number)
+        except Exception as error:  # IntegrityError: nothing of it is unpickled
+            data = error
+        call.worker = worker
+        if isinstance(data, BaseException) or data is None:
+            failure = data if data is not None else RuntimeError(f"warm call {number}: no result")
+            call._status = JobStatus.FAILED.value
+            for future in call.futures:
+                settle(future, False, failure)
+            return
+        call.output = serialization.result_output(data)
+        call.usage = list(serialization.result_usage(data) or [])
+        decoded = decode_result(data, call.items)
+        call._status = JobStatus.SUCCEEDED.value if all(ok for ok, _ in decoded) \
+            else JobStatus.FAILED.value
+        if self.echo_output:
+            for position in sorted(call.output):
+                serialization.echo_output(call.output[position])
+        if call.per_child:
+            settle(call.futures[0], True, functools.partial(_same, decoded))
+            return
+        for future, (ok, value) in zip(call.futures, decoded):
+            settle(future, ok, value)
+
+    def _watch(self) -> None:
+        with self._lock:
+            ids = [job for job, status in self.workers.items()
+                   if status not in (JobStatus.SUCCEEDED.value, JobStatus.FAILED.value)]
+        if not ids:
+            return
+        found = batchapi.describe_jobs(self.env.batch, ids)
+        self.requests["batch:DescribeJobs"] += (len(ids) + 99) // 100
+        with self._lock:
+            for job in found:
+                self.workers[job["jobId"]] = job["status"]
+                if job["status"] == JobStatus.FAILED.value:
+                    logger.warning("batchfutures: warm worker %s ended: %s", job["jobId"],
+                                   job.get("statusReason"))
+        self._pump()  # replace the workers that ended while calls wait
+
+    # -- the end -----------------------------------------------------------------------------
+    def unfinished(self) -> List[BatchFuture]:
+        with self._lock:
+            calls = list(self._pending) + list(self._sent.values())
+        return [f for call in calls for f in call.futures if not f.done()]
+
+    def cancel_waiting(self) -> None:
+        with self._lock:
+            waiting, self._pending = list(self._pending), collections.deque()
+        for call in waiting:
+            for future in call.futures:
+                future.cancel()
+
+    def close(self, *, stop_running: str = "") -> None:
+        """Delete the queues and stop the workers; with ``stop_running`` (a reason), the calls
+        still unfinished fail with JobAbortedError."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        if stop_running:
+            self.cancel_waiting()
+            stopped = JobAbortedError(f"the warm worker running this call was stopped: "
+                                      f"{stop_running}", status_reason=stop_running)
+            for future in self.unfinished():
+                settle(future, False, stopped)
+        for url in (self.queue, self.completions):
+            try:
+                self.sqs.delete_queue(QueueUrl=url)
+            except Exception as error:
+                if not sqsapi.is_queue_gone(error):
+                    logger.warning("batchfutures: could not delete the queue %s: %s", url, error)
+        with self._lock:
+            ids = [job for job, status in self.workers.items()
+                   if status not in (JobStatus.SUCCEEDED.value, JobStatus.FAILED.value)]
+        if ids:
+            failed = batchapi.stop_jobs(self.env.batch, batchapi.Stop.TERMINATE, ids,
+                                        "batchfutures: the warm pool was shut down",
+                                        attempts=2, max_delay=2.0)
+            for job_id, problem in failed.items():
+                logger.warning("batchfutures: could not stop warm worker %s: %s", job_id, problem)
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout=COMPLETION_WAIT + 1)
+
+
+def _same(value: Any) -> Any:
+    return value
