@@ -386,9 +386,11 @@ def aws_signer(env: Any) -> Signer:
 
     def missing() -> bytes:
         raise ConfigurationError(
-            "AWSBatchEnvironment needs a signing key for its payloads: "
-            "AWSBatchEnvironment(..., signing_secret=<Secrets Manager secret ARN>) or "
-            f"{KEY_VARIABLE} in the environment (at least {MIN_KEY_CHARACTERS} characters)")
+            "AWSBatchEnvironment needs a signing key for its payloads: export "
+            "BATCHFUTURES_SIGNING_SECRET=<the stack's SigningSecret output> (docs/aws.md, step "
+            "3), or AWSBatchEnvironment(..., signing_secret=<Secrets Manager secret ARN or "
+            f"name>), or {KEY_VARIABLE} in the environment (at least {MIN_KEY_CHARACTERS} "
+            "characters)")
     return Signer(missing, "env")
 
 

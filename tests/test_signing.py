@@ -534,3 +534,14 @@ def test_no_log_line_holds_a_planted_secret_or_the_key(tmp_path, monkeypatch, ca
     lines = caplog.text + "\n".join(logs)
     for planted in (planted_key, planted_client, planted_job):
         assert planted not in lines
+
+
+def test_an_aws_environment_without_a_key_says_which_variable_step_3_exports(monkeypatch):
+    from batchfutures.signing import aws_signer
+
+    monkeypatch.delenv("BATCHFUTURES_SIGNING_KEY", raising=False)
+    env = AWSBatchEnvironment(job_queue="q", io_bucket="bucket-without-key",
+                              job_definition="d", region_name="us-east-1")
+    with pytest.raises(ConfigurationError, match="export BATCHFUTURES_SIGNING_SECRET=") as missing:
+        aws_signer(env).key()
+    assert "docs/aws.md, step 3" in str(missing.value)
