@@ -7,6 +7,7 @@
                                     [--lost-reply-rate F] [--host-loss-rate F]
                                     [--host-loss-after S] [--fault-operations A,B]
                                     [--fault-seed N] [--account-tps R] [--account-burst N]
+                                    [--item-throttle-rate F] [--child-stops-refused A,B]
                                     [--access-key-id ID --secret-access-key-file PATH]
 
 The fault flags set the emulator's FaultProfile (faults.py); all are off by default.
@@ -105,6 +106,12 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
                              "TooManyRequestsException")
     faults.add_argument("--account-burst", type=float, default=None, metavar="N",
                         help="calls the budget lets through at once (default: a second's worth)")
+    faults.add_argument("--item-throttle-rate", type=float, default=0.0, metavar="F",
+                        help="answer fraction F of the jobs of a bulk CancelJobs/TerminateJobs "
+                             "ThrottlingException in the answer's errors (not stopped)")
+    faults.add_argument("--child-stops-refused", default=None, metavar="A,B",
+                        help="refuse these actions (CancelJob,TerminateJob) on an array child, "
+                             "as the stack's client policy may on AWS (a child has no tags)")
     access = parser.add_argument_group(
         "access", "the credentials a request must be signed with (SigV4, as boto3 signs)")
     access.add_argument("--access-key-id", default=None, metavar="ID",
@@ -205,7 +212,11 @@ def fault_profile(args: argparse.Namespace) -> FaultProfile:
                         lost_reply_rate=args.lost_reply_rate, host_loss_rate=args.host_loss_rate,
                         host_loss_after=args.host_loss_after, operations=operations,
                         seed=args.fault_seed, account_tps=args.account_tps,
-                        account_burst=args.account_burst)
+                        account_burst=args.account_burst,
+                        item_throttle_rate=args.item_throttle_rate,
+                        child_stops_refused=frozenset(
+                            p.strip() for p in (args.child_stops_refused or "").split(",")
+                            if p.strip()))
 
 
 def main(argv: Optional[List[str]] = None) -> int:

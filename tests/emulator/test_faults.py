@@ -263,3 +263,14 @@ def test_the_command_line_sets_the_account_budget():
 
     args = parse_args(["--account-tps", "50", "--account-burst", "100"])
     assert fault_profile(args) == FaultProfile(account_tps=50, account_burst=100)
+
+
+def test_the_command_line_sets_bulk_stop_throttling_and_refused_child_stops():
+    from batchfutures.emulator.__main__ import fault_profile, parse_args
+
+    args = parse_args(["--item-throttle-rate", "0.5", "--child-stops-refused",
+                       "CancelJob, TerminateJob"])
+    assert fault_profile(args) == FaultProfile(
+        item_throttle_rate=0.5, child_stops_refused=frozenset({"CancelJob", "TerminateJob"}))
+    with pytest.raises(ValueError, match="child_stops_refused"):
+        fault_profile(parse_args(["--child-stops-refused", "SubmitJob"]))
