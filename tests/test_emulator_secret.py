@@ -186,3 +186,4 @@ def test_another_local_user_cannot_learn_the_secret(shared_tmp, how):
         out, err = process.communicate(timeout=30)
     assert process.returncode == 0, err
     assert out == "" and secret not in err  # the URL was stdout's only line
+    assert "endpoint.json" in err and "never printed" in err  # where the pair is, on stderr

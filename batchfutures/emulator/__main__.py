@@ -274,6 +274,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                   file=sys.stderr)
             return 2
         print(server.endpoint_url, flush=True)  # the only line: the pair is in endpoint.json
+        print(f"batchfutures emulator: sign requests with access key id {key_id}; the secret is "
+              f"in {Path(folder) / 'endpoint.json'} (mode 0600), never printed", file=sys.stderr,
+              flush=True)
         while not stop.wait(0.5):  # a timed wait, so signals are handled promptly everywhere
             pass
     finally:
