@@ -1,0 +1,229 @@
+"""Warm workers on the local default (issue 31): real worker jobs, real processes, SQS's shape."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from batchfutures import BatchExecutor, LocalEnvironment
+from batchfutures.errors import JobAbortedError, JobTimeoutError, MemoryLimitExceeded
+
+pytestmark = pytest.mark.slow
+
+_calls = 0
+_value = None
+
+
+def square(x):
+    print(f"square of {x}")
+    return x * x
+
+
+def counted(_):
+    """What a call leaves in its module's globals is seen by the next call on its worker."""
+    global _calls
+    _calls += 1
+    return _calls
+
+
+def init(value, marker):
+    global _value
+    _value = value
+    with open(marker, "a") as file:
+        file.write(f"{os.getpid()}\n")
+
+
+def read_value(_):
+    return _value
+
+
+def fails(x):
+    raise ValueError(f"bad {x}")
+
+
+def sleeps(seconds):
+    time.sleep(seconds)
+    return seconds
+
+
+def allocates(mib):
+    block = bytearray(mib * 1024 * 1024)
+    return len(block)
+
+
+def worker_pid(_):
+    return os.getppid()  # the runner's parent: the worker loop
+
+
+def finished_workers(env, ids, timeout):
+    """Wait until Batch shows every job of ``ids`` finished; their statuses."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = env.batch.describe_jobs(jobs=list(ids))["jobs"]
+        statuses = {job["jobId"]: job["status"] for job in found}
+        if all(s in ("SUCCEEDED", "FAILED") for s in statuses.values()) or \
+                time.monotonic() > deadline:
+            return statuses
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def env(tmp_path):
+    environment = LocalEnvironment(tmp_path / "work", max_vcpus=2)
+    yield environment
+    environment.emulator.close()
+
+
+def test_map_and_submit_run_on_warm_workers_with_their_own_log(env):
+    with BatchExecutor(env, keepalive=30, max_workers=2, echo_output=False) as ex:
+        assert list(ex.map(square, range(10))) == [x * x for x in range(10)]
+        future = ex.submit(square, 7)
+        assert future.result(timeout=60) == 49
+        assert future.log() == "square of 7\n"  # its own output, not its worker's
+        assert future.status == "SUCCEEDED"
+        pool = next(iter(ex._session.warm_pools.values()))
+        assert future.job_id in pool.workers  # its worker's Batch job
+        assert len(pool.workers) <= 2
+        assert list(ex.map(square, range(3), chunksize=2)) == [0, 1, 4]
+        assert pool.requests["batch:SubmitJob"] == len(pool.workers)  # per worker, not per call
+
+
+def test_globals_a_call_leaves_are_seen_by_the_next_call_on_its_worker(env):
+    with BatchExecutor(env, keepalive=30, max_workers=1) as ex:
+        assert list(ex.map(counted, range(5))) == [1, 2, 3, 4, 5]
+        assert ex.submit(counted, 0).result(timeout=60) == 6
+
+
+def test_the_initializer_runs_once_per_worker(env, tmp_path):
+    marker = tmp_path / "inits"
+    with BatchExecutor(env, keepalive=30, max_workers=2, initializer=init,
+                       initargs=(42, str(marker))) as ex:
+        assert list(ex.map(read_value, range(12))) == [42] * 12
+        workers = len(next(iter(ex._session.warm_pools.values())).workers)
+    assert 1 <= len(marker.read_text().split()) <= workers
+
+
+def test_a_calls_exception_comes_back_as_itself_and_the_pool_goes_on(env):
+    with BatchExecutor(env, keepalive=30, max_workers=2) as ex:
+        futures = [ex.submit(fails, 1), ex.submit(square, 3)]
+        with pytest.raises(ValueError, match="bad 1"):
+            futures[0].result(timeout=60)
+        assert futures[1].result(timeout=60) == 9
+        assert futures[0].status == "FAILED"
+
+
+def test_cancel_works_until_the_call_is_sent(env):
+    with BatchExecutor(env, keepalive=30, max_workers=1) as ex:
+        first = ex.submit(sleeps, 1.0)
+        queued = [ex.submit(counted, i) for i in range(6)]  # the window holds 2
+        assert queued[-1].cancel()
+        assert queued[-1].cancelled()
+        assert first.result(timeout=60) == 1.0
+        assert [f.result(timeout=60) for f in queued[:-1]] == [1, 2, 3, 4, 5]
+
+
+def test_a_call_out_of_memory_fails_alone_and_the_worker_goes_on(env):
+    with BatchExecutor(env, keepalive=30, max_workers=1, memory=300) as ex:
+        assert ex.submit(allocates, 10).result(timeout=60) == 10 * 1024 * 1024
+        pid = ex.submit(worker_pid, 0).result(timeout=60)
+        killed = ex.submit(allocates, 2000)
+        with pytest.raises(MemoryLimitExceeded):
+            killed.result(timeout=60)
+        after = [ex.submit(square, x) for x in range(3)]
+        assert [f.result(timeout=60) for f in after] == [0, 1, 4]
+        assert ex.submit(worker_pid, 0).result(timeout=60) == pid  # the same worker
+
+
+def test_a_call_past_its_timeout_fails_alone(env):
+    with BatchExecutor(env, keepalive=30, max_workers=1, timeout=1) as ex:
+        started = time.monotonic()
+        slow = ex.submit(sleeps, 30)
+        with pytest.raises(JobTimeoutError):
+            slow.result(timeout=60)
+        assert time.monotonic() - started < 20
+        assert ex.submit(sleeps, 0).result(timeout=60) == 0
+
+
+def test_with_settings_gives_each_settings_its_own_pool(env):
+    with BatchExecutor(env, keepalive=30, max_workers=1) as ex:
+        other = ex.with_settings(memory=512)
+        assert ex.submit(square, 2).result(timeout=60) == 4
+        assert other.submit(square, 3).result(timeout=60) == 9
+        pools = list(ex._session.warm_pools.values())
+        assert len(pools) == 2
+        assert not set(pools[0].workers) & set(pools[1].workers)
+
+
+def test_idle_workers_exit_after_keepalive(env):
+    ex = BatchExecutor(env, keepalive=1, max_workers=1)
+    assert ex.submit(square, 2).result(timeout=60) == 4
+    pool = next(iter(ex._session.warm_pools.values()))
+    statuses = finished_workers(env, pool.workers, timeout=30)
+    assert set(statuses.values()) == {"SUCCEEDED"}  # exit 0: idle, not stopped
+    ex.shutdown()
+
+
+def test_shutdown_with_calls_queued_stops_the_workers(env):
+    ex = BatchExecutor(env, keepalive=60, max_workers=1)
+    running = ex.submit(sleeps, 0.5)
+    queued = [ex.submit(sleeps, 5) for _ in range(5)]
+    ex.shutdown(wait=True, cancel_futures=True)
+    assert running.result() == 0.5
+    assert sum(f.cancelled() for f in queued) >= 3  # those the window had not sent
+    pool = next(iter(ex._session.warm_pools.values()))
+    statuses = finished_workers(env, pool.workers, timeout=30)
+    assert all(s in ("SUCCEEDED", "FAILED") for s in statuses.values())
+
+
+def test_terminate_workers_fails_the_running_calls_at_once(env):
+    ex = BatchExecutor(env, keepalive=60, max_workers=1)
+    assert ex.submit(square, 1).result(timeout=60) == 1
+    running = ex.submit(sleeps, 30)
+    time.sleep(0.5)
+    started = time.monotonic()
+    ex.terminate_workers()
+    with pytest.raises(JobAbortedError):
+        running.result(timeout=10)
+    pool = next(iter(ex._session.warm_pools.values()))
+    statuses = finished_workers(env, pool.workers, timeout=30)
+    assert all(s in ("SUCCEEDED", "FAILED") for s in statuses.values())
+    assert time.monotonic() - started < 30
+
+
+def test_a_killed_clients_workers_exit(tmp_path):
+    script = tmp_path / "client.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, sys
+        from batchfutures import BatchExecutor, LocalEnvironment
+
+        def worker_pid(_):
+            return os.getppid()
+
+        ex = BatchExecutor(LocalEnvironment({str(tmp_path / "work")!r}, max_vcpus=2),
+                           keepalive=3, max_workers=1)
+        print(ex.submit(worker_pid, 0).result(timeout=60), flush=True)
+        sys.stdin.read()
+    """))
+    client = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(client.stdout.readline())
+        os.kill(pid, 0)  # the worker runs
+        client.send_signal(signal.SIGKILL)
+        client.wait(timeout=30)
+        deadline = time.monotonic() + 3 + 10  # keepalive, and some
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail(f"the worker {pid} outlived its client by more than its keepalive")
+    finally:
+        client.kill()
+        client.wait()

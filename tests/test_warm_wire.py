@@ -1,0 +1,101 @@
+"""Warm workers' pure parts: the sealed messages, the failure a dead call gets, how many workers."""
+
+import base64
+
+import pytest
+
+from batchfutures import serialization
+from batchfutures.errors import (
+    HostTerminatedError,
+    IntegrityError,
+    JobFailedError,
+    JobTimeoutError,
+    MemoryLimitExceeded,
+)
+from batchfutures.settings import JobSettings
+from batchfutures.signing import Signer
+from batchfutures.warmpool import workers_to_start
+from batchfutures.warmwire import (
+    decode_call,
+    decode_completion,
+    encode_call,
+    encode_completion,
+    encode_pointer,
+    lost_failure,
+    runner_failure,
+)
+
+SIGNER = Signer.from_key("k" * 40)
+ROOT = "file:///tmp/storage"
+POOL = "runs/r1/warm/abcd"
+
+
+@pytest.mark.parametrize("returncode, timed_out, expected", [
+    (137, False, MemoryLimitExceeded),  # a MemoryError in the runner (exit 137)
+    (-9, False, MemoryLimitExceeded),  # the kernel's OOM killer (SIGKILL)
+    (-9, True, JobTimeoutError),  # the worker killed it past its timeout
+    (1, False, JobFailedError),
+    (-11, False, JobFailedError),  # a segfault is no memory verdict
+])
+def test_a_call_whose_process_died_fails_with_the_typed_error(returncode, timed_out, expected):
+    error = runner_failure(returncode, timed_out=timed_out, timeout=2.0, worker="job-1",
+                           memory_mib=512)
+    assert type(error) is expected
+    assert error.job_id == "job-1"
+
+
+def test_a_call_whose_workers_died_fails_as_host_lost():
+    error = lost_failure(receives=3, attempts=2)
+    assert isinstance(error, HostTerminatedError) and "2 time(s)" in str(error)
+
+
+@pytest.mark.parametrize("live, outstanding, most, start", [
+    (0, 1, 4, 1), (0, 8, 2, 2), (1, 8, 2, 1), (2, 8, 2, 0), (3, 1, 4, 0), (0, 0, 4, 0)])
+def test_workers_are_started_for_the_calls_up_to_max_workers(live, outstanding, most, start):
+    assert workers_to_start(live, outstanding, most) == start
+
+
+def test_a_call_message_round_trips_and_binds_its_pool_and_number():
+    blob = serialization.pack_items([(0, (1, 2), {})])
+    sealed = encode_call(SIGNER, ROOT, POOL, 7, "file:///f.pkl", serialization.CALLS, 1, blob)
+    body = base64.b64encode(sealed).decode()
+    head, got = decode_call(SIGNER, ROOT, POOL, body)
+    assert head == {"n": 7, "fn": "file:///f.pkl", "enc": serialization.CALLS, "items": 1}
+    assert got == blob
+    for signer, root, pool in [(Signer.from_key("x" * 40), ROOT, POOL),  # another key
+                               (SIGNER, "s3://other", POOL),  # another storage
+                               (SIGNER, ROOT, "runs/r1/warm/other")]:  # another pool
+        with pytest.raises(IntegrityError):
+            decode_call(signer, root, pool, body)
+    altered = bytearray(sealed)
+    altered[-1] ^= 1
+    with pytest.raises(IntegrityError):
+        decode_call(SIGNER, ROOT, POOL, base64.b64encode(bytes(altered)).decode())
+    with pytest.raises(IntegrityError):
+        decode_call(SIGNER, ROOT, POOL, "not base64!")
+
+
+def test_a_pointer_message_names_where_the_large_call_is():
+    sealed = encode_pointer(SIGNER, ROOT, POOL, 3, "file:///tmp/storage/runs/r1/warm/abcd/calls/3")
+    head, blob = decode_call(SIGNER, ROOT, POOL, base64.b64encode(sealed).decode())
+    assert head == {"n": 3, "url": "file:///tmp/storage/runs/r1/warm/abcd/calls/3"} and blob == b""
+
+
+@pytest.mark.parametrize("size, inline", [(10, True), (200 * 1024, False)])
+def test_a_completion_carries_the_sealed_result_when_small(size, inline):
+    number, worker, sealed = decode_completion(encode_completion(5, "job-9", b"r" * size))
+    assert (number, worker) == (5, "job-9")
+    assert (sealed == b"r" * size) if inline else sealed is None
+
+
+@pytest.mark.parametrize("value, expected", [(None, 0), (0, 0), (2, 2), (0.5, 0.5)])
+def test_keepalive_is_a_job_setting(value, expected):
+    settings = JobSettings.from_kwargs(keepalive=value)
+    assert settings.keepalive == expected
+    assert ("keepalive" in settings.as_dict()) == bool(expected)
+
+
+@pytest.mark.parametrize("value", [-1, "5", float("inf"), True])
+def test_a_bad_keepalive_is_refused(value):
+    with pytest.raises(Exception, match="keepalive"):
+        JobSettings.from_kwargs(keepalive=value)
