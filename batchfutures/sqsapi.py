@@ -12,9 +12,10 @@ made and no others.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Protocol
+import collections
+from typing import Any, Callable, Dict, Mapping, Protocol, cast
 
-__all__ = ["SQSAPI", "client_for", "is_queue_gone", "QUEUE_GONE_CODES"]
+__all__ = ["SQSAPI", "client_for", "is_queue_gone", "QUEUE_GONE_CODES", "Counted", "counted"]
 
 # boto3 shows SQS's query-compatible code; the JSON protocol's own name is the shape's
 QUEUE_GONE_CODES = frozenset({"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"})
@@ -50,6 +51,30 @@ def client_for(spec: Mapping[str, Any]) -> SQSAPI:
         "sqs", region_name=spec.get("region"), endpoint_url=spec.get("endpoint_url"),
         config=CLIENT_CONFIG)
     return client
+
+
+class Counted:
+    """An SQS client that counts its requests by operation (``counts``: what the benchmarks and
+    the warm worker's exit line report)."""
+
+    def __init__(self, client: SQSAPI) -> None:
+        self._client = client
+        self.counts: "collections.Counter[str]" = collections.Counter()
+
+    def __getattr__(self, name: str) -> Callable[..., Dict[str, Any]]:
+        method = getattr(self._client, name)
+
+        def call(**params: Any) -> Dict[str, Any]:
+            self.counts[name] += 1
+            return cast(Dict[str, Any], method(**params))
+
+        return call
+
+
+def counted(client: SQSAPI) -> "tuple[SQSAPI, Counted]":
+    """``client`` counting its requests: (the client to call, the counter)."""
+    wrapper = Counted(client)
+    return cast(SQSAPI, wrapper), wrapper
 
 
 def is_queue_gone(error: BaseException) -> bool:

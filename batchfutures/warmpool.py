@@ -10,7 +10,7 @@ Data flow (one pool per distinct JobSettings of a Session, as with_settings view
       pickle fn: put_function once ──> R/runs/<run>/functions/<sha>.pkl
       per call (a submit, or a map child of chunksize items): a WarmCall, its future(s)
         PENDING in the pool's deque
-      _pump: while fewer than `window` (2 N) calls are sent and unfinished:
+      _pump: while fewer than `window` (max(2 N, 16)) calls are sent and unfinished:
         future RUNNING (as a ProcessPoolExecutor's call queue: cancel() works until now)
         SendMessageBatch ───────────────> work queue <pool>-work
           (base64 of the sealed call:        │  ReceiveMessage(1, long poll,
@@ -89,14 +89,23 @@ __all__ = ["WarmPool", "WarmCall", "VISIBILITY_TIMEOUT", "WATCH_EVERY", "sqs_spe
 logger = logging.getLogger("batchfutures")
 
 VISIBILITY_TIMEOUT = 30  # seconds a received call stays hidden; its worker extends it as it runs
+WINDOW_FLOOR = 16  # calls sent ahead at least (window_for)
 WATCH_EVERY = 1.0  # seconds between DescribeJobs of the pool's workers
 MESSAGE_RETENTION = 86400  # a dead client's queues hold nothing older than a day
+SHUTDOWN_GRACE = 2.0  # seconds idle workers get to leave by themselves before TerminateJob
 COMPLETION_WAIT = 1  # seconds of a completions long poll (the thread also watches workers)
 
 
 def workers_to_start(live: int, outstanding: int, max_workers: int) -> int:
     """How many workers to start now: enough for the calls outstanding, at most max_workers."""
     return max(0, min(max_workers, outstanding) - live)
+
+
+def window_for(max_workers: int) -> int:
+    """How many calls may be sent and unfinished at once: a map's round of a few calls per
+    worker goes out in one batch (no wait for completions to refill), and ``cancel()`` still
+    works for every call behind them (ProcessPoolExecutor sends max_workers + 1)."""
+    return max(2 * max_workers, WINDOW_FLOOR)
 
 
 def sqs_spec_for(env: Any) -> Dict[str, Any]:
@@ -191,10 +200,10 @@ class WarmPool:
         given = session.submitter.max_workers
         self.max_workers = int(given) if given else max(1, int(self.env.max_vcpus_at_once()
                                                                / settings.vcpus + 1e-9))
-        self.window = 2 * self.max_workers
+        self.window = window_for(self.max_workers)
         self.echo_output = session.submitter.echo_output
         self.spec = sqs_spec_for(self.env)
-        self.sqs: sqsapi.SQSAPI = sqsapi.client_for(self.spec)
+        self.sqs, self._sqs_counts = sqsapi.counted(sqsapi.client_for(self.spec))
         tags = {"batchfutures:run": self.run_id, "batchfutures:warm": key}
         attributes = {"MessageRetentionPeriod": str(MESSAGE_RETENTION),
                       "VisibilityTimeout": str(VISIBILITY_TIMEOUT)}
@@ -310,7 +319,6 @@ class WarmPool:
             self._sent[call.number] = call
         self.sqs.send_message_batch(QueueUrl=self.queue, Entries=[
             {"Id": str(i), "MessageBody": call.body} for i, call in enumerate(batch)])
-        self.requests["sqs:SendMessageBatch"] += 1
         for call in batch:
             call.body = ""  # sent: the client keeps no copy of the arguments
 
@@ -322,7 +330,6 @@ class WarmPool:
                 answer = self.sqs.receive_message(QueueUrl=self.completions,
                                                   MaxNumberOfMessages=10,
                                                   WaitTimeSeconds=COMPLETION_WAIT)
-                self.requests["sqs:ReceiveMessage"] += 1
                 messages = answer.get("Messages", [])
                 for message in messages:
                     self._complete(message["Body"])
@@ -330,7 +337,6 @@ class WarmPool:
                     self.sqs.delete_message_batch(QueueUrl=self.completions, Entries=[
                         {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
                         for i, m in enumerate(messages)])
-                    self.requests["sqs:DeleteMessageBatch"] += 1
                     self._pump()
                 if time.monotonic() >= next_watch and self.workers:
                     self._watch()
@@ -384,10 +390,13 @@ class WarmPool:
         for future, (ok, value) in zip(call.futures, decoded):
             settle(future, ok, value)
 
-    def _watch(self) -> None:
+    def _live_workers(self) -> List[str]:
         with self._lock:
-            ids = [job for job, status in self.workers.items()
-                   if status not in (JobStatus.SUCCEEDED.value, JobStatus.FAILED.value)]
+            return [job for job, status in self.workers.items()
+                    if status not in (JobStatus.SUCCEEDED.value, JobStatus.FAILED.value)]
+
+    def _watch(self) -> None:
+        ids = self._live_workers()
         if not ids:
             return
         found = batchapi.describe_jobs(self.env.batch, ids)
@@ -399,6 +408,11 @@ class WarmPool:
                     logger.warning("batchfutures: warm worker %s ended: %s", job["jobId"],
                                    job.get("statusReason"))
         self._pump()  # replace the workers that ended while calls wait
+
+    @property
+    def sqs_requests(self) -> "collections.Counter[str]":
+        """The client's SQS requests by operation (its workers count their own)."""
+        return self._sqs_counts.counts
 
     # -- the end -----------------------------------------------------------------------------
     def unfinished(self) -> List[BatchFuture]:
@@ -431,9 +445,15 @@ class WarmPool:
             except Exception as error:
                 if not sqsapi.is_queue_gone(error):
                     logger.warning("batchfutures: could not delete the queue %s: %s", url, error)
-        with self._lock:
-            ids = [job for job, status in self.workers.items()
-                   if status not in (JobStatus.SUCCEEDED.value, JobStatus.FAILED.value)]
+        ids = self._live_workers()
+        if ids and not stop_running:  # idle workers leave on their own once the queue is gone
+            deadline = time.monotonic() + SHUTDOWN_GRACE
+            while ids and time.monotonic() < deadline:
+                time.sleep(0.05)
+                for job in batchapi.describe_jobs(self.env.batch, ids):
+                    with self._lock:
+                        self.workers[job["jobId"]] = job["status"]
+                ids = self._live_workers()
         if ids:
             failed = batchapi.stop_jobs(self.env.batch, batchapi.Stop.TERMINATE, ids,
                                         "batchfutures: the warm pool was shut down",

@@ -11,6 +11,7 @@ import pytest
 
 from batchfutures import BatchExecutor, LocalEnvironment
 from batchfutures.errors import JobAbortedError, JobTimeoutError, MemoryLimitExceeded
+from batchfutures.warmpool import window_for
 
 pytestmark = pytest.mark.slow
 
@@ -119,11 +120,12 @@ def test_a_calls_exception_comes_back_as_itself_and_the_pool_goes_on(env):
 def test_cancel_works_until_the_call_is_sent(env):
     with BatchExecutor(env, keepalive=30, max_workers=1) as ex:
         first = ex.submit(sleeps, 1.0)
-        queued = [ex.submit(counted, i) for i in range(6)]  # the window holds 2
+        queued = [ex.submit(counted, i) for i in range(window_for(1) + 3)]  # 3 not sent
+        assert not queued[0].cancel()  # sent: running, as in ProcessPoolExecutor's call queue
         assert queued[-1].cancel()
         assert queued[-1].cancelled()
         assert first.result(timeout=60) == 1.0
-        assert [f.result(timeout=60) for f in queued[:-1]] == [1, 2, 3, 4, 5]
+        assert [f.result(timeout=60) for f in queued[:-1]] == list(range(1, len(queued)))
 
 
 def test_a_call_out_of_memory_fails_alone_and_the_worker_goes_on(env):
@@ -170,10 +172,11 @@ def test_idle_workers_exit_after_keepalive(env):
 def test_shutdown_with_calls_queued_stops_the_workers(env):
     ex = BatchExecutor(env, keepalive=60, max_workers=1)
     running = ex.submit(sleeps, 0.5)
-    queued = [ex.submit(sleeps, 5) for _ in range(5)]
+    queued = [ex.submit(sleeps, 0.1) for _ in range(window_for(1) + 5)]
     ex.shutdown(wait=True, cancel_futures=True)
     assert running.result() == 0.5
-    assert sum(f.cancelled() for f in queued) >= 3  # those the window had not sent
+    assert sum(f.cancelled() for f in queued) >= 5  # those the window had not sent
+    assert all(f.result() == 0.1 for f in queued if not f.cancelled())
     pool = next(iter(ex._session.warm_pools.values()))
     statuses = finished_workers(env, pool.workers, timeout=30)
     assert all(s in ("SUCCEEDED", "FAILED") for s in statuses.values())

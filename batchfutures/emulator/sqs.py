@@ -88,6 +88,7 @@ class LocalSQS:
         self.folder = Path(folder)
         self.endpoint = endpoint.rstrip("/")
         self.account = account
+        self._known: Dict[Path, Dict[str, Any]] = {}
         make_private_dirs(self.folder)
 
     def __repr__(self) -> str:
@@ -176,6 +177,14 @@ class LocalSQS:
         tags = self._record(self._queue(params["QueueUrl"], "ListQueueTags")).get("Tags", {})
         return {"Tags": dict(tags)} if tags else {}
 
+    def _attributes(self, path: Path) -> Dict[str, Any]:
+        """The queue's attributes, read once per queue and client (only TagQueue rewrites the
+        record, and it changes no attribute)."""
+        known = self._known.get(path)
+        if known is None:
+            known = self._known[path] = self._record(path)["Attributes"]
+        return known
+
     @staticmethod
     def _record(path: Path) -> Dict[str, Any]:
         with open(path / "queue.json", "rb") as file:
@@ -233,16 +242,15 @@ class LocalSQS:
         validate_request("ReceiveMessage", params, "sqs")
         url = params["QueueUrl"]
         path = self._queue(url, "ReceiveMessage")
-        record = self._record(path)
+        attributes = self._attributes(path)
         most = int(params.get("MaxNumberOfMessages", 1))
         if not 1 <= most <= 10:
             raise client_error("Value for parameter MaxNumberOfMessages is invalid. Reason: "
                                "Must be between 1 and 10.", "InvalidParameterValue", 400,
                                "ReceiveMessage")
-        visibility = int(params.get("VisibilityTimeout",
-                                    record["Attributes"].get("VisibilityTimeout", 30)))
+        visibility = int(params.get("VisibilityTimeout", attributes.get("VisibilityTimeout", 30)))
         wait = float(params.get("WaitTimeSeconds",
-                                record["Attributes"].get("ReceiveMessageWaitTimeSeconds", 0)))
+                                attributes.get("ReceiveMessageWaitTimeSeconds", 0)))
         if not 0 <= wait <= 20:
             raise client_error("Value for parameter WaitTimeSeconds is invalid. Reason: Must "
                                ">= 0 and <= 20.", "InvalidParameterValue", 400, "ReceiveMessage")

@@ -1,43 +1,55 @@
 """A warm worker: ``python -m batchfutures.worker --warm <pool_url>`` (a long-lived Batch job).
 
-    read <pool_url>/config (sealed "warm-pool": queues, SQS spec, keepalive, visibility, ...)
-    start the runner: one forked process that keeps the user's world between calls (the
-        initializer's globals, modules a call imported or changed), as a ProcessPoolExecutor
-        worker does; the loop itself never runs user code
-    loop:
-      ReceiveMessage(work queue, 1 message, long poll, VisibilityTimeout=V,
-                     ApproximateReceiveCount)        queue gone -> exit 0 (the pool shut down)
-        nothing for keepalive seconds -> exit 0
-      decode the call (its seal checked; a bad one is deleted unread)
-      its result already written (an earlier holder finished)? -> completion only
-      received more times than the call's attempts -> the earlier holders died: the call fails
-        with HostTerminatedError (warmwire.lost_failure), not run again
-      else the runner runs it: the function's pickle is fetched (seal checked) and sent to the
-        runner once per worker; every V/3 s while it runs, ChangeMessageVisibility(V)
-        the runner dies (exit 137, SIGKILL: out of memory) or passes the call's timeout (killed
-        by the loop) -> that call fails (warmwire.runner_failure) and a new runner starts
-        (the initializer runs again in it)
-      write <pool_url>/results/<n> once (Storage.write_result: a second writer loses)
-      SendMessage(completions queue, {n, worker, the sealed result inline when small})
-      DeleteMessage(work queue)
+Two processes: the supervisor (the job's command) and the runner it forks, which keeps the
+user's world between calls (the initializer's globals, modules a call imported or changed), as
+a ProcessPoolExecutor worker does.
 
-The runner reads requests on a pipe: ("fn", url, pickle) once per function, then ("call",
-head, blob) -> the packed result (serialization.pack_result: outcomes, usage, each item's
-output), so every call's prints are its own (calls.Capture, always on) and usage is measured
-per item (calls.Meter), exactly as in a cold job's result.
+    supervisor                                    runner (forked; again after each death)
+    ----------                                    ------
+    read <pool_url>/config (sealed "warm-pool":   loop:
+      queues, SQS spec, keepalive, visibility,      ReceiveMessage(work queue, 1, long poll,
+      timeout, attempts)                              VisibilityTimeout V, receive count)
+    fork the runner; then wait on its pidfd,          queue gone, or idle for keepalive: exit 0
+      waking at least every second:                 decode the call (seal checked; a bad one
+                                                      is deleted unread)
+      the call held (Holding, shared memory) <───── hold(n, items, receipt handle)
+        past its timeout: SIGKILL the runner        result already there (an earlier holder
+        every V/3 s: ChangeMessageVisibility(V)       finished)? completion only
+                                                    received more often than its attempts?
+                                                      HostTerminatedError (lost_failure)
+                                                    else run it here (calls.ItemRunner, its
+                                                      prints captured, usage metered)
+                                                    PUT results/<n> once (exclusive)
+                                                    SendMessage(completions, {n, worker,
+                                                      the sealed result when small})
+                                                    DeleteMessage; release()
+      the runner died holding call n (exit 137 or
+        SIGKILL: out of memory; killed: timeout):
+        write that call's failure result
+        (warmwire.runner_failure), its completion,
+        DeleteMessage; fork a new runner (the
+        initializer runs again in it)
+      the runner exited 0 holding nothing: exit 0
+
+The runner's path has no round trip to the supervisor (a call costs no pipe write and no
+context switch): the supervisor only reads the small shared record of the call held.
+The runner makes its own SQS client after the fork (boto3's are not fork-safe).
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
+import mmap
 import os
+import select
 import signal
 import socket
+import struct
 import sys
 import time
 import traceback
-from multiprocessing.connection import Connection, Pipe
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from .. import serialization, sqsapi, warmwire
@@ -46,11 +58,51 @@ from ..errors import IntegrityError
 from . import calls
 
 logger = logging.getLogger("batchfutures")
-HEARTBEAT_FRACTION = 3  # extend the message's visibility every V / this seconds while it runs
+HEARTBEAT_FRACTION = 3  # extend the held message's visibility every V / this seconds
+SUPERVISOR_TICK = 1.0  # the supervisor looks at the call held at least this often
 
 
-# -- the runner (the forked process that runs user code) --------------------------------------
-class _RunnerWorld:
+# -- the call held, shared between runner and supervisor ---------------------------------------
+class Holding:
+    """The runner's one call in progress, in shared memory: a seqlock'ed record the supervisor
+    reads without a lock (a write in progress makes the sequence odd; the reader tries again)."""
+
+    _HEAD = struct.Struct("<QqdIH")  # sequence, call number (-1: none), started, items, len
+    SIZE = 4096
+
+    def __init__(self) -> None:
+        self._map = mmap.mmap(-1, self.SIZE)  # anonymous and shared: the fork sees the same
+        self._sequence = 0
+        self._write(-1, 0.0, 0, b"")
+
+    def _write(self, number: int, started: float, items: int, handle: bytes) -> None:
+        self._sequence += 1  # odd: being written
+        self._map[:8] = struct.pack("<Q", self._sequence)
+        self._map[8:self._HEAD.size] = self._HEAD.pack(0, number, started, items,
+                                                       len(handle))[8:]
+        self._map[self._HEAD.size:self._HEAD.size + len(handle)] = handle
+        self._sequence += 1  # even: complete
+        self._map[:8] = struct.pack("<Q", self._sequence)
+
+    def hold(self, number: int, items: int, handle: str) -> None:
+        self._write(number, time.time(), items, handle.encode()[:self.SIZE - self._HEAD.size])
+
+    def release(self) -> None:
+        self._write(-1, 0.0, 0, b"")
+
+    def read(self) -> Optional[Tuple[int, float, int, str]]:
+        """(call number, started, items, receipt handle) of the call held, or None."""
+        while True:
+            before = struct.unpack_from("<Q", self._map)[0]
+            _, number, started, items, length = self._HEAD.unpack_from(self._map)
+            handle = bytes(self._map[self._HEAD.size:self._HEAD.size + length])
+            if before % 2 == 0 and struct.unpack_from("<Q", self._map)[0] == before:
+                return None if number < 0 else (number, started, items, handle.decode())
+            time.sleep(0.0001)  # the runner is writing it
+
+
+# -- what runs a call: the user's world ------------------------------------------------------
+class World:
     """What the runner keeps between calls: the functions loaded, the initializer's verdict."""
 
     def __init__(self, initargs: Optional[bytes], header: Dict[str, Any]) -> None:
@@ -63,7 +115,7 @@ class _RunnerWorld:
         self.capture = calls.Capture(True)
         self.meter = calls.Meter()
 
-    def load(self, url: str, payload: bytes) -> None:
+    def load(self, url: str, payload: Any) -> None:
         try:
             if self.initargs is not None:  # (initializer, fn) from one dumps: one namespace
                 initializer, function = serialization.loads(payload)
@@ -80,6 +132,7 @@ class _RunnerWorld:
             self.failed[url] = calls.load_failure("the function", self.header, error)
 
     def run(self, head: Dict[str, Any], blob: bytes) -> bytes:
+        """The call's packed result (serialization.pack_result): outcomes, usage, output."""
         url = head["fn"]
         meta: Dict[str, Any] = {"index": head["n"], "started": time.time(),
                                 "host": socket.gethostname(), "pid": os.getpid(),
@@ -117,100 +170,9 @@ class _RunnerWorld:
         return serialization.pack_result(outcomes, meta, output)
 
 
-def _serve(connection: Connection, initargs: Optional[bytes], header: Dict[str, Any]) -> None:
-    """The runner's loop (in the forked process); a MemoryError ends it with 137."""
-    world = _RunnerWorld(initargs, header)
-    while True:
-        try:
-            request = serialization.loads(connection.recv_bytes())
-        except EOFError:
-            os._exit(0)
-        try:
-            if request[0] == "fn":
-                world.load(request[1], request[2])
-                continue
-            connection.send_bytes(world.run(request[1], request[2]))
-        except MemoryError:
-            break
-    calls.flush_output()
-    os.write(2, b"batchfutures.worker: MemoryError in a warm call; its process ends with 137\n")
-    os._exit(calls.OOM_EXIT_STATUS)
-
-
-class Runner:
-    """The loop's handle on the runner process."""
-
-    def __init__(self, initargs: Optional[bytes], header: Dict[str, Any]) -> None:
-        self._initargs, self._header = initargs, header
-        self.sent: set = set()  # function URLs loaded in this runner
-        parent, child = Pipe()
-        calls.flush_output()
-        pid = os.fork()
-        if pid == 0:  # the runner
-            parent.close()
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            try:
-                _serve(child, initargs, header)
-            finally:
-                os._exit(1)
-        child.close()
-        self.pid, self.connection = pid, parent
-
-    def load(self, url: str, payload: Any) -> None:
-        if url not in self.sent:
-            self.connection.send_bytes(serialization.dumps(("fn", url, bytes(payload))))
-            self.sent.add(url)
-
-    def run(self, head: Dict[str, Any], blob: bytes, timeout: Optional[float],
-            heartbeat: Any, every: float) -> Tuple[Optional[bytes], Optional[int], bool]:
-        """(packed result, None, False), or (None, its exit status, timed out) when it died."""
-        self.connection.send_bytes(serialization.dumps(("call", head, blob)))
-        started = time.monotonic()
-        beat = started + every
-        while True:
-            now = time.monotonic()
-            wait = beat - now
-            if timeout is not None:
-                wait = min(wait, started + timeout - now)
-            try:
-                if self.connection.poll(max(0.0, wait)):
-                    return self.connection.recv_bytes(), None, False
-            except (EOFError, OSError):
-                return None, self.reap(), False
-            now = time.monotonic()
-            if timeout is not None and now - started >= timeout:
-                self.kill()
-                return None, self.reap(), True
-            if now >= beat:
-                heartbeat()
-                beat = now + every
-
-    def kill(self) -> None:
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-    def reap(self) -> int:
-        """The runner's exit status as subprocess shows it (-N: killed by signal N)."""
-        _, status = os.waitpid(self.pid, 0)
-        self.connection.close()
-        return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-
-    def close(self) -> None:
-        try:
-            self.connection.close()
-        finally:
-            self.kill()
-            try:
-                os.waitpid(self.pid, 0)
-            except ChildProcessError:
-                pass
-
-
-# -- the loop --------------------------------------------------------------------------------
-class WarmWorker:
-    """One warm worker's loop over its pool's work queue (see module doc)."""
+# -- what both processes share: the pool, its queues and storage -----------------------------
+class Pool:
+    """The pool's config and the clients of one process (the supervisor's, or a runner's)."""
 
     def __init__(self, pool_url: str, environ: Mapping[str, str]) -> None:
         from ..awsclients import worker_storage_options
@@ -225,18 +187,62 @@ class WarmWorker:
         if raw is None:
             raise FileNotFoundError(f"the warm pool's config {pool_url}/config is missing")
         self.config = json.loads(bytes(raw))
-        self.sqs = sqsapi.client_for(self.config["sqs"])
         self.pool_name = self.storage.name_of(pool_url)
         self.worker_id = environ.get("AWS_BATCH_JOB_ID")
-        initargs = None
+        self.initargs: Optional[bytes] = None
         if self.config.get("initargs"):
-            initargs = bytes(self.storage.get_function(self.config["initargs"]))
+            self.initargs = bytes(self.storage.get_function(self.config["initargs"]))
         self.header = {k: v for k, v in self.config.items() if k in ("python", "cloudpickle")}
-        self._initargs = initargs
-        self.runner = Runner(initargs, self.header)
+        self.counts: "collections.Counter[str]" = collections.Counter({"storage:GET": 1})
+        self.sqs: sqsapi.SQSAPI = self.new_sqs()
+
+    def new_sqs(self) -> sqsapi.SQSAPI:
+        """A client of this process's own (after a fork: boto3's are not fork-safe)."""
+        client, counter = sqsapi.counted(sqsapi.client_for(self.config["sqs"]))
+        self._sqs_counter = counter
+        return client
+
+    def request_counts(self) -> "collections.Counter[str]":
+        counts = collections.Counter(self.counts)
+        counts.update({f"sqs:{k}": v for k, v in self._sqs_counter.counts.items()})
+        return counts
+
+    def failure(self, number: int, items: int, error: BaseException) -> bytes:
+        outcome = serialization.encode_error(error, "".join(
+            traceback.format_exception_only(type(error), error)))
+        return serialization.pack_result([outcome] * items,
+                                         {"index": number, "finished": time.time()})
+
+    def finish(self, number: int, data: Optional[bytes], handle: str) -> None:
+        """Write call ``number``'s result once (``data``: None when already written), send its
+        completion, delete its message."""
+        storage, config = self.storage, self.config
+        sealed: Optional[bytes] = None
+        if data is not None:
+            url = storage.result_url(self.pool_url, number)
+            sealed = storage.signer.seal("result", storage.name_of(url), data,
+                                         root=storage.mac_root)
+            self.counts["storage:PUT"] += 1
+            if not storage.put_bytes(url, sealed, exclusive=True):
+                sealed = None  # another holder wrote it first: the client reads that one
+        self.sqs.send_message(QueueUrl=config["completions"],
+                              MessageBody=warmwire.encode_completion(number, self.worker_id,
+                                                                     sealed))
+        self.sqs.delete_message(QueueUrl=config["queue"], ReceiptHandle=handle)
+
+
+# -- the runner ------------------------------------------------------------------------------
+class Runner:
+    """The runner's loop (in the forked process): take, run, record, complete; see module doc."""
+
+    def __init__(self, pool: Pool, holding: Holding) -> None:
+        self.pool = pool
+        self.holding = holding
+        self.world = World(pool.initargs, pool.header)
+        self.calls = 0
 
     def serve(self) -> int:
-        config = self.config
+        pool, config = self.pool, self.pool.config
         keepalive = float(config["keepalive"])
         idle_since = time.monotonic()
         while True:
@@ -245,7 +251,7 @@ class WarmWorker:
                 logger.info("warm worker idle for %.0f s (keepalive): exiting", idle)
                 return 0
             try:
-                answer = self.sqs.receive_message(
+                answer = pool.sqs.receive_message(
                     QueueUrl=config["queue"], MaxNumberOfMessages=1,
                     WaitTimeSeconds=int(max(1, min(20, keepalive - idle))),
                     VisibilityTimeout=int(config["visibility"]),
@@ -260,88 +266,189 @@ class WarmWorker:
                 idle_since = time.monotonic()
 
     def handle(self, message: Dict[str, Any]) -> None:
-        config, storage = self.config, self.storage
+        pool = self.pool
+        storage, config = pool.storage, pool.config
         handle = message["ReceiptHandle"]
         try:
-            head, blob = warmwire.decode_call(storage.signer, storage.mac_root, self.pool_name,
-                                              message["Body"])
-            if "url" in head:  # a large call: stored beside the pool
-                stored = storage.get_bytes(head["url"])
-                if stored is None:
-                    raise IntegrityError(f"the stored call {head['url']} is missing")
-                head, blob = warmwire.split_call(storage.signer.unseal(
-                    warmwire.CALL_KIND, warmwire.call_name(self.pool_name, head["n"]),
-                    stored, root=storage.mac_root))
+            head, blob = self._decode(message["Body"])
         except IntegrityError as refused:
             logger.error("refusing a warm call message (nothing of it ran or was unpickled): %s",
                          refused)
-            self.sqs.delete_message(QueueUrl=config["queue"], ReceiptHandle=handle)
+            pool.sqs.delete_message(QueueUrl=config["queue"], ReceiptHandle=handle)
             return
-        number = int(head["n"])
+        number, items = int(head["n"]), int(head["items"])
         receives = int(message.get("Attributes", {}).get("ApproximateReceiveCount", "1"))
-        data: Optional[bytes] = None
-        if receives > 1 and storage.has_result(self.pool_url, number):
+        self.calls += 1
+        self.holding.hold(number, items, handle)
+        data: Optional[bytes]
+        if receives > 1 and storage.has_result(pool.pool_url, number):
+            pool.counts["storage:HEAD"] += 1
             data = None  # an earlier holder finished: its completion may be lost, send again
         elif receives > int(config["attempts"]):
-            data = self._failure(head, warmwire.lost_failure(receives, int(config["attempts"])))
+            data = pool.failure(number, items,
+                                warmwire.lost_failure(receives, int(config["attempts"])))
         else:
-            data = self._run(head, blob, handle)
-        sealed: Optional[bytes] = None
-        if data is not None:
-            url = storage.result_url(self.pool_url, number)
-            sealed = storage.signer.seal("result", storage.name_of(url), data,
-                                         root=storage.mac_root)
-            if not storage.put_bytes(url, sealed, exclusive=True):
-                sealed = None  # another holder wrote it first: the client reads that one
-        self.sqs.send_message(QueueUrl=config["completions"],
-                              MessageBody=warmwire.encode_completion(number, self.worker_id,
-                                                                     sealed))
-        self.sqs.delete_message(QueueUrl=config["queue"], ReceiptHandle=handle)
+            data = self._run(head, blob)
+        pool.finish(number, data, handle)
+        self.holding.release()
 
-    def _run(self, head: Dict[str, Any], blob: bytes, handle: str) -> bytes:
-        config, storage = self.config, self.storage
+    def _decode(self, body: str) -> Tuple[Dict[str, Any], bytes]:
+        pool = self.pool
+        storage = pool.storage
+        head, blob = warmwire.decode_call(storage.signer, storage.mac_root, pool.pool_name, body)
+        if "url" in head:  # a large call: stored beside the pool
+            pool.counts["storage:GET"] += 1
+            stored = storage.get_bytes(head["url"])
+            if stored is None:
+                raise IntegrityError(f"the stored call {head['url']} is missing")
+            head, blob = warmwire.split_call(storage.signer.unseal(
+                warmwire.CALL_KIND, warmwire.call_name(pool.pool_name, head["n"]), stored,
+                root=storage.mac_root))
+        return head, blob
+
+    def _run(self, head: Dict[str, Any], blob: bytes) -> bytes:
+        world, pool = self.world, self.pool
         url = head["fn"]
-        if url not in self.runner.sent:
+        if url not in world.functions and url not in world.failed:
             try:
-                self.runner.load(url, storage.get_function(url))
+                pool.counts["storage:GET"] += 1
+                payload = pool.storage.get_function(url)
             except IntegrityError:
                 raise
             except Exception as error:
-                return self._failure(head, error)
+                return pool.failure(int(head["n"]), int(head["items"]), error)
+            world.load(url, payload)
+        return world.run(head, blob)
+
+
+def _run_in_child(pool: Pool, holding: Holding) -> None:
+    """The runner process's body; never returns."""
+    status = 1
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        pool.sqs = pool.new_sqs()
+        runner = Runner(pool, holding)
+        try:
+            status = runner.serve()
+        finally:
+            logger.info("warm worker: %d calls; requests: %s", runner.calls, ", ".join(
+                f"{name}={count}" for name, count in sorted(pool.request_counts().items())))
+    except MemoryError:
+        status = calls.OOM_EXIT_STATUS
+        os.write(2, b"batchfutures.worker: MemoryError in a warm call; its runner ends with 137\n")
+    except BaseException:  # noqa: B036 - whatever happens, the forked process ends here
+        logger.exception("the warm worker's runner failed")
+    finally:
+        calls.flush_output()
+        os._exit(status)
+
+
+# -- the supervisor --------------------------------------------------------------------------
+class Supervisor:
+    """The job's own process: forks the runner, watches the call it holds, outlives its death."""
+
+    def __init__(self, pool_url: str, environ: Mapping[str, str]) -> None:
+        self.pool = Pool(pool_url, environ)
+        self.holding = Holding()
+        self.pid = 0
+        self.pidfd: Optional[int] = None
+
+    def start(self) -> None:
+        calls.flush_output()
+        pid = os.fork()
+        if pid == 0:
+            _run_in_child(self.pool, self.holding)
+        self.pid = pid
+        self.pidfd = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else None
+
+    def _wait(self, seconds: float) -> Optional[int]:
+        """The runner's exit status (-N: signal N) if it ended within ``seconds``, else None."""
+        if self.pidfd is not None:
+            poller = select.poll()
+            poller.register(self.pidfd, select.POLLIN)
+            if not poller.poll(max(0, int(seconds * 1000))):
+                return None
+        else:
+            deadline = time.monotonic() + seconds
+            while True:
+                pid, _ = os.waitpid(self.pid, os.WNOHANG)
+                if pid or time.monotonic() >= deadline:
+                    break
+                time.sleep(0.05)
+        pid, status = os.waitpid(self.pid, 0 if self.pidfd is not None else os.WNOHANG)
+        if pid == 0:
+            return None
+        self.pid = 0  # reaped: never signalled again (the number may be reused)
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+        return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+    def serve(self) -> int:
+        pool, config = self.pool, self.pool.config
         visibility = int(config["visibility"])
-
-        def heartbeat() -> None:
-            self.sqs.change_message_visibility(QueueUrl=config["queue"], ReceiptHandle=handle,
-                                               VisibilityTimeout=visibility)
-
         timeout = config.get("timeout")
-        data, status, timed_out = self.runner.run(head, blob, timeout, heartbeat,
-                                                  visibility / HEARTBEAT_FRACTION)
-        if data is not None:
-            return bytes(data)
-        logger.warning("call %s: its process ended (status %s%s); starting a new one",
-                       head["n"], status, ", past its timeout" if timed_out else "")
-        self.runner = Runner(self._initargs, self.header)
-        return self._failure(head, warmwire.runner_failure(
-            status, timed_out=timed_out, timeout=timeout, worker=self.worker_id,
-            memory_mib=config.get("memory_mib")))
+        self.start()
+        watched: Optional[int] = None  # the call number whose deadlines are being kept
+        next_beat = 0.0
+        timed_out: Optional[int] = None
+        while True:
+            held = self.holding.read()
+            now = time.time()
+            wait = SUPERVISOR_TICK
+            if held is not None:
+                number, started, _items, handle = held
+                if number != watched:
+                    watched, next_beat = number, started + visibility / HEARTBEAT_FRACTION
+                if timeout is not None:
+                    if now - started >= timeout and timed_out != number and self.pid:
+                        timed_out = number
+                        os.kill(self.pid, signal.SIGKILL)
+                    wait = min(wait, max(0.0, started + timeout - now))
+                if now >= next_beat:
+                    self._extend(handle, visibility)
+                    next_beat = now + visibility / HEARTBEAT_FRACTION
+                wait = min(wait, max(0.0, next_beat - now))
+            status = self._wait(wait)
+            if status is None:
+                continue
+            held = self.holding.read()
+            if held is None:
+                if status != 0:
+                    logger.error("the warm worker's runner ended with status %s", status)
+                return status
+            number, _started, items, handle = held
+            logger.warning("call %s: its process ended (status %s%s); starting a new one",
+                           number, status, ", past its timeout" if timed_out == number else "")
+            error = warmwire.runner_failure(status, timed_out=timed_out == number,
+                                            timeout=timeout, worker=pool.worker_id,
+                                            memory_mib=config.get("memory_mib"))
+            pool.finish(number, pool.failure(number, items, error), handle)
+            self.holding.release()
+            self.start()
 
-    @staticmethod
-    def _failure(head: Dict[str, Any], error: BaseException) -> bytes:
-        outcome = serialization.encode_error(error, "".join(
-            traceback.format_exception_only(type(error), error)))
-        meta = {"index": head["n"], "finished": time.time()}
-        return serialization.pack_result([outcome] * int(head["items"]), meta)
+    def _extend(self, handle: str, visibility: int) -> None:
+        try:
+            self.pool.sqs.change_message_visibility(QueueUrl=self.pool.config["queue"],
+                                                    ReceiptHandle=handle,
+                                                    VisibilityTimeout=visibility)
+        except Exception as error:  # finished meanwhile, or the queue is gone
+            logger.debug("could not extend the visibility of a call: %s", error)
 
     def close(self) -> None:
-        self.runner.close()
+        if self.pid:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
 
 
 def main(pool_url: str, environ: Optional[Mapping[str, str]] = None) -> int:
     """The warm worker's exit status: 0 once idle for keepalive or its queue is gone."""
-    worker = WarmWorker(pool_url, os.environ if environ is None else environ)
+    supervisor = Supervisor(pool_url, os.environ if environ is None else environ)
     try:
-        return worker.serve()
+        return supervisor.serve()
     finally:
-        worker.close()
+        supervisor.close()
         sys.stderr.flush()

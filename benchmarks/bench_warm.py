@@ -1,0 +1,155 @@
+"""Warm workers (issue 31) side by side with ProcessPoolExecutor(2), in one run.
+
+    python benchmarks/bench_warm.py [--rounds 30] [--calls 10000]
+
+On the embedded default with 2 warm workers (``BatchExecutor(keepalive=60, max_workers=2)``):
+
+  round       the median round of ``map`` of 8 calls that use numpy (target <= 15 ms)
+  emcee-like  40 maps of 8 such calls in a row, total (target within 10x of PPE(2))
+  throughput  10,000 trivial calls, chunksize 1 (target >= 500 calls/s)
+  requests    per call: SQS (the client's, counted by its pool, plus the workers', from the
+              line each worker logs at its exit), storage (the workers' GET/PUT/HEAD; the
+              client's puts: the function and the config, once), Batch (target 0 per call)
+
+The AWS-latency variant (30 ms per S3 request, 10 ms per SQS request) is not measured here yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import concurrent.futures
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from batchfutures import BatchExecutor, LocalEnvironment  # noqa: E402
+from batchfutures.logs import job_log  # noqa: E402
+
+ROUND = 8
+MAPS = 40
+
+
+def numpy_call(x: int) -> float:
+    import numpy
+
+    return float(numpy.linalg.norm(numpy.arange(64, dtype=float) * x))
+
+
+def trivial(x: int) -> int:
+    return x + 1
+
+
+def rounds_ms(map_fn: Callable[..., Any], rounds: int) -> List[float]:
+    times = []
+    for r in range(rounds):
+        started = time.perf_counter()
+        list(map_fn(numpy_call, range(r, r + ROUND)))
+        times.append((time.perf_counter() - started) * 1000)
+    return times
+
+
+def emcee_like(map_fn: Callable[..., Any]) -> float:
+    started = time.perf_counter()
+    state = 1
+    for step in range(MAPS):
+        state = int(sum(map_fn(numpy_call, range(state % 5, state % 5 + ROUND)))) + step
+    return time.perf_counter() - started
+
+
+def throughput(map_fn: Callable[..., Any], calls: int) -> float:
+    started = time.perf_counter()
+    results = list(map_fn(trivial, range(calls)))
+    assert results[-1] == calls
+    return calls / (time.perf_counter() - started)
+
+
+def worker_requests(env: LocalEnvironment, ids: List[str]) -> Dict[str, int]:
+    """The requests each worker logged at its exit, summed."""
+    totals: Dict[str, int] = collections.Counter()
+    for job in env.batch.describe_jobs(jobs=ids)["jobs"]:
+        text = job_log(env.logs, job, env.log_group)
+        for line in text.splitlines():
+            found = re.search(r"warm worker: (\d+) calls; requests: (.*)", line)
+            if found:
+                totals["calls"] += int(found.group(1))
+                for pair in found.group(2).split(", "):
+                    name, _, count = pair.partition("=")
+                    if count:
+                        totals[name] += int(count)
+    return totals
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--calls", type=int, default=10_000)
+    args = parser.parse_args()
+
+    results: Dict[str, Dict[str, float]] = {}
+    with concurrent.futures.ProcessPoolExecutor(2) as ppe:
+        rounds_ms(ppe.map, 3)  # the workers started, numpy imported
+        results["ProcessPoolExecutor(2)"] = {
+            "round": statistics.median(rounds_ms(ppe.map, args.rounds)),
+            "emcee": emcee_like(ppe.map),
+            "throughput": throughput(ppe.map, args.calls),
+        }
+    with tempfile.TemporaryDirectory() as folder:
+        env = LocalEnvironment(Path(folder) / "work", max_vcpus=2)
+        ex = BatchExecutor(env, keepalive=60, max_workers=2, echo_output=False)
+        started = time.perf_counter()
+        list(ex.map(numpy_call, range(ROUND)))
+        first = time.perf_counter() - started
+        rounds_ms(ex.map, 3)
+        results["BatchExecutor(keepalive=60)"] = {
+            "round": statistics.median(rounds_ms(ex.map, args.rounds)),
+            "emcee": emcee_like(ex.map),
+            "throughput": throughput(ex.map, args.calls),
+        }
+        pool = next(iter(ex._session.warm_pools.values()))
+        workers = list(pool.workers)
+        client_sqs = dict(pool.sqs_requests)
+        batch = dict(pool.requests)
+        ex.shutdown()
+        calls = ROUND * (1 + 3 + args.rounds + MAPS) + args.calls
+        worker = worker_requests(env, workers)
+        env.emulator.close()
+
+    ppe, warm = results["ProcessPoolExecutor(2)"], results["BatchExecutor(keepalive=60)"]
+    print(f"warm workers vs ProcessPoolExecutor(2), 2 workers each ({args.rounds} rounds, "
+          f"{args.calls:,} trivial calls)")
+    print(f"  {'measure':<44} {'PPE(2)':>12} {'warm':>12} {'ratio':>8} target")
+    rows = [
+        ("median round, map of 8 numpy calls (ms)", "round", "<= 15 ms"),
+        (f"emcee-like, {MAPS} maps of 8 calls (s)", "emcee", "within 10x"),
+        ("trivial calls per second, chunksize 1", "throughput", ">= 500/s"),
+    ]
+    for label, key, target in rows:
+        ratio = warm[key] / ppe[key] if ppe[key] else float("nan")
+        print(f"  {label:<44} {ppe[key]:>12.3f} {warm[key]:>12.3f} {ratio:>8.2f} {target}")
+    print(f"  first map (workers started, numpy imported): {first:.2f} s")
+    print(f"requests over {calls:,} calls on {len(workers)} workers "
+          f"(the workers logged {worker.get('calls', 0):,} calls):")
+    client_total = sum(client_sqs.values())
+    worker_sqs = sum(v for k, v in worker.items() if k.startswith("sqs:"))
+    worker_storage = sum(v for k, v in worker.items() if k.startswith("storage:"))
+    batch_total = sum(batch.values())
+    print(f"  SQS, client  {client_total:>8,}  {client_total / calls:.3f}/call  {client_sqs}")
+    print(f"  SQS, workers {worker_sqs:>8,}  {worker_sqs / calls:.3f}/call  "
+          f"{ {k: v for k, v in worker.items() if k.startswith('sqs:')} }")
+    print(f"  storage, workers {worker_storage:>4,}  {worker_storage / calls:.3f}/call  "
+          f"{ {k: v for k, v in worker.items() if k.startswith('storage:')} } "
+          f"(client: the function and the config, once)")
+    print(f"  Batch, client {batch_total:>7,}  {batch_total / calls:.4f}/call  {batch} "
+          f"(SubmitJob per worker, DescribeJobs per {1.0:g} s of the pool's life; "
+          f"target 0 per call)")
+
+
+if __name__ == "__main__":
+    main()
