@@ -10,7 +10,12 @@ import time
 import pytest
 
 from batchfutures import BatchExecutor, LocalEnvironment
-from batchfutures.errors import JobAbortedError, JobTimeoutError, MemoryLimitExceeded
+from batchfutures.errors import (
+    HostTerminatedError,
+    JobAbortedError,
+    JobTimeoutError,
+    MemoryLimitExceeded,
+)
 from batchfutures.warmpool import window_for
 
 pytestmark = pytest.mark.slow
@@ -230,3 +235,47 @@ def test_a_killed_clients_workers_exit(tmp_path):
     finally:
         client.kill()
         client.wait()
+
+
+def running_worker(pool, timeout=30):
+    """The worker job that is running, once there is one."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = pool.env.batch.describe_jobs(jobs=list(pool.workers))["jobs"]
+        running = [job["jobId"] for job in found if job["status"] == "RUNNING"]
+        if running:
+            return running[0]
+        time.sleep(0.05)
+    pytest.fail("no warm worker started")
+
+
+@pytest.mark.parametrize("retries, survives", [(1, False), (2, True)])
+def test_a_worker_lost_mid_call_fails_or_reruns_that_call_by_its_retries(env, monkeypatch,
+                                                                         retries, survives):
+    monkeypatch.setattr("batchfutures.warmpool.VISIBILITY_TIMEOUT", 2)
+    with BatchExecutor(env, keepalive=30, max_workers=1, retries=retries) as ex:
+        marker = env.workdir / "started"
+        call = ex.submit(sleeps_once, str(marker))
+        pool = next(iter(ex._session.warm_pools.values()))
+        worker = running_worker(pool)
+        deadline = time.monotonic() + 30
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        env.batch.terminate_job(jobId=worker, reason="the host went away (test)")
+        if survives:  # the message came back to a new worker, which ran it again
+            assert call.result(timeout=60) == "second run"
+            assert call.job_id != worker
+        else:
+            with pytest.raises(HostTerminatedError):
+                call.result(timeout=60)
+        assert ex.submit(square, 4).result(timeout=60) == 16  # the pool goes on
+
+
+def sleeps_once(marker):
+    """Sleeps for long the first time (its worker is killed meanwhile), not the second."""
+    if os.path.exists(marker):
+        return "second run"
+    with open(marker, "w"):
+        pass
+    time.sleep(60)
+    return "first run"
