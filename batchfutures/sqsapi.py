@@ -44,12 +44,14 @@ def client_for(spec: Mapping[str, Any]) -> SQSAPI:
 
         return LocalSQS(str(spec["local"]))
     import boto3
+    from botocore.config import Config
 
-    from .awsclients import CLIENT_CONFIG
-
+    # botocore's own retries: no SQS request has a retry budget of ours (a send made twice is
+    # harmless: a call's result is written once, a second completion is ignored)
     client: SQSAPI = boto3.session.Session().client(
         "sqs", region_name=spec.get("region"), endpoint_url=spec.get("endpoint_url"),
-        config=CLIENT_CONFIG)
+        config=Config(connect_timeout=10, read_timeout=60,  # over a 20 s long poll
+                      retries={"mode": "standard", "total_max_attempts": 4}))
     return client
 
 

@@ -4,9 +4,11 @@ import multiprocessing
 import os
 import stat
 import time
+import uuid
 
 import pytest
 from botocore.exceptions import ClientError, ParamValidationError
+from s3server import aws_env  # noqa: F401  (a fixture)
 
 from batchfutures.emulator.sqs import QUEUE_GONE, LocalSQS, wait_steps
 from batchfutures.sqsapi import is_queue_gone
@@ -162,3 +164,67 @@ def test_receivers_in_other_processes_share_the_queue_each_message_once(sqs, que
     for receiver in receivers:
         receiver.join(timeout=30)
     assert sorted(int(b) for b in bodies) == list(range(300))  # each exactly once
+
+
+def _scenario(sqs, name):
+    """One sequence of requests; what came back, with what differs by nature (ids, handles,
+    URLs' hosts) left out, so two services can be compared."""
+    trace = []
+
+    def keep(answer):
+        answer = {k: v for k, v in answer.items() if k != "ResponseMetadata"}
+        trace.append(answer)
+        return answer
+
+    url = keep(sqs.create_queue(QueueName=name, Attributes={"VisibilityTimeout": "30"}))["QueueUrl"]
+    trace[-1] = {"QueueUrl": url.rsplit("/", 1)[-1]}
+    sent = keep(sqs.send_message(QueueUrl=url, MessageBody="one"))
+    trace[-1] = {"keys": sorted(sent), "md5": sent["MD5OfMessageBody"]}
+    batch = keep(sqs.send_message_batch(QueueUrl=url, Entries=[
+        {"Id": f"e{i}", "MessageBody": f"m{i}"} for i in range(3)]))
+    trace[-1] = {"ids": sorted(e["Id"] for e in batch["Successful"]),
+                 "failed": batch.get("Failed", [])}
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=1,
+                              AttributeNames=["ApproximateReceiveCount"], WaitTimeSeconds=1)
+    messages = got["Messages"]
+    while len(messages) < 4:  # SQS may answer with fewer than are there
+        more = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=1,
+                                   AttributeNames=["ApproximateReceiveCount"])
+        messages += more.get("Messages", [])
+    trace.append({"bodies": sorted(m["Body"] for m in messages),
+                  "keys": sorted({k for m in messages for k in m}),
+                  "counts": sorted(m["Attributes"]["ApproximateReceiveCount"] for m in messages)})
+    trace.append(keep(sqs.receive_message(QueueUrl=url)))  # all in flight: nothing
+    deleted = sqs.delete_message_batch(QueueUrl=url, Entries=[
+        {"Id": f"d{i}", "ReceiptHandle": m["ReceiptHandle"]}
+        for i, m in enumerate(messages) if m["Body"] in ("one", "m0")])
+    trace.append(sorted(e["Id"] for e in deleted["Successful"]))
+    time.sleep(1.2)
+    again = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=3,
+                                AttributeNames=["ApproximateReceiveCount"])["Messages"]
+    while len(again) < 2:
+        again += sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1,
+                                     AttributeNames=["ApproximateReceiveCount"]).get("Messages", [])
+    trace.append(sorted((m["Body"], m["Attributes"]["ApproximateReceiveCount"]) for m in again))
+    sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=again[0]["ReceiptHandle"],
+                                  VisibilityTimeout=0)
+    back = sqs.receive_message(QueueUrl=url, AttributeNames=["ApproximateReceiveCount"],
+                               WaitTimeSeconds=1)["Messages"]
+    trace.append([(m["Body"], m["Attributes"]["ApproximateReceiveCount"]) for m in back])
+    sqs.tag_queue(QueueUrl=url, Tags={"batchfutures:run": "r"})
+    trace.append(keep(sqs.list_queue_tags(QueueUrl=url)))
+    sqs.delete_queue(QueueUrl=url)
+    try:
+        sqs.receive_message(QueueUrl=url)
+    except ClientError as error:
+        trace.append(is_queue_gone(error))
+    return trace
+
+
+@pytest.mark.slow
+def test_the_emulators_sqs_answers_as_motos(sqs, moto_server, aws_env):  # noqa: F811
+    from batchfutures.sqsapi import client_for
+
+    moto = client_for({"region": "us-east-1", "endpoint_url": moto_server})
+    name = f"fidelity-{uuid.uuid4().hex[:8]}"
+    assert _scenario(sqs, name) == _scenario(moto, name)
