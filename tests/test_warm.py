@@ -279,3 +279,40 @@ def sleeps_once(marker):
         pass
     time.sleep(60)
     return "first run"
+
+
+def test_ctrl_c_in_the_with_block_stops_the_running_calls_and_workers(env):
+    with pytest.raises(KeyboardInterrupt):
+        with BatchExecutor(env, keepalive=60, max_workers=1) as ex:
+            assert ex.submit(square, 1).result(timeout=60) == 1
+            running = ex.submit(sleeps, 30)
+            raise KeyboardInterrupt
+    with pytest.raises(JobAbortedError):
+        running.result(timeout=10)
+    pool = next(iter(ex._session.warm_pools.values()))
+    statuses = finished_workers(env, pool.workers, timeout=10)
+    assert all(s in ("SUCCEEDED", "FAILED") for s in statuses.values())
+
+
+def test_interpreter_exit_waits_for_the_calls_then_stops_the_workers(tmp_path):
+    script = tmp_path / "client.py"
+    script.write_text(textwrap.dedent(f"""
+        import time
+        from batchfutures import BatchExecutor, LocalEnvironment
+
+        def late(x):
+            time.sleep(0.5)
+            print("done", x, flush=True)
+            return x
+
+        ex = BatchExecutor(LocalEnvironment({str(tmp_path / "work")!r}, max_vcpus=2),
+                           keepalive=120, max_workers=2)
+        futures = [ex.submit(late, i) for i in range(3)]
+        # no shutdown: the interpreter's exit waits for them, as ProcessPoolExecutor's does
+    """))
+    started = time.monotonic()
+    finished = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                              timeout=60)
+    assert finished.returncode == 0, finished.stderr
+    assert sorted(finished.stdout.split("\n")[:-1]) == ["done 0", "done 1", "done 2"]
+    assert time.monotonic() - started < 30  # not keepalive's 120 s
