@@ -37,8 +37,10 @@ class SQSAPI(Protocol):
     def change_message_visibility(self, **params: Any) -> Dict[str, Any]: ...
 
 
-def client_for(spec: Mapping[str, Any]) -> SQSAPI:
-    """The SQS client a pool's spec names (see the module doc)."""
+def client_for(spec: Mapping[str, Any], session: Any = None) -> SQSAPI:
+    """The SQS client a pool's spec names (see the module doc); on AWS made from ``session``
+    (a boto3 Session: the client's environment's), else from boto3's default chain (a job's
+    role)."""
     if "local" in spec:
         from .emulator.sqs import LocalSQS
 
@@ -48,7 +50,7 @@ def client_for(spec: Mapping[str, Any]) -> SQSAPI:
 
     # botocore's own retries: no SQS request has a retry budget of ours (a send made twice is
     # harmless: a call's result is written once, a second completion is ignored)
-    client: SQSAPI = boto3.session.Session().client(
+    client: SQSAPI = (session or boto3.session.Session()).client(
         "sqs", region_name=spec.get("region"), endpoint_url=spec.get("endpoint_url"),
         config=Config(connect_timeout=10, read_timeout=60,  # over a 20 s long poll
                       retries={"mode": "standard", "total_max_attempts": 4}))

@@ -109,15 +109,12 @@ def window_for(max_workers: int) -> int:
 
 
 def sqs_spec_for(env: Any) -> Dict[str, Any]:
-    """Where the pool's queues live: the local emulator's folder, or the environment's Region."""
+    """Where the pool's queues live: the local emulator's folder, or the environment's Region
+    (boto3 finds the endpoint as for any service: AWS_ENDPOINT_URL_SQS, the config file)."""
     workdir = getattr(env, "workdir", None)
-    if workdir is not None and not hasattr(env, "region"):
+    if workdir is not None and not getattr(env, "region_name", None):
         return {"local": str(workdir / "emulator" / "sqs")}
-    spec: Dict[str, Any] = {"region": getattr(env, "region", None)}
-    endpoint = getattr(env, "sqs_endpoint_url", None)
-    if endpoint:
-        spec["endpoint_url"] = endpoint
-    return spec
+    return {"region": getattr(env, "region_name", None)}
 
 
 class WarmCall:
@@ -203,7 +200,9 @@ class WarmPool:
         self.window = window_for(self.max_workers)
         self.echo_output = session.submitter.echo_output
         self.spec = sqs_spec_for(self.env)
-        self.sqs, self._sqs_counts = sqsapi.counted(sqsapi.client_for(self.spec))
+        # on AWS, the environment's own boto3 session (its profile, its credentials)
+        self.sqs, self._sqs_counts = sqsapi.counted(sqsapi.client_for(
+            self.spec, session=getattr(self.env, "session", None)))
         tags = {"batchfutures:run": self.run_id, "batchfutures:warm": key}
         attributes = {"MessageRetentionPeriod": str(MESSAGE_RETENTION),
                       "VisibilityTimeout": str(VISIBILITY_TIMEOUT)}
@@ -254,8 +253,11 @@ class WarmPool:
             environment_tags=getattr(self.env, "job_tags", dict)())
         request.pop("timeout", None)  # per call, enforced by the worker
         request["retryStrategy"] = {"attempts": 1}  # a dead worker is replaced by the pool
-        for _ in range(count):
-            job_id = self.env.batch.submit_job(**request)["jobId"]
+        for _ in range(count):  # exactly once each, with its own submission token
+            job_id = batchapi.submit_exactly_once(
+                self.env.batch, request, grace=float(self.env.describe_grace),
+                budget=submitter.submit_budget,
+                keep_waiting=lambda: not self._closed.is_set())["jobId"]
             self.requests["batch:SubmitJob"] += 1
             with self._lock:
                 self.workers[job_id] = JobStatus.SUBMITTED.value

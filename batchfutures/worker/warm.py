@@ -33,7 +33,8 @@ a ProcessPoolExecutor worker does.
 
 The runner's path has no round trip to the supervisor (a call costs no pipe write and no
 context switch): the supervisor only reads the small shared record of the call held.
-The runner makes its own SQS client after the fork (boto3's are not fork-safe).
+The runner makes its own SQS client and storage after the fork (boto3's and s3fs's are not
+fork-safe).
 """
 
 from __future__ import annotations
@@ -180,6 +181,7 @@ class Pool:
         from ..storage import Storage, size_limit
 
         self.pool_url = pool_url  # a process of its own: the key is where os.environ says
+        self._environ = environ
         self.storage = Storage.from_url(pool_url, signer=job_signer(),
                                         storage_options=worker_storage_options(dict(environ))
                                         or None, max_object_size=size_limit(environ))
@@ -195,6 +197,18 @@ class Pool:
         self.header = {k: v for k, v in self.config.items() if k in ("python", "cloudpickle")}
         self.counts: "collections.Counter[str]" = collections.Counter({"storage:GET": 1})
         self.sqs: sqsapi.SQSAPI = self.new_sqs()
+
+    def renew_after_fork(self) -> None:
+        """Clients of the forked process's own: s3fs's and boto3's are not fork-safe (the
+        signer keeps the key it already loaded)."""
+        from ..awsclients import worker_storage_options
+        from ..storage import Storage, size_limit
+
+        self.storage = Storage.from_url(
+            self.pool_url, signer=self.storage.signer,
+            storage_options=worker_storage_options(dict(self._environ)) or None,
+            max_object_size=size_limit(self._environ))
+        self.sqs = self.new_sqs()
 
     def new_sqs(self) -> sqsapi.SQSAPI:
         """A client of this process's own (after a fork: boto3's are not fork-safe)."""
@@ -326,7 +340,7 @@ def _run_in_child(pool: Pool, holding: Holding) -> None:
     status = 1
     try:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        pool.sqs = pool.new_sqs()
+        pool.renew_after_fork()
         runner = Runner(pool, holding)
         try:
             status = runner.serve()
