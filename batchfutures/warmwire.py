@@ -17,8 +17,10 @@ A message whose seal does not check is dropped by its reader, never unpickled.
 
 ``runner_failure`` is the pure decision of what a call whose process ended without an outcome
 failed with: killed by the kernel or ended by a MemoryError (exit 137) -> MemoryLimitExceeded;
-past its ``timeout`` -> JobTimeoutError; the call's message seen more times than its attempts
-(the workers holding it died: host lost, Spot reclaim, stopped job) -> HostTerminatedError.
+past its ``timeout`` -> JobTimeoutError; any other death is tried again while the call has
+attempts left (``runner_death_retried``, Batch's retry rules), then JobFailedError; the call's
+message seen more times than its attempts (the workers holding it died: host lost, Spot reclaim,
+stopped job) -> HostTerminatedError.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from .signing import Signer
 
 __all__ = ["INLINE_LIMIT", "CALL_KIND", "CONFIG_KIND", "call_name", "encode_call",
            "decode_call", "encode_pointer", "encode_completion", "decode_completion",
-           "runner_failure", "lost_failure"]
+           "runner_failure", "runner_death_retried", "lost_failure"]
 
 # SQS's message limit is 256 KiB; base64 makes 4 bytes of 3, with room for the JSON around it
 INLINE_LIMIT = 180 * 1024
@@ -138,6 +140,16 @@ def runner_failure(returncode: Optional[int], *, timed_out: bool, timeout: Optio
                                                  "memory usage", exit_code=137)
     return JobFailedError(f"the call's process ended with status {returncode} before it "
                           f"returned", job_id=worker, exit_code=returncode)
+
+
+def runner_death_retried(returncode: Optional[int], *, timed_out: bool, receives: int,
+                         attempts: int) -> bool:
+    """Whether a call whose process died goes back to the queue for another attempt, as Batch's
+    retry rules (submission.RETRY_RULES) would do with a job: never after an out-of-memory
+    kill or a timeout (they would happen again), otherwise while attempts remain."""
+    if timed_out or returncode in (137, -signal.SIGKILL):
+        return False
+    return receives < attempts
 
 
 def lost_failure(receives: int, attempts: int) -> HostTerminatedError:

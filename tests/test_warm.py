@@ -316,3 +316,26 @@ def test_interpreter_exit_waits_for_the_calls_then_stops_the_workers(tmp_path):
     assert finished.returncode == 0, finished.stderr
     assert sorted(finished.stdout.split("\n")[:-1]) == ["done 0", "done 1", "done 2"]
     assert time.monotonic() - started < 30  # not keepalive's 120 s
+
+
+def crashes_once(marker):
+    """Ends its process (no outcome, no kill) the first time, returns the second."""
+    if os.path.exists(marker):
+        return "second attempt"
+    with open(marker, "w"):
+        pass
+    os._exit(3)
+
+
+@pytest.mark.parametrize("retries", [1, 2])
+def test_a_call_whose_process_crashes_is_tried_again_by_its_retries(env, retries):
+    from batchfutures.errors import JobFailedError
+
+    with BatchExecutor(env, keepalive=30, max_workers=1, retries=retries) as ex:
+        call = ex.submit(crashes_once, str(env.workdir / f"crashed-{retries}"))
+        if retries == 2:
+            assert call.result(timeout=60) == "second attempt"
+        else:
+            with pytest.raises(JobFailedError, match="status 3"):
+                call.result(timeout=60)
+        assert ex.submit(square, 5).result(timeout=60) == 25

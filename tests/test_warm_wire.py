@@ -99,3 +99,19 @@ def test_keepalive_is_a_job_setting(value, expected):
 def test_a_bad_keepalive_is_refused(value):
     with pytest.raises(Exception, match="keepalive"):
         JobSettings.from_kwargs(keepalive=value)
+
+
+@pytest.mark.parametrize("returncode, timed_out, receives, attempts, retried", [
+    (1, False, 1, 2, True),  # a crash, attempts left: again
+    (1, False, 2, 2, False),  # none left
+    (-11, False, 1, 3, True),
+    (137, False, 1, 3, False),  # out of memory: it would happen again (Batch's rules say EXIT)
+    (-9, False, 1, 3, False),
+    (-9, True, 1, 3, False),  # timeout: EXIT too
+])
+def test_a_dead_calls_retry_follows_batchs_retry_rules(returncode, timed_out, receives,
+                                                       attempts, retried):
+    from batchfutures.warmwire import runner_death_retried
+
+    assert runner_death_retried(returncode, timed_out=timed_out, receives=receives,
+                                attempts=attempts) is retried

@@ -27,8 +27,10 @@ a ProcessPoolExecutor worker does.
         SIGKILL: out of memory; killed: timeout):
         write that call's failure result
         (warmwire.runner_failure), its completion,
-        DeleteMessage; fork a new runner (the
-        initializer runs again in it)
+        DeleteMessage; another death, with
+        attempts left: the message visible again
+        at once (runner_death_retried); then fork
+        a new runner (the initializer runs again)
       the runner exited 0 holding nothing: exit 0
 
 The runner's path has no round trip to the supervisor (a call costs no pipe write and no
@@ -68,37 +70,41 @@ class Holding:
     """The runner's one call in progress, in shared memory: a seqlock'ed record the supervisor
     reads without a lock (a write in progress makes the sequence odd; the reader tries again)."""
 
-    _HEAD = struct.Struct("<QqdIH")  # sequence, call number (-1: none), started, items, len
+    _HEAD = struct.Struct("<QqdIIH")  # sequence, call number (-1: none), started, items,
+    # receives, handle length
     SIZE = 4096
 
     def __init__(self) -> None:
         self._map = mmap.mmap(-1, self.SIZE)  # anonymous and shared: the fork sees the same
         self._sequence = 0
-        self._write(-1, 0.0, 0, b"")
+        self._write(-1, 0.0, 0, 0, b"")
 
-    def _write(self, number: int, started: float, items: int, handle: bytes) -> None:
+    def _write(self, number: int, started: float, items: int, receives: int,
+               handle: bytes) -> None:
         self._sequence += 1  # odd: being written
         self._map[:8] = struct.pack("<Q", self._sequence)
-        self._map[8:self._HEAD.size] = self._HEAD.pack(0, number, started, items,
+        self._map[8:self._HEAD.size] = self._HEAD.pack(0, number, started, items, receives,
                                                        len(handle))[8:]
         self._map[self._HEAD.size:self._HEAD.size + len(handle)] = handle
         self._sequence += 1  # even: complete
         self._map[:8] = struct.pack("<Q", self._sequence)
 
-    def hold(self, number: int, items: int, handle: str) -> None:
-        self._write(number, time.time(), items, handle.encode()[:self.SIZE - self._HEAD.size])
+    def hold(self, number: int, items: int, receives: int, handle: str) -> None:
+        self._write(number, time.time(), items, receives,
+                    handle.encode()[:self.SIZE - self._HEAD.size])
 
     def release(self) -> None:
-        self._write(-1, 0.0, 0, b"")
+        self._write(-1, 0.0, 0, 0, b"")
 
-    def read(self) -> Optional[Tuple[int, float, int, str]]:
-        """(call number, started, items, receipt handle) of the call held, or None."""
+    def read(self) -> Optional[Tuple[int, float, int, int, str]]:
+        """(call number, started, items, receives, receipt handle) of the call held, or None."""
         while True:
             before = struct.unpack_from("<Q", self._map)[0]
-            _, number, started, items, length = self._HEAD.unpack_from(self._map)
+            _, number, started, items, receives, length = self._HEAD.unpack_from(self._map)
             handle = bytes(self._map[self._HEAD.size:self._HEAD.size + length])
             if before % 2 == 0 and struct.unpack_from("<Q", self._map)[0] == before:
-                return None if number < 0 else (number, started, items, handle.decode())
+                return None if number < 0 else (number, started, items, receives,
+                                                 handle.decode())
             time.sleep(0.0001)  # the runner is writing it
 
 
@@ -293,7 +299,7 @@ class Runner:
         number, items = int(head["n"]), int(head["items"])
         receives = int(message.get("Attributes", {}).get("ApproximateReceiveCount", "1"))
         self.calls += 1
-        self.holding.hold(number, items, handle)
+        self.holding.hold(number, items, receives, handle)
         data: Optional[bytes]
         if receives > 1 and storage.has_result(pool.pool_url, number):
             pool.counts["storage:HEAD"] += 1
@@ -411,7 +417,7 @@ class Supervisor:
             now = time.time()
             wait = SUPERVISOR_TICK
             if held is not None:
-                number, started, _items, handle = held
+                number, started, _items, _receives, handle = held
                 if number != watched:
                     watched, next_beat = number, started + visibility / HEARTBEAT_FRACTION
                 if timeout is not None:
@@ -431,13 +437,18 @@ class Supervisor:
                 if status != 0:
                     logger.error("the warm worker's runner ended with status %s", status)
                 return status
-            number, _started, items, handle = held
+            number, _started, items, receives, handle = held
             logger.warning("call %s: its process ended (status %s%s); starting a new one",
                            number, status, ", past its timeout" if timed_out == number else "")
-            error = warmwire.runner_failure(status, timed_out=timed_out == number,
-                                            timeout=timeout, worker=pool.worker_id,
-                                            memory_mib=config.get("memory_mib"))
-            pool.finish(number, pool.failure(number, items, error), handle)
+            if warmwire.runner_death_retried(status, timed_out=timed_out == number,
+                                             receives=receives,
+                                             attempts=int(config["attempts"])):
+                self._extend(handle, 0)  # back in the queue now, for another attempt
+            else:
+                error = warmwire.runner_failure(status, timed_out=timed_out == number,
+                                                timeout=timeout, worker=pool.worker_id,
+                                                memory_mib=config.get("memory_mib"))
+                pool.finish(number, pool.failure(number, items, error), handle)
             self.holding.release()
             self.start()
 
