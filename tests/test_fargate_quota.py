@@ -155,9 +155,13 @@ def fargate_queue(max_vcpus: int) -> str:
                                   environment["computeEnvironmentArn"]}])["jobQueueArn"]
 
 
-def test_a_fargate_job_over_the_queues_vcpu_cap_is_refused_before_anything_runs(s3_endpoint):
+def test_a_fargate_job_over_the_queues_vcpu_cap_is_refused_before_anything_runs(s3_endpoint,
+                                                                                monkeypatch):
     """Batch would hold it RUNNABLE for ever with no reason; the executor refuses it when made.
     (moto's Service Quotas does not know fargate's codes: the cap is the maxvCpus here.)"""
+    for variable in ("AWS_ENDPOINT_URL_BATCH", "AWS_ENDPOINT_URL_CLOUDWATCH_LOGS"):
+        monkeypatch.delenv(variable, raising=False)  # Batch too is moto's here, not an emulator
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint)
     env = AWSBatchEnvironment(job_queue=fargate_queue(4), io_bucket="bucket-fargate-cap",
                               image="python:3.11", platform="FARGATE", region_name="us-east-1",
                               signing_secret="batchfutures/signing-key")
