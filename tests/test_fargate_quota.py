@@ -136,14 +136,15 @@ def test_an_ec2_queue_asks_no_quota(local_env):
 def fargate_queue(max_vcpus: int) -> str:
     """A Fargate compute environment of ``max_vcpus`` and its queue in moto's Batch (the
     emulator's compute environments are EC2); returns the queue's ARN."""
-    ec2 = boto3.client("ec2", region_name="us-east-1")
+    session = boto3.session.Session(region_name="us-east-1")  # reads the endpoint variables now
+    ec2 = session.client("ec2")
     vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
     subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/24")["Subnet"]["SubnetId"]
     group = ec2.create_security_group(GroupName=f"fg-{uuid.uuid4().hex[:8]}", Description="fg",
                                       VpcId=vpc)["GroupId"]
-    role = boto3.client("iam", region_name="us-east-1").create_role(
+    role = session.client("iam").create_role(
         RoleName=f"batch-{uuid.uuid4().hex[:8]}", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
-    batch = boto3.client("batch", region_name="us-east-1")
+    batch = session.client("batch")
     name = f"fargate-{uuid.uuid4().hex[:8]}"
     environment = batch.create_compute_environment(
         computeEnvironmentName=name, type="MANAGED", state="ENABLED", serviceRole=role,
