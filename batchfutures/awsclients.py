@@ -116,19 +116,19 @@ def _shared_credentials(source: Any) -> Any:
         def get_account_id(self) -> Optional[str]:
             return getattr(source.get_frozen_credentials(), "account_id", None)
 
-        @property  # type: ignore[override]
+        @property
         def access_key(self) -> str:
             return source.get_frozen_credentials().access_key
 
-        @property  # type: ignore[override]
+        @property
         def secret_key(self) -> str:
             return source.get_frozen_credentials().secret_key
 
-        @property  # type: ignore[override]
+        @property
         def token(self) -> Optional[str]:
             return source.get_frozen_credentials().token
 
-        @property  # type: ignore[override]
+        @property
         def account_id(self) -> Optional[str]:
             return self.get_account_id()
 

@@ -34,6 +34,8 @@ import logging
 import threading
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
+import cloudpickle
+
 from . import serialization, signing
 from .errors import DryRunResult, IntegrityError
 from .futures import BatchFuture
@@ -156,7 +158,7 @@ class CallCache:
         buffer = io.BytesIO()
         digests: List[Optional[str]] = []
         with serialization.local_modules_by_value(self._by_value):
-            pickler = serialization.cloudpickle.Pickler(buffer, protocol=serialization.PROTOCOL)
+            pickler = cloudpickle.Pickler(buffer, protocol=serialization.PROTOCOL)
             for call in calls:
                 if call is None:
                     digests.append(None)
@@ -339,7 +341,7 @@ class CallCache:
             for url, child, position in found:
                 stored = outcomes.get((url, child)) or []
                 if position < len(stored) and stored[position] is not None:
-                    hits[i] = stored[position]  # type: ignore[assignment]
+                    hits[i] = stored[position]
                     break
         return hits
 

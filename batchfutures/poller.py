@@ -635,7 +635,7 @@ def _hold(fn: Optional[Callable], owner: Any) -> Callable[[], Any]:
     """A getter of ``fn``: weak when ``fn`` is a method of the owner (the poller must not keep it
     alive), strong otherwise. ``_hold(f, o)()`` is f, or None once the owner is gone."""
     if fn is not None and getattr(fn, "__self__", None) is owner:
-        return weakref.WeakMethod(fn)  # type: ignore[arg-type]
+        return weakref.WeakMethod(fn)
     return lambda: fn
 
 

@@ -202,7 +202,7 @@ def classify(error: BaseException) -> "tuple[ExitCode, str]":
     try:
         from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, ParamValidationError
     except ImportError:  # pragma: no cover - botocore is a dependency
-        BotoCoreError = ClientError = NoCredentialsError = ParamValidationError = ()  # type: ignore
+        BotoCoreError = ClientError = NoCredentialsError = ParamValidationError = ()
     if isinstance(error, ClientError):
         details = error.response.get("Error", {})
         message = details.get("Message") or str(error)

@@ -11,7 +11,7 @@ import sys
 import time
 from typing import Any, Dict, Iterator, List, Optional
 
-from ..statuses import JobStatus
+from ..statuses import FINISHED, JobStatus
 from .envargs import environment
 from .output import (
     CLIError,
@@ -215,7 +215,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
             note(f"job {args.job} is {info.status}; waiting for its output")
         def new_stream(description: Dict[str, Any], first: bool) -> None:
             if not first:  # a retry writes a new stream: it is read from its start
-                ended = description.get("status") in logreader.FINISHED
+                ended = description.get("status") in FINISHED
                 number = len(description.get("attempts") or []) + (0 if ended else 1)
                 note(f"job {args.job}: attempt {number} started, a new log stream")
 

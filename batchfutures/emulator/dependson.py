@@ -19,7 +19,8 @@ import enum
 from collections import deque
 from typing import Callable, ContextManager, Deque, List, Optional, Tuple, Union
 
-from .jobstate import FINAL, DependencyKind, Dependent, Job, JobStatus, Unit
+from ..statuses import JobStatus
+from .jobstate import FINAL, DependencyKind, Dependent, Job, Unit
 
 
 class Outcome(enum.Enum):

@@ -38,6 +38,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
+from ..statuses import JobStatus
 from ..workdir import secure_emulator_folder
 from .catalog import (
     DEFAULT_DEFINITION,
@@ -58,7 +59,6 @@ from .jobstate import (
     STATUSES,
     DependencyKind,
     Job,
-    JobStatus,
     Target,
     Unit,
     describe,
@@ -947,6 +947,6 @@ def _close_at_exit(ref: "weakref.ref[BatchEmulator]") -> None:
 
 
 _OPERATIONS: Dict[str, Callable[..., Dict[str, Any]]] = {
-    method.operation: method  # type: ignore[attr-defined]
+    method.operation: method
     for method in vars(BatchEmulator).values() if hasattr(method, "operation")
 }

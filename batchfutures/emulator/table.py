@@ -21,8 +21,9 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
+from ..statuses import JobStatus
 from ..workdir import inside
-from .jobstate import FINAL, Job, JobStatus, Unit
+from .jobstate import FINAL, Job, Unit
 from .logservice import stream_path
 from .model import arn_resource
 from .records import BadRecord, Persister, RecordStore, job_texts, process_alive

@@ -440,7 +440,7 @@ class Capture:
         self._tees: Optional[Tuple[_Tee, _Tee]] = None
         if enabled and sys.stdout is not None and sys.stderr is not None:
             self._tees = (_Tee(sys.stdout), _Tee(sys.stderr))
-            sys.stdout, sys.stderr = self._tees  # type: ignore[assignment]
+            sys.stdout, sys.stderr = self._tees
 
     def take(self) -> Optional[List[Any]]:
         """[stdout, stderr, stdout chars cut, stderr chars cut] since the last take; None if
@@ -462,8 +462,8 @@ class Capture:
             return
         flush_output()
         out, err = self._tees
-        if sys.stdout is out:  # type: ignore[comparison-overlap]  # (the function may replace it)
+        if sys.stdout is out:  # (the function may replace it)
             sys.stdout = out._stream
-        if sys.stderr is err:  # type: ignore[comparison-overlap]
+        if sys.stderr is err:
             sys.stderr = err._stream
         self._tees = None

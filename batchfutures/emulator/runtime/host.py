@@ -10,7 +10,7 @@ from typing import Optional
 
 def cpu_count() -> int:
     try:
-        return len(os.sched_getaffinity(0))  # type: ignore[attr-defined]
+        return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
 

@@ -40,9 +40,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
+from ...statuses import JobStatus
 from ..dependson import Dependencies
 from ..faults import FaultInjector
-from ..jobstate import DEPENDENCY_FAILED, FINAL, MISCONFIGURED, Job, JobStatus, Unit, too_many_tags
+from ..jobstate import DEPENDENCY_FAILED, FINAL, MISCONFIGURED, Job, Unit, too_many_tags
 from . import container
 from .attempts import AttemptHandle, AttemptLauncher, AttemptMonitor, KillReason, LaunchRequest, cleanup_done
 from .cgroups import Cgroups
