@@ -2,7 +2,8 @@
 
     SQSAPI                       what warmpool.py (client) and worker/warm.py call, typed
     client_for(spec)             {"local": FOLDER} -> emulator.sqs.LocalSQS over that folder
-                                 (the local default: client and worker processes share it);
+                                 (the local default: client and worker processes share it;
+                                 "latency": seconds injected per request, for benchmarks);
                                  {"region": R[, "endpoint_url": U]} -> boto3's SQS client
     is_queue_gone(error)         QueueDoesNotExist, as boto3 shows it (query-compatible code)
 
@@ -44,7 +45,7 @@ def client_for(spec: Mapping[str, Any], session: Any = None) -> SQSAPI:
     if "local" in spec:
         from .emulator.sqs import LocalSQS
 
-        return LocalSQS(str(spec["local"]))
+        return LocalSQS(str(spec["local"]), latency=float(spec.get("latency", 0)))
     import boto3
     from botocore.config import Config
 

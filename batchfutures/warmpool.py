@@ -93,6 +93,9 @@ WINDOW_FLOOR = 16  # calls sent ahead at least (window_for)
 WATCH_EVERY = 1.0  # seconds between DescribeJobs of the pool's workers
 MESSAGE_RETENTION = 86400  # a dead client's queues hold nothing older than a day
 SHUTDOWN_GRACE = 2.0  # seconds idle workers get to leave by themselves before TerminateJob
+# Benchmarks only (bench_warm.py --aws-latency): seconds each SQS request of the emulator's and
+# each storage request of a warm worker waits first, as AWS's round trips would.
+INJECTED_LATENCY: Dict[str, float] = {}
 COMPLETION_WAIT = 1  # seconds of a completions long poll (the thread also watches workers)
 
 
@@ -113,7 +116,10 @@ def sqs_spec_for(env: Any) -> Dict[str, Any]:
     (boto3 finds the endpoint as for any service: AWS_ENDPOINT_URL_SQS, the config file)."""
     workdir = getattr(env, "workdir", None)
     if workdir is not None and not getattr(env, "region_name", None):
-        return {"local": str(workdir / "emulator" / "sqs")}
+        spec: Dict[str, Any] = {"local": str(workdir / "emulator" / "sqs")}
+        if INJECTED_LATENCY.get("sqs"):
+            spec["latency"] = INJECTED_LATENCY["sqs"]
+        return spec
     return {"region": getattr(env, "region_name", None)}
 
 
@@ -233,6 +239,7 @@ class WarmPool:
                   "keepalive": settings.keepalive, "visibility": VISIBILITY_TIMEOUT,
                   "timeout": settings.timeout, "attempts": settings.retries,
                   "initargs": self._initargs_url, "memory_mib": memory,
+                  "storage_latency": INJECTED_LATENCY.get("storage", 0),
                   **serialization.payload_stamp()}
         url = f"{self.pool_url}/config"
         storage = self.storage

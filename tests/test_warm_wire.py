@@ -115,3 +115,15 @@ def test_a_dead_calls_retry_follows_batchs_retry_rules(returncode, timed_out, re
 
     assert runner_death_retried(returncode, timed_out=timed_out, receives=receives,
                                 attempts=attempts) is retried
+
+
+@pytest.mark.parametrize("config, background", [
+    ({"sqs": {"local": "/f"}}, False),  # the emulator's folder: inline
+    ({"sqs": {"local": "/f", "latency": 0.01}}, True),  # latency injected
+    ({"sqs": {"local": "/f"}, "storage_latency": 0.03}, True),
+    ({"sqs": {"region": "us-east-1"}}, True),  # SQS over the network
+])
+def test_tails_go_to_threads_only_where_requests_take_round_trips(config, background):
+    from batchfutures.worker.warm import tails_in_background
+
+    assert tails_in_background(config) is background

@@ -40,6 +40,7 @@ queue statistics. Queue URLs are ``<endpoint>/<account>/<QueueName>``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -48,7 +49,7 @@ import shutil
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from ..workdir import make_private_dirs
 from .model import ACCOUNT, client_error, validate_request
@@ -80,12 +81,25 @@ def wait_steps(waited: float) -> float:
     return min(MAX_POLL, FIRST_POLL * (1 + waited * 20))
 
 
+def _request(method: Callable[..., Dict[str, Any]]) -> Callable[..., Dict[str, Any]]:
+    """A request of the API: first the latency injected, if any (as AWS's round trip)."""
+    @functools.wraps(method)
+    def request(self: "LocalSQS", **params: Any) -> Dict[str, Any]:
+        if self.latency:
+            time.sleep(self.latency)
+        return method(self, **params)
+
+    return request
+
+
 class LocalSQS:
     """The methods of boto3's SQS client the package uses, over ``folder`` (see module doc)."""
 
     def __init__(self, folder: Union[str, os.PathLike], *, endpoint: str = LOCAL_ENDPOINT,
-                 account: str = ACCOUNT) -> None:
+                 account: str = ACCOUNT, latency: float = 0.0) -> None:
+        """``latency``: seconds each request waits first (benchmarks: AWS's round trip)."""
         self.folder = Path(folder)
+        self.latency = latency
         self.endpoint = endpoint.rstrip("/")
         self.account = account
         self._known: Dict[Path, Dict[str, Any]] = {}
@@ -107,6 +121,7 @@ class LocalSQS:
             raise client_error("The specified queue does not exist.", QUEUE_GONE, 400, operation)
         return path
 
+    @_request
     def create_queue(self, **params: Any) -> Dict[str, Any]:
         validate_request("CreateQueue", params, "sqs")
         name = params["QueueName"]
@@ -130,12 +145,14 @@ class LocalSQS:
             shutil.rmtree(staging, ignore_errors=True)
         return {"QueueUrl": self._url(name)}
 
+    @_request
     def get_queue_url(self, **params: Any) -> Dict[str, Any]:
         validate_request("GetQueueUrl", params, "sqs")
         url = self._url(params["QueueName"])
         self._queue(url, "GetQueueUrl")
         return {"QueueUrl": url}
 
+    @_request
     def list_queues(self, **params: Any) -> Dict[str, Any]:
         validate_request("ListQueues", params, "sqs")
         prefix = params.get("QueueNamePrefix", "")
@@ -143,6 +160,7 @@ class LocalSQS:
                        if _QUEUE_NAME.match(entry.name) and entry.name.startswith(prefix))
         return {"QueueUrls": [self._url(name) for name in names]} if names else {}
 
+    @_request
     def delete_queue(self, **params: Any) -> Dict[str, Any]:
         validate_request("DeleteQueue", params, "sqs")
         path = self._queue(params["QueueUrl"], "DeleteQueue")
@@ -155,6 +173,7 @@ class LocalSQS:
         shutil.rmtree(aside, ignore_errors=True)
         return {}
 
+    @_request
     def get_queue_attributes(self, **params: Any) -> Dict[str, Any]:
         validate_request("GetQueueAttributes", params, "sqs")
         record = self._record(self._queue(params["QueueUrl"], "GetQueueAttributes"))
@@ -164,6 +183,7 @@ class LocalSQS:
             attributes = {k: v for k, v in attributes.items() if k in wanted}
         return {"Attributes": attributes}
 
+    @_request
     def tag_queue(self, **params: Any) -> Dict[str, Any]:
         validate_request("TagQueue", params, "sqs")
         path = self._queue(params["QueueUrl"], "TagQueue")
@@ -172,6 +192,7 @@ class LocalSQS:
         _write_json(path / "queue.json", record, folder=path / "tmp")
         return {}
 
+    @_request
     def list_queue_tags(self, **params: Any) -> Dict[str, Any]:
         validate_request("ListQueueTags", params, "sqs")
         tags = self._record(self._queue(params["QueueUrl"], "ListQueueTags")).get("Tags", {})
@@ -194,6 +215,7 @@ class LocalSQS:
         return record
 
     # -- sending -----------------------------------------------------------------------------
+    @_request
     def send_message(self, **params: Any) -> Dict[str, Any]:
         validate_request("SendMessage", params, "sqs")
         path = self._queue(params["QueueUrl"], "SendMessage")
@@ -202,6 +224,7 @@ class LocalSQS:
         message_id, digest = self._put(path, body, int(params.get("DelaySeconds", 0)))
         return {"MessageId": message_id, "MD5OfMessageBody": digest}
 
+    @_request
     def send_message_batch(self, **params: Any) -> Dict[str, Any]:
         validate_request("SendMessageBatch", params, "sqs")
         path = self._queue(params["QueueUrl"], "SendMessageBatch")
@@ -238,6 +261,7 @@ class LocalSQS:
         return message_id, digest
 
     # -- receiving ---------------------------------------------------------------------------
+    @_request
     def receive_message(self, **params: Any) -> Dict[str, Any]:
         validate_request("ReceiveMessage", params, "sqs")
         url = params["QueueUrl"]
@@ -304,6 +328,7 @@ class LocalSQS:
             messages.append(message)
         return messages
 
+    @_request
     def change_message_visibility(self, **params: Any) -> Dict[str, Any]:
         validate_request("ChangeMessageVisibility", params, "sqs")
         path = self._queue(params["QueueUrl"], "ChangeMessageVisibility")
@@ -327,12 +352,14 @@ class LocalSQS:
                                400, "ChangeMessageVisibility") from None
         return {}
 
+    @_request
     def delete_message(self, **params: Any) -> Dict[str, Any]:
         validate_request("DeleteMessage", params, "sqs")
         path = self._queue(params["QueueUrl"], "DeleteMessage")
         _unlink(path / "inflight" / _handle(params["ReceiptHandle"], "DeleteMessage"))
         return {}
 
+    @_request
     def delete_message_batch(self, **params: Any) -> Dict[str, Any]:
         validate_request("DeleteMessageBatch", params, "sqs")
         path = self._queue(params["QueueUrl"], "DeleteMessageBatch")
