@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from batchfutures.emulator import BatchEmulator, schema
-from batchfutures.emulator.jobstate import EXITED, Job, JobSpec, JobStatus, describe, summary
+from batchfutures.emulator.jobstate import EXITED, Job, JobSpec, describe, summary
 from batchfutures.emulator.records import (
     BadRecord,
     DefinitionStore,
@@ -35,6 +35,7 @@ from batchfutures.emulator.records import (
 )
 from batchfutures.emulator.table import JobTable
 from batchfutures.errors import ConfigurationError
+from batchfutures.statuses import JobStatus
 from batchfutures.storage import Storage
 
 QUEUE = "q"

@@ -19,8 +19,8 @@ import enum
 from collections import deque
 from typing import Callable, ContextManager, Deque, List, Optional, Tuple, Union
 
-from ..statuses import JobStatus
-from .jobstate import FINAL, DependencyKind, Dependent, Job, Unit
+from ..statuses import FINISHED, JobStatus
+from .jobstate import DependencyKind, Dependent, Job, Unit
 
 
 class Outcome(enum.Enum):
@@ -94,11 +94,11 @@ class Dependencies:
         """How `target` stands now (WAITING: `dependent` hears when it ends)."""
         if isinstance(target, str):  # a job of another process: polled from its record
             status = self._foreign_status(target)
-            if status in FINAL or status is None:
+            if status in FINISHED or status is None:
                 return Outcome.OK if status == JobStatus.SUCCEEDED else Outcome.FAILED
             self._foreign.append((dependent, target))
             return Outcome.WAITING
-        if target.status in FINAL:
+        if target.status in FINISHED:
             return Outcome.OK if target.status == JobStatus.SUCCEEDED else Outcome.FAILED
         target.dependents.append(dependent)
         return Outcome.WAITING
@@ -126,7 +126,7 @@ class Dependencies:
                 self._ready(dependent)
             return
         job: Job = dependent  # an array waiting as a whole (its children hold one count each)
-        if job.status in FINAL or job.gate_failed:
+        if job.status in FINISHED or job.gate_failed:
             return
         if not succeeded:
             job.gate_failed = True
@@ -153,7 +153,7 @@ class Dependencies:
             still = []
             for dependent, target in self._foreign:
                 status = statuses.get(target, JobStatus.PENDING)
-                if status in FINAL or status is None:
+                if status in FINISHED or status is None:
                     self._resolve(dependent, status == JobStatus.SUCCEEDED)
                 else:
                     still.append((dependent, target))

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from types import EllipsisType
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Set, Tuple, Union
 
-from ..statuses import JobStatus
+from ..statuses import FINISHED, JobStatus
 from .model import job_arn, queue_arn
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -35,10 +35,6 @@ class DependencyKind(enum.Enum):
     SEQUENTIAL = "SEQUENTIAL"
 
 
-STATUSES = tuple(JobStatus)
-FINAL = frozenset((JobStatus.SUCCEEDED, JobStatus.FAILED))
-BEFORE_START = frozenset((JobStatus.SUBMITTED, JobStatus.PENDING, JobStatus.RUNNABLE))
-ACTIVE = frozenset((JobStatus.STARTING, JobStatus.RUNNING))
 CHUNK = 500  # children per record file
 
 # The strings Batch itself writes.
@@ -233,10 +229,10 @@ class Job:
             self.units = [Unit(self, i) for i in range(spec.array_size or spec.num_nodes or 0)]
         else:
             self.units = [Unit(self, None)]
-        self.counts: Dict[JobStatus, int] = {status: 0 for status in STATUSES}
+        self.counts: Dict[JobStatus, int] = {status: 0 for status in JobStatus}
         self.counts[JobStatus.SUBMITTED] = len(self.units)
         # per-status child indexes, for ListJobs(arrayJobId, jobStatus)
-        self.by_status: Dict[JobStatus, Set[int]] = {status: set() for status in STATUSES}
+        self.by_status: Dict[JobStatus, Set[int]] = {status: set() for status in JobStatus}
         if self.has_children:
             self.by_status[JobStatus.SUBMITTED] = set(range(len(self.units)))
         # the scheduler's working state
@@ -263,7 +259,7 @@ class Job:
             unit.reason = reason
         if old != status:
             unit.status = status
-            if status in FINAL:
+            if status in FINISHED:
                 unit.stopped = now
             index = unit.index
             if index is not None:  # a child: the job has_children
@@ -274,7 +270,7 @@ class Job:
                 self.summary_updated = now
                 if status == JobStatus.RUNNING and self.started is None:
                     self.started = now
-                if unit.is_main_node and status not in FINAL and self.status not in FINAL:
+                if unit.is_main_node and status not in FINISHED and self.status not in FINISHED:
                     self.status = status  # a multi-node job is where its main node is
             else:
                 self.status, self.stopped = status, unit.stopped
@@ -363,8 +359,8 @@ class Job:
         return job
 
     def reindex(self) -> None:
-        self.counts = {status: 0 for status in STATUSES}
-        self.by_status = {status: set() for status in STATUSES}
+        self.counts = {status: 0 for status in JobStatus}
+        self.by_status = {status: set() for status in JobStatus}
         for unit in self.units:
             self.counts[unit.status] += 1
             if unit.index is not None:  # a child: the job has_children
@@ -451,9 +447,9 @@ class _ParentView:
     def __init__(self, job: Job, main: Unit) -> None:
         self.status = job.status
         self.cancelled, self.terminated = job.cancelled, job.terminated
-        self.started, self.stopped = main.started, main.stopped if job.status in FINAL else None
+        self.started, self.stopped = main.started, main.stopped if job.status in FINISHED else None
         # the job's final reason came from the main node (or CancelJob, or the shutdown)
-        self.reason = job.reason if job.status in FINAL and job.reason else main.reason
+        self.reason = job.reason if job.status in FINISHED and job.reason else main.reason
         self.attempts = main.attempts
 
 

@@ -38,7 +38,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
-from ..statuses import JobStatus
+from ..statuses import FINISHED, STATUS_ORDER, JobStatus
 from ..workdir import secure_emulator_folder
 from .catalog import (
     DEFAULT_DEFINITION,
@@ -55,8 +55,6 @@ from .catalog import (
 )
 from .faults import FaultInjector, FaultProfile
 from .jobstate import (
-    FINAL,
-    STATUSES,
     DependencyKind,
     Job,
     Target,
@@ -691,10 +689,10 @@ class BatchEmulator:
         if len(scopes) != 1:
             raise Rejected("Specify exactly one of jobQueue, arrayJobId and multiNodeJobId")
         filters = params.get("filters") or []
-        if params.get("jobStatus") is not None and params["jobStatus"] not in STATUSES:
-            raise Rejected(f"jobStatus must be one of {', '.join(STATUSES)}")
+        if params.get("jobStatus") is not None and params["jobStatus"] not in STATUS_ORDER:
+            raise Rejected(f"jobStatus must be one of {', '.join(STATUS_ORDER)}")
         # As Batch: with filters every status is listed; with neither, RUNNING jobs only.
-        statuses: Set[JobStatus] = (set(STATUSES) if filters
+        statuses: Set[JobStatus] = (set(JobStatus) if filters
                                     else {JobStatus(params.get("jobStatus") or JobStatus.RUNNING)})
         match = job_filter(filters)
         size = int(params.get("maxResults") or 1000)
@@ -784,7 +782,7 @@ class BatchEmulator:
         if self.table.is_own(job):
             self._stop_own(action, job, unit, reason)
             return
-        if job.status in FINAL and (unit is None or unit.status in FINAL):
+        if job.status in FINISHED and (unit is None or unit.status in FINISHED):
             return
         owner = job.owner or []
         instance = owner[2] if len(owner) > 2 else None

@@ -21,9 +21,9 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
-from ..statuses import JobStatus
+from ..statuses import FINISHED, JobStatus
 from ..workdir import inside
-from .jobstate import FINAL, Job, Unit
+from .jobstate import Job, Unit
 from .logservice import stream_path
 from .model import arn_resource
 from .records import BadRecord, Persister, RecordStore, job_texts, process_alive
@@ -134,7 +134,7 @@ class JobTable:
         return [job for job in jobs if not self.expired(job, now)]
 
     def expired(self, job: Job, now: int) -> bool:
-        return (job.status in FINAL and job.stopped is not None
+        return (job.status in FINISHED and job.stopped is not None
                 and job.stopped < now - self.metadata_ttl * 1000)
 
     def status_of(self, job_id: str) -> Optional[JobStatus]:
@@ -167,7 +167,7 @@ class JobTable:
                 job = read
                 if cache:
                     self._foreign[job_id] = (signature, job)
-            unfinished = job.status not in FINAL or any(u.status not in FINAL for u in job.units)
+            unfinished = job.status not in FINISHED or any(u.status not in FINISHED for u in job.units)
             if unfinished and not process_alive(job.owner):
                 self._recover(job)
             if self.expired(job, now_ms()):
@@ -199,14 +199,14 @@ class JobTable:
         reason = EXIT_REASON.format(pid=pid)
         now = now_ms()
         for unit in job.units:
-            if unit.status in FINAL:
+            if unit.status in FINISHED:
                 continue
             if unit.current is not None:
                 attempt, unit.current = unit.current, None
                 attempt.update(stoppedAt=now, statusReason=reason)
                 unit.attempts.append(attempt)
             job.move(unit, JobStatus.FAILED, now, reason)
-        if job.has_children and job.status not in FINAL:
+        if job.has_children and job.status not in FINISHED:
             job.finish_parent(JobStatus.FAILED, reason, now)
         parent, chunks = job_texts(job, job.owner, range(job.chunk_count))
         self.store.write(job.job_id, parent, chunks)

@@ -13,7 +13,6 @@ from batchfutures.emulator.jobstate import (
     TIMEOUT_REASON,
     Job,
     JobSpec,
-    JobStatus,
 )
 from batchfutures.emulator.runtime.attempts import KillReason
 from batchfutures.emulator.runtime.endings import (
@@ -26,6 +25,7 @@ from batchfutures.emulator.runtime.endings import (
 )
 from batchfutures.emulator.runtime.outcomes import AttemptEnd, attempt_outcome
 from batchfutures.emulator.runtime.stopping import abandon_attempt, kill_for_shutdown, stop
+from batchfutures.statuses import JobStatus
 
 TERMINATED = AttemptEnd(exit_code=143, killed=KillReason.TERMINATE, stop_reason=MAIN_NODE_EXITED)
 

@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from batchfutures.emulator import schema
-from batchfutures.emulator.jobstate import NODE_FIELDS, SPEC_FIELDS, Job, JobSpec, JobStatus
+from batchfutures.emulator.jobstate import NODE_FIELDS, SPEC_FIELDS, Job, JobSpec
+from batchfutures.statuses import JobStatus
 
 
 def spec(**fields):

@@ -3,9 +3,10 @@ limits; real jobs, no process."""
 
 import pytest
 
-from batchfutures.emulator.jobstate import MISCONFIGURED, Job, JobSpec, JobStatus
+from batchfutures.emulator.jobstate import MISCONFIGURED, Job, JobSpec
 from batchfutures.emulator.runtime.placement import Host
 from batchfutures.emulator.runtime.runqueue import RunQueue, ask_of
+from batchfutures.statuses import JobStatus
 
 HOST = Host(max_vcpus=4.0, memory_mib=8192, gpus=0)
 

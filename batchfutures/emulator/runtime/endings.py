@@ -23,15 +23,13 @@ import dataclasses
 from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
-from ...statuses import JobStatus
+from ...statuses import FINISHED, QUEUED, JobStatus
 from .. import retries
 from ..dependson import Dependencies
 from ..jobstate import (
-    BEFORE_START,
     CHILD_FAILED,
     DEPENDENCY_FAILED,
     EXITED,
-    FINAL,
     MAIN_NODE_EXITED,
     MAX_TAGS,
     Job,
@@ -123,11 +121,11 @@ class Endings:
         job.move(unit, status, now, reason)
         self.dependencies.ended(unit, status == JobStatus.SUCCEEDED)
         if job.is_array:
-            if job.status not in FINAL and job.all_children_done:
+            if job.status not in FINISHED and job.all_children_done:
                 self._end_job(job, *array_end(job.counts[JobStatus.FAILED] > 0,
                                               job.stop_reason, job.gate_failed), now)
         elif job.is_multinode:
-            if unit.is_main_node and job.status not in FINAL:
+            if unit.is_main_node and job.status not in FINISHED:
                 self._end_multinode(job, unit, status, reason, now)
         else:
             self.finished.append(job)
@@ -153,9 +151,9 @@ class Endings:
         self._end_job(job, status, reason, now)
         why = job.stop_reason or MAIN_NODE_EXITED  # CancelJob/TerminateJob's, else the main's end
         for node in job.units:
-            if node is main or node.status in FINAL:
+            if node is main or node.status in FINISHED:
                 continue
-            if node.status in BEFORE_START:
+            if node.status in QUEUED:
                 self.finalize(node, JobStatus.FAILED, why)
             else:
                 node.stop_reason = why

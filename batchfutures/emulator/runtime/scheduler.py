@@ -40,10 +40,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
-from ...statuses import JobStatus
+from ...statuses import FINISHED, JobStatus
 from ..dependson import Dependencies
 from ..faults import FaultInjector
-from ..jobstate import DEPENDENCY_FAILED, FINAL, MISCONFIGURED, Job, Unit, too_many_tags
+from ..jobstate import DEPENDENCY_FAILED, MISCONFIGURED, Job, Unit, too_many_tags
 from . import container
 from .attempts import AttemptHandle, AttemptLauncher, AttemptMonitor, KillReason, LaunchRequest, cleanup_done
 from .cgroups import Cgroups
@@ -197,7 +197,7 @@ class Scheduler:
         jobs, self._new = self._new, []
         now = now_ms()
         for job in jobs:
-            if job.status in FINAL:
+            if job.status in FINISHED:
                 continue
             live = [u for u in job.units if u.status == JobStatus.SUBMITTED]
             if too_many_tags(job.spec):  # as Batch: FAILED before any child exists
@@ -358,11 +358,11 @@ class Scheduler:
             now = now_ms()
             for job in jobs:
                 for unit in job.units:
-                    if unit.status not in FINAL:
+                    if unit.status not in FINISHED:
                         abandon_attempt(unit, reason, now)
                         self.runnable.release(unit)
                         self._finalize(unit, JobStatus.FAILED, reason)
-                if job.has_children and job.status not in FINAL:  # (a parent of no live children)
+                if job.has_children and job.status not in FINISHED:  # (a parent of no live children)
                     job.finish_parent(JobStatus.FAILED, reason, now)
             self.dependencies.drain()
         cleanup_done()  # the attempts' cgroups and scratch folders are gone when close returns

@@ -19,8 +19,8 @@ from __future__ import annotations
 import time
 from typing import Callable, List, Optional
 
-from ...statuses import JobStatus
-from ..jobstate import ACTIVE, BEFORE_START, FINAL, Job, Unit
+from ...statuses import ACTIVE, FINISHED, QUEUED, JobStatus
+from ..jobstate import Job, Unit
 from .attempts import AttemptHandle, KillReason
 
 
@@ -35,12 +35,12 @@ def stop(job: Job, unit: Optional[Unit], reason: str, *, terminate: bool,
          finalize: Callable[[Unit, JobStatus, Optional[str]], None]) -> None:
     """CancelJob or TerminateJob of a whole job (`unit` None) or of one child or node."""
     flag = "terminated" if terminate else "cancelled"
-    if unit is None and job.has_children and job.status not in FINAL:
+    if unit is None and job.has_children and job.status not in FINISHED:
         setattr(job, flag, True)
         job.stop_reason = reason
         job.touch()
     for target in ([unit] if unit is not None else job.units):
-        if target.status in BEFORE_START:
+        if target.status in QUEUED:
             setattr(target, flag, True)
             finalize(target, JobStatus.FAILED, reason)
         elif terminate and target.status in ACTIVE:
