@@ -1,6 +1,7 @@
 """Warm workers' pure parts: the sealed messages, the failure a dead call gets, how many workers."""
 
 import base64
+import os
 
 import pytest
 
@@ -127,3 +128,26 @@ def test_tails_go_to_threads_only_where_requests_take_round_trips(config, backgr
     from batchfutures.worker.warm import tails_in_background
 
     assert tails_in_background(config) is background
+
+
+def test_the_local_queues_live_in_a_private_memory_folder(tmp_path):
+    from batchfutures.warmpool import local_queue_folder
+
+    workdir = tmp_path / "work"
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    chosen = local_queue_folder(workdir, {"XDG_RUNTIME_DIR": str(runtime)},
+                                memory_folder=str(tmp_path / "none"))
+    assert chosen.parent == runtime / "batchfutures" and chosen.name.startswith("sqs-")
+    assert oct(os.stat(chosen.parent).st_mode & 0o777) == "0o700"
+    # the same workdir, the same queues: another process of this user finds them
+    assert local_queue_folder(workdir, {"XDG_RUNTIME_DIR": str(runtime)},
+                              memory_folder=str(tmp_path / "none")) == chosen
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    planted = shm / f"batchfutures-{os.geteuid()}"
+    planted.symlink_to(tmp_path)  # someone's link where our folder would be: not followed
+    assert local_queue_folder(workdir, {}, memory_folder=str(shm)) == \
+        workdir / "emulator" / "sqs"
+    planted.unlink()
+    assert local_queue_folder(workdir, {}, memory_folder=str(shm)).parent == planted

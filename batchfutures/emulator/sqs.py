@@ -2,7 +2,8 @@
 
 The warm workers (batchfutures/warmpool.py) take calls from a work queue and send completions
 to the client through SQS on AWS. Locally the client and the workers are separate processes,
-so the queue lives in a folder (the emulator's, under the workdir) and every operation is a
+so the queue lives in a folder (warmpool.local_queue_folder: a private one in memory,
+$XDG_RUNTIME_DIR or /dev/shm, else the workdir's emulator folder) and every operation is a
 rename, which one process wins:
 
     <folder>/<QueueName>/
