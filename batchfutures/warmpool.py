@@ -49,8 +49,8 @@ worker fails that call with MemoryLimitExceeded and starts a new runner; a call 
 ``timeout`` is killed by the worker (JobTimeoutError): timeout is per call here, not the
 worker job's. The call's own exception comes back as itself, as on the cold path.
 
-Costs per call (see benchmarks/bench_warm.py): SQS about 3.3 requests (send 1/10, receive 1 for
-the worker plus 1/k for the client, completion send 1, delete 1, completion delete 1/10), storage
+Costs per call (benchmarks/bench_warm.py): SQS 3 requests by the worker (receive, completion,
+delete) and about 1 by the client (sends, completion receives and deletes in batches), storage
 1 PUT (the result) and no GET when the result is under 180 KiB; Batch 0 (SubmitJob per worker,
 DescribeJobs per WATCH_EVERY for the whole pool).
 
