@@ -77,7 +77,7 @@ import weakref
 from typing import Any, Deque, Dict, List, Mapping, Optional
 
 from . import batchapi, serialization, sqsapi, warmwire
-from .errors import ConfigurationError, JobAbortedError
+from .errors import ConfigurationError, JobAbortedError, classify_failure
 from .futures import BatchFuture
 from .jobs import decode_result, settle
 from .settings import JobSettings
@@ -92,6 +92,7 @@ logger = logging.getLogger("batchfutures")
 
 VISIBILITY_TIMEOUT = 30  # seconds a received call stays hidden; its worker extends it as it runs
 WINDOW_FLOOR = 16  # calls sent ahead at least (window_for)
+MAX_FAILED_STARTS = 3  # workers in a row failing before any call: the calls fail (_give_up)
 WATCH_EVERY = 1.0  # seconds between DescribeJobs of the pool's workers
 MESSAGE_RETENTION = 86400  # a dead client's queues hold nothing older than a day
 SHUTDOWN_GRACE = 2.0  # seconds idle workers get to leave by themselves before TerminateJob
@@ -252,6 +253,8 @@ class WarmPool:
         self._pending: Deque[WarmCall] = collections.deque()
         self._sent: Dict[int, WarmCall] = {}
         self.workers: Dict[str, str] = {}  # job id -> last status seen
+        self._delivered: set = set()  # workers that completed a call
+        self._failed_starts = 0  # workers in a row that ended before completing any call
         # requests by operation (benchmarks)
         self.requests: collections.Counter = collections.Counter()
         self._closed = threading.Event()
@@ -406,6 +409,10 @@ class WarmPool:
         except Exception as error:  # IntegrityError: nothing of it is unpickled
             data = error
         call.worker = worker
+        if worker is not None:
+            with self._lock:
+                self._delivered.add(worker)
+                self._failed_starts = 0
         if isinstance(data, BaseException) or data is None:
             failure = data if data is not None else RuntimeError(f"warm call {number}: no result")
             call._status = JobStatus.FAILED.value
@@ -437,13 +444,41 @@ class WarmPool:
             return
         found = batchapi.describe_jobs(self.env.batch, ids)
         self.requests["batch:DescribeJobs"] += (len(ids) + 99) // 100
+        failed = []
         with self._lock:
             for job in found:
                 self.workers[job["jobId"]] = job["status"]
                 if job["status"] == JobStatus.FAILED.value:
                     logger.warning("batchfutures: warm worker %s ended: %s", job["jobId"],
                                    job.get("statusReason"))
+                    if job["jobId"] not in self._delivered:
+                        failed.append(job)
+        for job in failed:  # a worker that never completed a call: it may not start at all
+            self._failed_starts += 1
+            if self._failed_starts >= MAX_FAILED_STARTS:
+                self._give_up(job)
         self._pump()  # replace the workers that ended while calls wait
+
+    def _give_up(self, job: Dict[str, Any]) -> None:
+        """Workers keep failing before any call completes (a broken image, a missing key...):
+        the calls waiting fail with the last one's typed error, instead of new workers being
+        started for ever. A later call tries again."""
+        try:
+            tail = self._session.log_tail(job)
+        except Exception:  # the log may be gone; the reason is still there
+            tail = None
+        error = classify_failure(job, log_tail=tail)
+        with self._lock:
+            calls = list(self._pending) + list(self._sent.values())
+            self._pending.clear()
+            self._sent.clear()
+            self._failed_starts = 0
+        logger.error("batchfutures: %d warm workers in a row ended before completing a call; "
+                     "failing the %d call(s) waiting: %s", MAX_FAILED_STARTS, len(calls), error)
+        for call in calls:
+            call._status = JobStatus.FAILED.value
+            for future in call.futures:
+                settle(future, False, error)
 
     @property
     def sqs_requests(self) -> "collections.Counter[str]":

@@ -339,3 +339,19 @@ def test_a_call_whose_process_crashes_is_tried_again_by_its_retries(env, retries
             with pytest.raises(JobFailedError, match="status 3"):
                 call.result(timeout=60)
         assert ex.submit(square, 5).result(timeout=60) == 25
+
+
+def test_workers_that_cannot_start_fail_the_calls_instead_of_being_restarted_for_ever(
+        env, monkeypatch):
+    from batchfutures.errors import JobFailedError
+    from batchfutures.warmpool import MAX_FAILED_STARTS, WarmPool
+
+    monkeypatch.setattr(WarmPool, "_write_config", lambda self: None)  # nothing to read
+    ex = BatchExecutor(env, keepalive=30, max_workers=1)
+    call = ex.submit(square, 2)
+    with pytest.raises(JobFailedError) as failed:
+        call.result(timeout=60)
+    assert "config" in str(failed.value)  # the worker's log says why
+    pool = next(iter(ex._session.warm_pools.values()))
+    assert len(pool.workers) == MAX_FAILED_STARTS
+    ex.shutdown()
