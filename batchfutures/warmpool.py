@@ -86,7 +86,7 @@ from .submission import build_request, user_tag
 from .usage import Usage
 
 __all__ = ["WarmPool", "WarmCall", "VISIBILITY_TIMEOUT", "WATCH_EVERY", "sqs_spec_for",
-           "workers_to_start", "window_for", "local_queue_folder"]
+           "workers_to_start", "window_for", "local_queue_folder", "queue_base"]
 
 logger = logging.getLogger("batchfutures")
 
@@ -137,6 +137,15 @@ def local_queue_folder(workdir: Any, environ: Optional[Mapping[str, str]] = None
         except (ConfigurationError, OSError) as refused:
             logger.debug("batchfutures: not using %s for the warm queues: %s", base, refused)
     return Path(workdir) / "emulator" / "sqs"
+
+
+def queue_base(stack: Optional[str], run_id: str, key: str) -> str:
+    """The pool's queues' names without their -work/-done: ``<stack>-warm-<run>-<key>`` (what
+    the stack's policies can grant, ``<stack>-warm-*``), ``batchfutures-warm-...`` with no
+    stack; at most 75 characters (SQS allows 80), the stack's part cut first."""
+    tail = f"-warm-{run_id}-{key}"
+    head = stack or "batchfutures"
+    return head[:max(1, 75 - len(tail))] + tail
 
 
 def sqs_spec_for(env: Any) -> Dict[str, Any]:
@@ -237,14 +246,26 @@ class WarmPool:
         # on AWS, the environment's own boto3 session (its profile, its credentials)
         self.sqs, self._sqs_counts = sqsapi.counted(sqsapi.client_for(
             self.spec, session=getattr(self.env, "session", None)))
-        tags = {"batchfutures:run": self.run_id, "batchfutures:warm": key}
+        stack = getattr(self.env, "stack", None)
+        tags = {"batchfutures:run": self.run_id, "batchfutures:warm": key,
+                **getattr(self.env, "job_tags", dict)()}
         attributes = {"MessageRetentionPeriod": str(MESSAGE_RETENTION),
                       "VisibilityTimeout": str(VISIBILITY_TIMEOUT)}
-        base = f"bf-{self.run_id}-{key}"
-        self.queue = self.sqs.create_queue(QueueName=f"{base}-work", Attributes=attributes,
-                                           tags=tags)["QueueUrl"]
-        self.completions = self.sqs.create_queue(QueueName=f"{base}-done",
-                                                 Attributes=attributes, tags=tags)["QueueUrl"]
+        base = queue_base(stack, self.run_id, key)
+        try:
+            self.queue = self.sqs.create_queue(QueueName=f"{base}-work", Attributes=attributes,
+                                               tags=tags)["QueueUrl"]
+            self.completions = self.sqs.create_queue(QueueName=f"{base}-done",
+                                                     Attributes=attributes, tags=tags)["QueueUrl"]
+        except Exception as error:
+            code = (getattr(error, "response", None) or {}).get("Error", {}).get("Code", "")
+            if "AccessDenied" in str(code):
+                raise ConfigurationError(
+                    f"keepalive= needs SQS queues and this identity may not make them "
+                    f"({code}: {error}); the client policy needs sqs:CreateQueue, TagQueue, "
+                    f"SendMessage(Batch), ReceiveMessage, DeleteMessage(Batch), DeleteQueue on "
+                    f"queues named {base.rsplit('-', 2)[0]}-* (see docs/warm.md)") from error
+            raise
         self._initargs_url = (session.submitter._initargs_location()
                               if session.submitter._initargs is not None else None)
         self._write_config()

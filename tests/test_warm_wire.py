@@ -151,3 +151,16 @@ def test_the_local_queues_live_in_a_private_memory_folder(tmp_path):
         workdir / "emulator" / "sqs"
     planted.unlink()
     assert local_queue_folder(workdir, {}, memory_folder=str(shm)).parent == planted
+
+
+@pytest.mark.parametrize("stack, expected", [
+    (None, "batchfutures-warm-20261206T012345-0123456789-abcd1234"),
+    ("bf", "bf-warm-20261206T012345-0123456789-abcd1234"),
+    ("s" * 70, "s" * 34 + "-warm-20261206T012345-0123456789-abcd1234"),
+])
+def test_queue_names_start_with_the_stack_and_fit_sqs(stack, expected):
+    from batchfutures.warmpool import queue_base
+
+    base = queue_base(stack, "20261206T012345-0123456789", "abcd1234")
+    assert base == expected
+    assert len(base + "-work") <= 80
