@@ -71,6 +71,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from .batchlimits import MAX_BULK_STOP, MAX_DESCRIBE_JOBS
 from .errors import ABORT_REASON_PREFIX, BatchError
 
 logger = logging.getLogger("batchfutures")
@@ -423,7 +424,6 @@ def _terminate(client: Any, job_ids: List[str], kept: str) -> List[str]:
 
 # -- reads --------------------------------------------------------------------------------------
 # -- stopping jobs -------------------------------------------------------------------------------
-BULK_STOP_LIMIT = 50  # CancelJobs / TerminateJobs: jobs per call (botocore's model)
 
 
 class Stop(enum.Enum):
@@ -476,8 +476,8 @@ def stop_jobs(client: Any, how: Stop, job_ids: List[str], reason: str,
     # a boto3 client has a method for each operation of its botocore model (an older botocore:
     # none for the bulk calls); the emulator has them
     if hasattr(client, how.bulk):
-        for start in range(0, len(job_ids), BULK_STOP_LIMIT):
-            failed.update(_stop_chunk(getattr(client, how.bulk), job_ids[start:start + BULK_STOP_LIMIT],
+        for start in range(0, len(job_ids), MAX_BULK_STOP):
+            failed.update(_stop_chunk(getattr(client, how.bulk), job_ids[start:start + MAX_BULK_STOP],
                                       reason, **narrower))
         return failed
     for job_id in job_ids:
@@ -548,8 +548,9 @@ def describe_jobs(client: Any, job_ids: List[str], *,
                   budget: RetryBudget = DEFAULT_BUDGET) -> List[Dict[str, Any]]:
     """DescribeJobs in batches of 100 (Batch's limit); ids Batch no longer knows are left out."""
     found: List[Dict[str, Any]] = []
-    for start in range(0, len(job_ids), 100):
-        response = call(client.describe_jobs, budget=budget, jobs=job_ids[start:start + 100])
+    for start in range(0, len(job_ids), MAX_DESCRIBE_JOBS):
+        response = call(client.describe_jobs, budget=budget,
+                        jobs=job_ids[start:start + MAX_DESCRIBE_JOBS])
         found.extend(response.get("jobs", []))
     return found
 

@@ -39,6 +39,7 @@ import concurrent.futures
 import pickle
 from typing import Any, Callable, Dict, Mapping, Optional
 
+from .batchlimits import OOM_EXIT_STATUS
 from .jobdetail import last_attempt, resources
 
 __all__ = [
@@ -211,7 +212,6 @@ ABORT_REASON_PREFIX = "batchfutures:"  # the reason of every CancelJob/Terminate
 _TIMEOUT_PREFIX = "job attempt duration exceeded timeout"
 _HOST_LOST = ("host ec2", "your spot task was interrupted")
 _OOM_PREFIX = "outofmemoryerror"
-OOM_EXIT_CODE = 137  # 128 + SIGKILL: the kernel's OOM kill, and the worker's exit on MemoryError
 # The key under which the poller (reconcile) adds the worker's out-of-memory marker, read from
 # storage (storage.read_oom_marker), to a failed child's description before it is classified.
 OOM_MARKER_FIELD = "batchfuturesOutOfMemoryMarker"
@@ -295,7 +295,7 @@ def wants_oom_marker(job: Mapping[str, Any]) -> bool:
     """
     attempt = last_attempt(job)
     container = attempt.get("container") or job.get("container") or {}
-    if container.get("exitCode") != OOM_EXIT_CODE:
+    if container.get("exitCode") != OOM_EXIT_STATUS:
         return False
     if job.get("isCancelled") or job.get("isTerminated"):
         return False

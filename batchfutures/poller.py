@@ -60,6 +60,7 @@ from typing import (
 
 from . import batchapi
 from .batchapi import Stop
+from .batchlimits import MAX_DESCRIBE_JOBS
 from .childstops import is_child, parent_of, refused_alone, stop_calls
 from .errors import (
     ABORT_REASON_PREFIX,
@@ -421,15 +422,15 @@ class Poller:
         # a short request budget: this round describes the jobs described longest ago, as many
         # pages as it holds tokens for (one at least); the others wait for the next rounds
         budget = getattr(batch, "request_budget", None)
-        pages = pages_this_round(math.ceil(len(active) / DESCRIBE_PAGE),
+        pages = pages_this_round(math.ceil(len(active) / MAX_DESCRIBE_JOBS),
                                  math.inf if budget is None else budget.tokens())
         for job in active:
             self._described.setdefault(job.job_id, self.polls)  # new: as old as this round
         chosen = set(jobs_to_describe([job.job_id for job in active], self._described, pages))
         left_out = len(active) - len(chosen)
         active = [job for job in active if job.job_id in chosen]
-        for start in range(0, len(active), DESCRIBE_PAGE):
-            ids = [job.job_id for job in active[start:start + DESCRIBE_PAGE]]
+        for start in range(0, len(active), MAX_DESCRIBE_JOBS):
+            ids = [job.job_id for job in active[start:start + MAX_DESCRIBE_JOBS]]
             try:
                 found.update((d["jobId"], d) for d in batchapi.describe_jobs(batch, ids,
                                                                      budget=batchapi.POLL_BUDGET))
@@ -610,8 +611,6 @@ class Poller:
                 self._alone_refused.discard(job.job_id)
 
 
-DESCRIBE_PAGE = 100  # job ids per DescribeJobs (Batch's limit)
-
 
 def pages_this_round(needed: int, tokens: float) -> int:
     """DescribeJobs pages a round sends: the ``needed`` ones while the request budget holds
@@ -628,7 +627,7 @@ def jobs_to_describe(job_ids: Sequence[str], described: Mapping[str, int],
     in tracking order. A job waits at most ceil(len(job_ids) / (pages x 100)) rounds, whatever
     is tracked after it."""
     order = sorted(range(len(job_ids)), key=lambda i: (described.get(job_ids[i], -1), i))
-    return [job_ids[i] for i in sorted(order[:pages * DESCRIBE_PAGE])]
+    return [job_ids[i] for i in sorted(order[:pages * MAX_DESCRIBE_JOBS])]
 
 
 def _hold(fn: Optional[Callable], owner: Any) -> Callable[[], Any]:

@@ -39,6 +39,8 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from . import batchapi, reruns, serialization
 from ._version import __version__
+from .batchlimits import MAX_ARRAY_SIZE as MAX_ARRAY_SIZE  # re-exported for executor.py, session.py
+from .batchlimits import MAX_SUBMIT_PAYLOAD
 from .errors import ABORT_REASON_PREFIX, BatchError, ConfigurationError
 from .jobdefinitions import check_tags, definition_with_secrets, multinode_definition_from
 from .jobs import TrackedJob, settle
@@ -46,7 +48,6 @@ from .settings import JobSettings
 
 logger = logging.getLogger("batchfutures")
 
-MAX_ARRAY_SIZE = 10_000  # Batch's arrayProperties.size limit
 _UNREAD = object()
 _JOB_NAME_BAD = re.compile(r"[^A-Za-z0-9_-]+")
 
@@ -146,8 +147,8 @@ def build_request(settings: JobSettings, *, name: str, job_queue: str, job_defin
 
 
 # AWS Batch's quotas page: "Maximum job payload size (for SubmitJob API operations): 30 KiB".
-# Measured as botocore sends it: the request's JSON body (json.dumps, as its serializer does).
-SUBMIT_PAYLOAD_LIMIT = 30 * 1024
+# Measured as botocore sends it: the request's JSON body (json.dumps, as its serializer does):
+# batchlimits.MAX_SUBMIT_PAYLOAD.
 # ECS RunTask: "A total of 8192 characters are allowed for overrides. This limit includes the JSON
 # formatting characters of the override structure." Batch turns containerOverrides into the ECS
 # task's overrides and adds its own AWS_BATCH_* variables (job id, queue, compute environment,
@@ -160,9 +161,9 @@ def request_size_problem(request: Dict[str, Any]) -> Optional[str]:
     """Why AWS would refuse this SubmitJob request for its size (which limit, how big, what to
     do), or None when it fits. Pure: the request as it will be sent (with its submission mark)."""
     body = len(json.dumps(request).encode("utf-8"))
-    if body > SUBMIT_PAYLOAD_LIMIT:
+    if body > MAX_SUBMIT_PAYLOAD:
         return (f"the SubmitJob request is {body:,} bytes, over AWS Batch's limit of 30 KiB "
-                f"({SUBMIT_PAYLOAD_LIMIT:,} bytes) for a job's payload; its largest parts: "
+                f"({MAX_SUBMIT_PAYLOAD:,} bytes) for a job's payload; its largest parts: "
                 f"{_largest_parts(request)}. Keep environment= and tags= small: large values "
                 f"travel as the function's arguments, which go through storage, not the request")
     overrides = [request.get("containerOverrides")] + [

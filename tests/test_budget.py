@@ -23,13 +23,13 @@ import pytest
 
 from batchfutures import BatchExecutor, ConfigurationError, LocalEnvironment, batchapi, budget
 from batchfutures.batchapi import RetryBudget, Stop
+from batchfutures.batchlimits import MAX_SUBMIT_PAYLOAD
 from batchfutures.emulator.faults import FaultProfile
 from batchfutures.emulator.service import BatchEmulator
 from batchfutures.poller import jobs_to_describe, pages_this_round
 from batchfutures.submission import (
     ECS_OVERRIDES_LIMIT,
     OVERRIDES_RESERVE,
-    SUBMIT_PAYLOAD_LIMIT,
     request_size_problem,
 )
 
@@ -342,7 +342,7 @@ def test_request_size_problem(request_, problem):
 def test_the_message_says_how_big_and_what_to_do():
     message = request_size_problem(request_with(tags=160)) or ""
     size = len(json.dumps(request_with(tags=160)).encode())
-    assert f"{size:,} bytes" in message and f"{SUBMIT_PAYLOAD_LIMIT:,}" in message
+    assert f"{size:,} bytes" in message and f"{MAX_SUBMIT_PAYLOAD:,}" in message
     assert "tags" in message and "storage" in message
     message = request_size_problem(request_with(environment=80)) or ""
     assert f"{ECS_OVERRIDES_LIMIT - OVERRIDES_RESERVE:,}" in message and "environment" in message

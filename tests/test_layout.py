@@ -24,12 +24,12 @@ from test_import_cycles import imports_of, module_names
 PACKAGE = "batchfutures"
 # what the worker may use of the core: storage, seals, pickles, errors; nothing of the client
 WORKER_MAY_IMPORT = {"serialization", "storage", "signing", "awsclients", "dependencies",
-                     "errors", "statuses", "_version", "sqsapi", "warmwire"}
+                     "errors", "statuses", "batchlimits", "_version", "sqsapi", "warmwire"}
 # the emulator's front: what answers requests; the runtime never reaches back into it
 EMULATOR_FRONT = {"service", "server", "listing", "logservice", "table", "submitjob", "auth",
                   "tagging", "__main__"}
 # the core's vocabulary the emulator shares with the client
-EMULATOR_MAY_IMPORT = {"statuses", "workdir", "errors", "jobdetail", "_version", "budget"}
+EMULATOR_MAY_IMPORT = {"statuses", "batchlimits", "workdir", "errors", "jobdetail", "_version", "budget"}
 
 
 def room(module: str) -> str:
@@ -89,6 +89,8 @@ def broken_rules(graph: Dict[str, Set[str]]) -> List[Tuple[str, str]]:
     ("batchfutures.emulator.runtime.threads", "batchfutures.executor", False),
     ("batchfutures.emulator.table", "batchfutures.statuses", True),
     ("batchfutures.emulator.table", "batchfutures.storage", False),
+    ("batchfutures.emulator.submitjob", "batchfutures.batchlimits", True),  # Batch's limits, one home
+    ("batchfutures.worker.calls", "batchfutures.batchlimits", True),
 ])
 def test_the_rules_between_rooms(importer, imported, allowed):
     assert (broken_rules({importer: {imported}}) == []) is allowed

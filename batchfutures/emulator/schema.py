@@ -20,11 +20,11 @@ import re
 from dataclasses import dataclass
 from typing import Any, FrozenSet, Mapping, Optional, Pattern, Sequence, Tuple, Union
 
+from ..batchlimits import MAX_ARRAY_SIZE, MIN_ARRAY_SIZE  # Batch's, as SubmitJob enforces them
 from ..statuses import JobStatus
 from .jobstate import CHUNK
 
 MAX_RECORD_BYTES = 64 * 1024 * 1024  # a chunk of 500 children of 10 attempts is far below this
-MAX_ARRAY_SIZE = 10_000  # Batch's limits, as SubmitJob enforces them
 MAX_ATTEMPTS = 10
 MAX_NODES = 1_000
 MAX_DEPENDENCIES = 20
@@ -317,7 +317,7 @@ SPEC = Fields({
     "parameters": Nullable(STRINGS),
     "depends_on": Nullable(ListOf(Fields({"jobId": NAME, "type": Nullable(Str(32))}),
                                   MAX_DEPENDENCIES)),
-    "array_size": Nullable(Int(2, MAX_ARRAY_SIZE)),
+    "array_size": Nullable(Int(MIN_ARRAY_SIZE, MAX_ARRAY_SIZE)),
     "created": Int(0, MAX_MS),
     "seq": Nullable(Int(0, MAX_INT)),
     "platform_capabilities": Nullable(ListOf(Str(16), 4)),

@@ -38,6 +38,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
+from ..batchlimits import MAX_BULK_STOP, MAX_DESCRIBE_JOBS
 from ..statuses import FINISHED, STATUS_ORDER, JobStatus
 from ..workdir import secure_emulator_folder
 from .catalog import (
@@ -99,8 +100,6 @@ logger = logging.getLogger("batchfutures")
 
 __all__ = ["BatchEmulator", "client_error", "DEFAULT_DEFINITION"]
 
-MAX_DESCRIBE = 100
-MAX_BULK_STOP = 50  # CancelJobs, TerminateJobs
 MAX_REASON = 1024  # characters of a CancelJob/TerminateJob reason
 MAX_DEPENDENCIES = 20
 SHUTDOWN_REASON = "batchfutures emulator: shut down (pid {pid}) before the job finished"
@@ -667,8 +666,8 @@ class BatchEmulator:
     @_api("DescribeJobs")
     def describe_jobs(self, params: Dict[str, Any]) -> Dict[str, Any]:
         ids = params["jobs"]
-        if len(ids) > MAX_DESCRIBE:
-            raise Rejected(f"DescribeJobs takes at most {MAX_DESCRIBE} job IDs, got {len(ids)}")
+        if len(ids) > MAX_DESCRIBE_JOBS:
+            raise Rejected(f"DescribeJobs takes at most {MAX_DESCRIBE_JOBS} job IDs, got {len(ids)}")
         found, seen = [], set()
         for raw in ids:
             item = self.table.find(raw)

@@ -6,22 +6,21 @@ import json
 import re
 from typing import Any, Dict, List, Optional
 
+from ..batchlimits import MAX_ARRAY_SIZE, MAX_SUBMIT_PAYLOAD, MIN_ARRAY_SIZE
 from .catalog import Rejected, resolve_resources
 from .jobstate import MAX_TAGS, JobSpec
 from .retries import check_strategy, normalized
 from .tagging import check_tags
 
-MAX_REQUEST_BYTES = 30 * 1024
-MAX_ARRAY_SIZE = 10_000
 JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 
 
 def check_request(params: Dict[str, Any]) -> None:
     """The request's own limits: its size and its name."""
     size = len(json.dumps(params, separators=(",", ":")).encode())
-    if size > MAX_REQUEST_BYTES:
+    if size > MAX_SUBMIT_PAYLOAD:
         raise Rejected(f"SubmitJob request size {size} bytes exceeds the 30 KiB limit "
-                       f"({MAX_REQUEST_BYTES} bytes)")
+                       f"({MAX_SUBMIT_PAYLOAD} bytes)")
     name = params["jobName"]
     if not JOB_NAME.fullmatch(name):
         raise Rejected(f"jobName {name!r} is invalid: up to 128 letters (uppercase and "
@@ -37,8 +36,8 @@ def check_array_size(params: Dict[str, Any]) -> Optional[int]:
     """arrayProperties.size (None for a plain job), within Batch's 2..10,000."""
     array_size = (params.get("arrayProperties") or {}).get("size")
     if params.get("arrayProperties") is not None and (
-            array_size is None or not 2 <= array_size <= MAX_ARRAY_SIZE):
-        raise Rejected(f"arrayProperties.size must be between 2 and {MAX_ARRAY_SIZE}, "
+            array_size is None or not MIN_ARRAY_SIZE <= array_size <= MAX_ARRAY_SIZE):
+        raise Rejected(f"arrayProperties.size must be between {MIN_ARRAY_SIZE} and {MAX_ARRAY_SIZE}, "
                        f"got {array_size}")
     return array_size
 

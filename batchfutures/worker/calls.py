@@ -46,6 +46,7 @@ import traceback
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from .. import serialization
+from ..batchlimits import OOM_EXIT_STATUS  # in __all__: main.py and warm.py read it here
 from ..dependencies import Resolver, UpstreamFailed, has_refs
 from ..errors import IntegrityError
 
@@ -57,9 +58,6 @@ __all__ = ["OOM_EXIT_STATUS", "OUTPUT_LIMIT", "Item", "Prefetched", "payload_url
 
 logger = logging.getLogger("batchfutures")
 
-# The exit status of a container the OOM killer ended (128 + SIGKILL): the worker ends so on a
-# MemoryError too, and a sub-process of the inner pool that ends so is the container's OOM.
-OOM_EXIT_STATUS = 137
 OUTPUT_LIMIT = 64 * 1024  # characters of each item's stdout, and of its stderr, kept for the client
 Item = Tuple[int, tuple, Dict[str, Any]]  # (function index, args, kwargs)
 

@@ -40,12 +40,13 @@ import threading
 import traceback
 from typing import Callable, Iterator, List, Mapping, Optional, Tuple
 
+from ..batchlimits import OOM_EXIT_STATUS
+
 __all__ = ["GUARD_VARIABLE", "FORWARDED", "verdict", "wanted", "parse_oom_kills", "oom_kill_count",
            "fork_available", "supervise"]
 
 GUARD_VARIABLE = "BATCHFUTURES_OOM_GUARD"
 ECS_VARIABLES = ("ECS_CONTAINER_METADATA_URI_V4", "ECS_CONTAINER_METADATA_URI")
-OOM_EXIT_STATUS = 137
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 CHILD_OOM_SCORE_ADJ = b"1000"  # raising it needs no privilege; the worker's stays as it was
 CGROUP_ROOT = "/sys/fs/cgroup"

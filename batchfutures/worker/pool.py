@@ -57,6 +57,7 @@ import warnings
 from multiprocessing.connection import Connection, Pipe, wait
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from ..batchlimits import OOM_EXIT_STATUS
 from ..dependencies import Resolver
 from . import calls, oomguard
 from .calls import Item
@@ -285,7 +286,7 @@ def _start(count: int, items: Sequence[Item], header: Dict[str, Any], index: int
                     status = 0
                     atexit._run_exitfuncs()  # as the worker's own exit: handlers, not threads
                 except MemoryError:
-                    status = calls.OOM_EXIT_STATUS  # the worker says so, once, and exits 137
+                    status = OOM_EXIT_STATUS  # the worker says so, once, and exits 137
                 except (EOFError, OSError):  # the worker is gone
                     pass
                 except BaseException:
@@ -417,7 +418,7 @@ def run_items(storage: "Storage", header: Dict[str, Any], items: Sequence[Item],
     except SubProcessEnded as ended:
         # its MemoryError (exit 137), or a SIGKILL (128 + 9) the cgroup counts as an OOM kill
         # (or that nothing can tell from another: oomguard.verdict's rule)
-        if ended.exit_status == calls.OOM_EXIT_STATUS and (not ended.killed or oomguard.verdict(
+        if ended.exit_status == OOM_EXIT_STATUS and (not ended.killed or oomguard.verdict(
                 None, signal.SIGKILL, kills_before, oomguard.oom_kill_count(),
                 lambda: False)[0] == "oom"):
             raise MemoryError from None

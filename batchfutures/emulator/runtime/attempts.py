@@ -28,12 +28,12 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Protocol, Tuple
 
+from ...batchlimits import OOM_EXIT_STATUS  # the worker's exit on MemoryError (the RLIMIT world)
 from .procfs import session_members
 
 if TYPE_CHECKING:  # pragma: no cover
     from .cgroups import AttemptCgroup
 
-OOM_EXIT_STATUS = 137  # what the worker exits with on MemoryError (the RLIMIT world)
 # TerminateJob stops a container as `docker stop` does: SIGTERM to its main process, SIGKILL to
 # all of it this many seconds later if it is still there. ECS waits 30 s by default
 # (ECS_CONTAINER_STOP_TIMEOUT); the emulator gives less time, never more.

@@ -169,7 +169,7 @@ def _child_setup(memory_mib: Optional[int], parent: int, procs: List[str]) -> Ca
         if _prctl is not None:
             _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
             if os.getppid() != parent:  # the emulator died before the line above
-                os._exit(137)
+                os._exit(128 + int(signal.SIGKILL))  # as the death signal would have ended it
         for path in procs:  # join the attempt's cgroup
             fd = os.open(path, os.O_WRONLY)
             try:

@@ -29,6 +29,7 @@ import signal
 import threading
 from typing import IO, Callable, Dict, Optional
 
+from ...batchlimits import OOM_EXIT_STATUS
 from ...workdir import make_private_dirs, open_private
 from .attempts import AttemptHandle, LaunchRequest
 from .forkserver import is_worker_command
@@ -211,7 +212,7 @@ class ThreadLauncher:
                 status = worker.run(job_url, env, fork=False, cancelled=attempt.cancelled)
         except MemoryError:
             _write(log, _OOM_LINE)
-            status = worker.OOM_EXIT_STATUS
+            status = OOM_EXIT_STATUS
         except BaseException:  # what would have ended the process: its traceback, status 1
             logger.exception("the worker failed")
         finally:
