@@ -86,11 +86,13 @@ from .submission import build_request, user_tag
 from .usage import Usage
 
 __all__ = ["WarmPool", "WarmCall", "VISIBILITY_TIMEOUT", "WATCH_EVERY", "sqs_spec_for",
-           "workers_to_start", "window_for", "local_queue_folder", "queue_base"]
+           "workers_to_start", "window_for", "local_queue_folder", "queue_base",
+           "batches_by_size"]
 
 logger = logging.getLogger("batchfutures")
 
 VISIBILITY_TIMEOUT = 30  # seconds a received call stays hidden; its worker extends it as it runs
+BATCH_BYTES = 1_000_000  # under SendMessageBatch's 1 MiB (a message is at most ~240 KiB)
 WINDOW_FLOOR = 16  # calls sent ahead at least (window_for)
 MAX_FAILED_STARTS = 3  # workers in a row failing before any call: the calls fail (_give_up)
 WATCH_EVERY = 1.0  # seconds between DescribeJobs of the pool's workers
@@ -105,6 +107,21 @@ COMPLETION_WAIT = 1  # seconds of a completions long poll (the thread also watch
 def workers_to_start(live: int, outstanding: int, max_workers: int) -> int:
     """How many workers to start now: enough for the calls outstanding, at most max_workers."""
     return max(0, min(max_workers, outstanding) - live)
+
+
+def batches_by_size(sizes: List[int], limit: int = BATCH_BYTES, most: int = 10
+                    ) -> List[List[int]]:
+    """Messages (by size, in order) in SendMessageBatch requests of at most ``most`` entries
+    and ``limit`` bytes together (SQS refuses a larger batch)."""
+    parts: List[List[int]] = []
+    total = 0
+    for index, size in enumerate(sizes):
+        if not parts or len(parts[-1]) == most or total + size > limit:
+            parts.append([])
+            total = 0
+        parts[-1].append(index)
+        total += size
+    return parts
 
 
 def window_for(max_workers: int) -> int:
@@ -377,8 +394,9 @@ class WarmPool:
     def _send(self, batch: List[WarmCall]) -> None:
         for call in batch:
             self._sent[call.number] = call
-        self.sqs.send_message_batch(QueueUrl=self.queue, Entries=[
-            {"Id": str(i), "MessageBody": call.body} for i, call in enumerate(batch)])
+        for part in batches_by_size([len(call.body) for call in batch]):
+            self.sqs.send_message_batch(QueueUrl=self.queue, Entries=[
+                {"Id": str(i), "MessageBody": batch[i].body} for i in part])
         for call in batch:
             call.body = ""  # sent: the client keeps no copy of the arguments
 

@@ -355,3 +355,21 @@ def test_workers_that_cannot_start_fail_the_calls_instead_of_being_restarted_for
     pool = next(iter(ex._session.warm_pools.values()))
     assert len(pool.workers) == MAX_FAILED_STARTS
     ex.shutdown()
+
+
+def size_of(data):
+    return len(data)
+
+
+def big_result(n):
+    return b"r" * n
+
+
+def test_large_arguments_and_results_travel_through_storage(env):
+    with BatchExecutor(env, keepalive=30, max_workers=2) as ex:
+        # inline calls of ~150 KiB each: several SendMessageBatch requests under 1 MiB
+        assert list(ex.map(size_of, [b"a" * 150_000] * 12)) == [150_000] * 12
+        # a call over the inline limit: stored, the message points to it
+        assert ex.submit(size_of, b"b" * 1_000_000).result(timeout=60) == 1_000_000
+        # a result over the inline limit: read from storage by the client
+        assert ex.submit(big_result, 500_000).result(timeout=60) == b"r" * 500_000

@@ -164,3 +164,15 @@ def test_queue_names_start_with_the_stack_and_fit_sqs(stack, expected):
     base = queue_base(stack, "20261206T012345-0123456789", "abcd1234")
     assert base == expected
     assert len(base + "-work") <= 80
+
+
+@pytest.mark.parametrize("sizes, parts", [
+    ([10] * 3, [[0, 1, 2]]),
+    ([10] * 12, [list(range(10)), [10, 11]]),  # 10 entries a request
+    ([400_000, 400_000, 400_000], [[0, 1], [2]]),  # and under SQS's 1 MiB a request
+    ([240_000] * 5, [[0, 1, 2, 3], [4]]),
+])
+def test_sends_are_batched_within_sqss_limits(sizes, parts):
+    from batchfutures.warmpool import batches_by_size
+
+    assert batches_by_size(sizes) == parts

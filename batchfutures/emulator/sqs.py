@@ -61,7 +61,8 @@ LOCAL_ENDPOINT = "http://sqs.localhost"
 QUEUE_GONE = "AWS.SimpleQueueService.NonExistentQueue"
 _QUEUE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 _HANDLE = re.compile(r"^[0-9]{20}\.[0-9a-f]{32}\.[0-9]{1,6}\.[0-9a-f]{16}$")
-MAX_BODY = 256 * 1024  # SQS's message size limit (and a batch's total)
+MAX_BODY = 256 * 1024  # a queue's MaximumMessageSize by default
+MAX_BATCH = 1024 * 1024  # SendMessageBatch's total (SQS's batch actions page: 1 MiB)
 DEFAULT_ATTRIBUTES = {"VisibilityTimeout": "30", "ReceiveMessageWaitTimeSeconds": "0",
                       "MessageRetentionPeriod": "345600", "DelaySeconds": "0",
                       "MaximumMessageSize": str(MAX_BODY)}
@@ -231,8 +232,8 @@ class LocalSQS:
         path = self._queue(params["QueueUrl"], "SendMessageBatch")
         entries = params["Entries"]
         _check_batch(entries, "SendMessageBatch")
-        if sum(len(e["MessageBody"].encode("utf-8")) for e in entries) > MAX_BODY:
-            raise client_error(f"Batch requests cannot be longer than {MAX_BODY} bytes.",
+        if sum(len(e["MessageBody"].encode("utf-8")) for e in entries) > MAX_BATCH:
+            raise client_error(f"Batch requests cannot be longer than {MAX_BATCH} bytes.",
                                "AWS.SimpleQueueService.BatchRequestTooLong", 400,
                                "SendMessageBatch")
         successful = []
