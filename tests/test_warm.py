@@ -91,6 +91,7 @@ def test_map_and_submit_run_on_warm_workers_with_their_own_log(env):
         assert future.result(timeout=60) == 49
         assert future.log() == "square of 7\n"  # its own output, not its worker's
         assert future.status == "SUCCEEDED"
+        assert future.usage is not None and future.usage.wall_s >= 0  # measured per call
         pool = next(iter(ex._session.warm_pools.values()))
         assert future.job_id in pool.workers  # its worker's Batch job
         assert len(pool.workers) <= 2
