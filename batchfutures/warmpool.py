@@ -246,7 +246,11 @@ class WarmPool:
     """The warm workers of one Session and JobSettings (see module doc)."""
 
     def __init__(self, session: Any, settings: JobSettings) -> None:
-        self._session = weakref.proxy(session)
+        # held weakly, as ProcessPoolExecutor's manager thread holds its executor: an executor
+        # dropped without shutdown() is collected, and then its pool closes (_run)
+        self._session_ref = weakref.ref(session)
+        self._submitter = session.submitter
+        self._log_tail = weakref.WeakMethod(session.log_tail)
         self.env = session.env
         self.storage = session.storage
         self.settings = settings
@@ -316,7 +320,7 @@ class WarmPool:
                                                    root=storage.mac_root))
 
     def _start_workers(self, count: int) -> None:
-        submitter = self._session.submitter
+        submitter = self._submitter
         settings = self.settings
         command = list(self.env.worker_command(self.pool_url))
         command.insert(-1, "--warm")
@@ -404,6 +408,11 @@ class WarmPool:
     def _run(self) -> None:
         next_watch = time.monotonic() + WATCH_EVERY
         while not self._closed.is_set():
+            if self._session_ref() is None and not self.unfinished():
+                logger.debug("batchfutures: warm pool %s: its executor is gone; closing",
+                             self.pool_name)
+                self.close()
+                return
             try:
                 answer = self.sqs.receive_message(QueueUrl=self.completions,
                                                   MaxNumberOfMessages=10,
@@ -503,7 +512,8 @@ class WarmPool:
         the calls waiting fail with the last one's typed error, instead of new workers being
         started for ever. A later call tries again."""
         try:
-            tail = self._session.log_tail(job)
+            log_tail = self._log_tail()
+            tail = log_tail(job) if log_tail is not None else None
         except Exception:  # the log may be gone; the reason is still there
             tail = None
         error = classify_failure(job, log_tail=tail)

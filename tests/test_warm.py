@@ -374,3 +374,16 @@ def test_large_arguments_and_results_travel_through_storage(env):
         assert ex.submit(size_of, b"b" * 1_000_000).result(timeout=60) == 1_000_000
         # a result over the inline limit: read from storage by the client
         assert ex.submit(big_result, 500_000).result(timeout=60) == b"r" * 500_000
+
+
+def test_an_executor_dropped_without_shutdown_closes_its_pool(env):
+    import gc
+
+    ex = BatchExecutor(env, keepalive=120, max_workers=1)
+    assert ex.submit(square, 3).result(timeout=60) == 9
+    pool = next(iter(ex._session.warm_pools.values()))
+    del ex
+    gc.collect()
+    assert pool._closed.wait(timeout=10)  # as ProcessPoolExecutor's manager thread notices
+    statuses = finished_workers(env, pool.workers, timeout=10)
+    assert all(s in ("SUCCEEDED", "FAILED") for s in statuses.values())
