@@ -375,11 +375,10 @@ class WarmPool:
             batch: List[WarmCall] = []
             while self._pending and len(self._sent) + len(batch) < self.window:
                 call = self._pending.popleft()
-                # RUNNING once sent, as ProcessPoolExecutor's call queue; a cancelled one is
-                # never sent
-                if not all([f.set_running_or_notify_cancel() for f in call.futures]):
-                    for future in call.futures:
-                        future.cancel()
+                # RUNNING once sent, as ProcessPoolExecutor's call queue; a call whose every
+                # future was cancelled is never sent (a cancelled item of a chunk: its
+                # outcome is dropped)
+                if not any([f.set_running_or_notify_cancel() for f in call.futures]):
                     continue
                 call._status = JobStatus.RUNNABLE.value
                 batch.append(call)

@@ -387,3 +387,14 @@ def test_an_executor_dropped_without_shutdown_closes_its_pool(env):
     assert pool._closed.wait(timeout=10)  # as ProcessPoolExecutor's manager thread notices
     statuses = finished_workers(env, pool.workers, timeout=10)
     assert all(s in ("SUCCEEDED", "FAILED") for s in statuses.values())
+
+
+def test_an_item_cancelled_in_a_chunk_leaves_the_others_to_run(env):
+    with BatchExecutor(env, keepalive=30, max_workers=1) as ex:
+        first = ex.submit(sleeps, 0.5)
+        filler = [ex.submit(sleeps, 0) for _ in range(window_for(1))]
+        futures = ex.map_futures(square, range(4), chunksize=2)  # 2 calls of 2 items, unsent
+        assert futures[1].cancel()
+        assert first.result(timeout=60) == 0.5 and all(f.result(timeout=60) == 0 for f in filler)
+        assert [futures[i].result(timeout=60) for i in (0, 2, 3)] == [0, 4, 9]
+        assert futures[1].cancelled()
