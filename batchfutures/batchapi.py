@@ -154,17 +154,19 @@ class Pages:
 
 
 def paginate(method: Callable[..., Dict[str, Any]], *, budget: RetryBudget = DEFAULT_BUDGET,
-             max_pages: Optional[int] = None, **request: Any) -> Iterator[Dict[str, Any]]:
+             max_pages: Optional[int] = None, token_name: str = "nextToken",
+             **request: Any) -> Iterator[Dict[str, Any]]:
     """Each response of a nextToken-paginated call (ListJobs, DescribeJobDefinitions, ...), each
-    page through `call` (its own retry budget), bounded by `Pages`."""
+    page through `call` (its own retry budget), bounded by `Pages`. ``token_name``: the token's
+    key in request and response ("NextToken" for EC2's DescribeInstanceTypes)."""
     pages = Pages(getattr(method, "__name__", "a paginated call"), max_pages=max_pages)
     while True:
         response = call(method, budget=budget, **request)
         yield response
-        token = pages.next(response.get("nextToken"))
+        token = pages.next(response.get(token_name))
         if token is None:
             return
-        request = {**request, "nextToken": token}
+        request = {**request, token_name: token}
 
 
 def error_code(error: BaseException) -> str:
@@ -561,8 +563,8 @@ def list_children(client: Any, job_id: str, status: str, *, multinode: bool = Fa
     """Every child of an array job (or node of a multi-node job) in one status, following
     nextToken (bounded: `paginate`, `PaginationError`)."""
     scope = "multiNodeJobId" if multinode else "arrayJobId"
-    for response in paginate(client.list_jobs, budget=budget, max_pages=max_pages,
-                             **{scope: job_id, "jobStatus": status, "maxResults": 1000}):
+    listing: Dict[str, Any] = {scope: job_id, "jobStatus": status, "maxResults": 1000}
+    for response in paginate(client.list_jobs, budget=budget, max_pages=max_pages, **listing):
         yield from response.get("jobSummaryList", [])
 
 

@@ -10,7 +10,7 @@ Plain constants and no imports: the worker and the emulator's fork server load i
 """
 
 __all__ = ["MIN_ARRAY_SIZE", "MAX_ARRAY_SIZE", "MAX_SUBMIT_PAYLOAD", "MAX_DESCRIBE_JOBS",
-           "MAX_BULK_STOP", "OOM_EXIT_STATUS"]
+           "MAX_BULK_STOP", "SIGKILL_EXIT_STATUS", "OOM_EXIT_STATUS"]
 
 MIN_ARRAY_SIZE = 2  # arrayProperties.size: an array job has 2 to 10,000 children
 MAX_ARRAY_SIZE = 10_000
@@ -18,6 +18,8 @@ MAX_ARRAY_SIZE = 10_000
 MAX_SUBMIT_PAYLOAD = 30 * 1024
 MAX_DESCRIBE_JOBS = 100  # job ids per DescribeJobs
 MAX_BULK_STOP = 50  # job ids per CancelJobs / TerminateJobs
-# 128 + SIGKILL: the kernel's OOM kill (ECS reports it with or without an OutOfMemoryError
-# reason), and what the worker exits with on a MemoryError after writing its out-of-memory marker
-OOM_EXIT_STATUS = 137
+# 128 + SIGKILL: how Docker and ECS report a process SIGKILLed (a timeout's, a death signal's)
+SIGKILL_EXIT_STATUS = 137
+# ... the kernel's OOM kill is one (ECS reports it with or without an OutOfMemoryError reason),
+# and the worker exits so on a MemoryError, after writing its out-of-memory marker
+OOM_EXIT_STATUS = SIGKILL_EXIT_STATUS

@@ -38,6 +38,7 @@ from .awsclients import (
     AWSClients,
 )
 from .errors import BatchError, ConfigurationError
+from .jobdetail import resources
 from .settings import JobSettings
 from .storage import Storage
 from .workdir import default_workdir
@@ -149,11 +150,7 @@ class Environment:
             definition = None  # refused or absent: SubmitJob still checks
         self._definition_tags = dict((definition or {}).get("tags") or {})
         if definition:
-            props = definition.get("containerProperties") or {}
-            for requirement in props.get("resourceRequirements") or []:
-                if requirement.get("type") == "MEMORY":
-                    memory = int(float(requirement["value"]))
-            memory = memory or props.get("memory")
+            memory = resources(definition.get("containerProperties") or {}).memory_mib
         with self._lock:
             self._definition_memory, self._definition_read = memory, True
         return memory
@@ -739,15 +736,9 @@ def instance_memory_mib(ec2: Any, exact: Tuple[str, ...], families: Tuple[str, .
         requests.append({"Filters": [{"Name": "instance-type",
                                       "Values": [f"{family}.*" for family in families]}]})
     for request in requests:
-        token: Optional[str] = None
-        while True:
-            params = dict(request, **({"NextToken": token} if token else {}))
-            page = batchapi.call(ec2.describe_instance_types, **params)
+        for page in batchapi.paginate(ec2.describe_instance_types, token_name="NextToken", **request):
             for entry in page.get("InstanceTypes") or []:
                 found[str(entry["InstanceType"])] = int(entry["MemoryInfo"]["SizeInMiB"])
-            token = page.get("NextToken")
-            if not token:
-                break
     named_families = {name.split(".")[0] for name in found}
     if any(name not in found for name in exact) or any(f not in named_families for f in families):
         return None

@@ -40,7 +40,7 @@ import pickle
 from typing import Any, Callable, Dict, Mapping, Optional
 
 from .batchlimits import OOM_EXIT_STATUS
-from .jobdetail import last_attempt, resources
+from .jobdetail import attempt_count, last_attempt, last_container, resources
 
 __all__ = [
     "BatchError",
@@ -67,6 +67,10 @@ __all__ = [
     "is_unplaceable_reason",
     "time_limit_reason",
     "time_limit_status_reason",
+    "OOM_REASON_PREFIX",
+    "TIMEOUT_REASON",
+    "HOST_LOST_PREFIXES",
+    "DEPENDENCY_FAILED_REASON",
 ]
 
 
@@ -209,9 +213,17 @@ class PollerStoppedError(BatchError):
 
 
 ABORT_REASON_PREFIX = "batchfutures:"  # the reason of every CancelJob/TerminateJob this library sends
-_TIMEOUT_PREFIX = "job attempt duration exceeded timeout"
-_HOST_LOST = ("host ec2", "your spot task was interrupted")
-_OOM_PREFIX = "outofmemoryerror"
+# Batch's reason strings the client reads, as Batch spells them (matched without regard to case):
+# classify_failure reads them and submission.RETRY_RULES is built from them. The emulator writes
+# its own copy (emulator/jobstate.py, as AWS would); tests/test_vocabulary.py sends every reason
+# the emulator writes through classify_failure and the retry rules, so neither drifts unseen.
+OOM_REASON_PREFIX = "OutOfMemoryError"  # a container's reason after the kernel's OOM kill
+TIMEOUT_REASON = "Job attempt duration exceeded timeout"  # an attempt's (and job's) statusReason
+HOST_LOST_PREFIXES = ("Host EC2", "Your Spot Task was interrupted")  # its instance went away
+DEPENDENCY_FAILED_REASON = "Dependent Job failed"  # a dependsOn job failed: this one never ran
+_TIMEOUT_PREFIX = TIMEOUT_REASON.lower()
+_HOST_LOST = tuple(prefix.lower() for prefix in HOST_LOST_PREFIXES)
+_OOM_PREFIX = OOM_REASON_PREFIX.lower()
 # The key under which the poller (reconcile) adds the worker's out-of-memory marker, read from
 # storage (storage.read_oom_marker), to a failed child's description before it is classified.
 OOM_MARKER_FIELD = "batchfuturesOutOfMemoryMarker"
@@ -293,8 +305,7 @@ def wants_oom_marker(job: Mapping[str, Any]) -> bool:
     The worker exits 137 on a MemoryError without a kernel kill, so ECS (and the emulator under
     cgroups) gives no reason; a plain SIGKILL is exit 137 too, and leaves no marker.
     """
-    attempt = last_attempt(job)
-    container = attempt.get("container") or job.get("container") or {}
+    attempt, container = last_attempt(job), last_container(job)
     if container.get("exitCode") != OOM_EXIT_STATUS:
         return False
     if job.get("isCancelled") or job.get("isTerminated"):
@@ -315,12 +326,12 @@ def oom_marker_applies(job: Mapping[str, Any], marker: Optional[Mapping[str, Any
     not make the last attempt's exit 137 an OOM."""
     if not isinstance(marker, Mapping):
         return False
-    attempts = job.get("attempts") or []
+    attempts = attempt_count(job)
     try:
         number = int(marker.get("attempt"))  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return True
-    return not attempts or number >= len(attempts)
+    return not attempts or number >= attempts
 
 
 def classify_failure(
@@ -340,8 +351,7 @@ def classify_failure(
     as a kernel kill's ``OutOfMemoryError`` reason makes it.
     """
     job_id = job_id or job.get("jobId")
-    attempt = last_attempt(job)
-    container = attempt.get("container") or job.get("container") or {}
+    attempt, container = last_attempt(job), last_container(job)
     status_reason = job.get("statusReason") or attempt.get("statusReason")
     attempt_reason = attempt.get("statusReason") or status_reason or ""
     container_reason = container.get("reason") or ""
@@ -381,13 +391,13 @@ def classify_failure(
             f"was probably reclaimed; allow retries (retries=3) or use an on-demand queue.{tail}",
             **fields,
         )
-    if (status_reason or "").lower().startswith("dependent job failed"):
+    if (status_reason or "").lower().startswith(DEPENDENCY_FAILED_REASON.lower()):
         # never raw: the session sets __cause__ to the failed argument's exception (jobs.py)
         return DependencyFailedError(
             f"Batch job {job_id} did not run: a job it depends on (a future passed as an "
             f"argument) failed ({status_reason}).", **fields)
     cause = time_limit_reason(status_reason)
-    if cause is None and is_unplaceable_reason(status_reason) and not job.get("attempts"):
+    if cause is None and is_unplaceable_reason(status_reason) and not attempt_count(job):
         cause = status_reason  # the bare reason, as older emulators wrote it
     if cause is not None:
         # the queue's jobStateTimeLimitActions ended a job Batch could not place (before any

@@ -1,6 +1,7 @@
 """Reading Batch's JobDetail (a DescribeJobs answer): one definition of each thing in it.
 
-    DescribeJobs ──> description ──> last_attempt(d)     the last finished attempt, or {}
+    DescribeJobs ──> description ──> attempt_count(d)    how many attempts have ended
+                                     last_attempt(d)     the last finished attempt, or {}
                                      last_container(d)   that attempt's container (exitCode,
                                                          reason), else the job's own
                                      log_stream(d)       the current attempt's stream, else
@@ -18,7 +19,13 @@ from __future__ import annotations
 
 from typing import Any, Mapping, NamedTuple, Optional
 
-__all__ = ["last_attempt", "last_container", "log_stream", "Resources", "resources"]
+__all__ = ["attempt_count", "last_attempt", "last_container", "log_stream", "Resources", "resources"]
+
+
+def attempt_count(description: Mapping[str, Any]) -> int:
+    """How many attempts of the job have ended (the ones `attempts` lists)."""
+    attempts = description.get("attempts")
+    return len(attempts) if isinstance(attempts, (list, tuple)) else 0
 
 
 def last_attempt(description: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -41,7 +41,13 @@ from . import batchapi, reruns, serialization
 from ._version import __version__
 from .batchlimits import MAX_ARRAY_SIZE as MAX_ARRAY_SIZE  # re-exported for executor.py, session.py
 from .batchlimits import MAX_SUBMIT_PAYLOAD
-from .errors import ABORT_REASON_PREFIX, BatchError, ConfigurationError
+from .errors import (
+    ABORT_REASON_PREFIX,
+    OOM_REASON_PREFIX,
+    TIMEOUT_REASON,
+    BatchError,
+    ConfigurationError,
+)
 from .jobdefinitions import check_tags, definition_with_secrets, multinode_definition_from
 from .jobs import TrackedJob, settle
 from .settings import JobSettings
@@ -63,8 +69,8 @@ _JOB_NAME_BAD = re.compile(r"[^A-Za-z0-9_-]+")
 # the retries of every plain SIGKILL. The client classifies it as MemoryLimitExceeded from the
 # marker once the attempts are spent (docs/errors.md, "Retries").
 RETRY_RULES = [
-    {"onReason": "OutOfMemoryError*", "action": "EXIT"},
-    {"onStatusReason": "Job attempt duration exceeded timeout*", "action": "EXIT"},
+    {"onReason": f"{OOM_REASON_PREFIX}*", "action": "EXIT"},
+    {"onStatusReason": f"{TIMEOUT_REASON}*", "action": "EXIT"},
     {"onStatusReason": f"{ABORT_REASON_PREFIX}*", "action": "EXIT"},
 ]
 

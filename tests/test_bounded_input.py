@@ -90,6 +90,36 @@ def test_pagination_stops_at_its_page_limit(monkeypatch):
     assert len(other.calls) == 3
 
 
+class PagedEC2:
+    """EC2's DescribeInstanceTypes (NextToken, capitalised) over ``pages`` of (type, MiB), the
+    token after page n being ``tokens(n)``."""
+
+    def __init__(self, pages, tokens):
+        self.pages, self.tokens, self.calls = pages, tokens, []
+
+    def describe_instance_types(self, **request):
+        self.calls.append(request)
+        assert len(self.calls) < 1000, "pagination never ended"
+        n = len(self.calls)
+        page = self.pages[min(n, len(self.pages)) - 1]
+        token = self.tokens(n)
+        return {"InstanceTypes": [{"InstanceType": name, "MemoryInfo": {"SizeInMiB": mib}}
+                                  for name, mib in page], **({"NextToken": token} if token else {})}
+
+
+def test_ec2_instance_types_are_read_page_after_page_and_a_loop_stops():
+    from batchfutures.environments import instance_memory_mib
+
+    pages = [[("c5.large", 4096)], [("c5.24xlarge", 196608)]]
+    ec2 = PagedEC2(pages, lambda n: "t1" if n == 1 else None)
+    assert instance_memory_mib(ec2, (), ("c5",)) == 196608  # the second page's counts too
+    assert ec2.calls[1]["NextToken"] == "t1" and ec2.calls[1]["Filters"] == ec2.calls[0]["Filters"]
+    looping = PagedEC2(pages, lambda n: "again")
+    with pytest.raises(batchapi.PaginationError, match="already followed"):
+        instance_memory_mib(looping, ("c5.large",), ())
+    assert len(looping.calls) == 2
+
+
 def test_the_exactly_once_look_up_does_not_follow_a_loop():
     client = LoopingBatch(lambda n: "again")
     with pytest.raises(batchapi.PaginationError):

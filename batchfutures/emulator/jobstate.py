@@ -54,6 +54,9 @@ MISCONFIGURED = ("MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT - The job resource r
 NODE_FIELDS = ("image", "command", "environment", "resource_requirements", "vcpus", "memory",
                "gpus", "log_configuration")
 MAIN_NODE_EXITED = "The main node exited"
+# a job its queue's jobStateTimeLimitActions cancelled while RUNNABLE (AWS Batch User Guide,
+# "Jobs stuck in a RUNNABLE status"); errors.time_limit_reason reads the reason back
+TIME_LIMIT_CANCELLED = "Canceled by JobStateTimeLimit action due to reason: {reason}"
 
 
 @dataclass(slots=True, eq=False, repr=False, kw_only=True)

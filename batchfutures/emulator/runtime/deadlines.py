@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Optional, Sequence, Tuple
 
-from ...errors import time_limit_status_reason  # one wording, read back by classify_failure
 from ...statuses import JobStatus
+from ..jobstate import TIME_LIMIT_CANCELLED
 from .attempts import KillReason
 
 TICK = 0.002  # while a step is due: each status lasts at least one tick, listeners see it
@@ -50,7 +50,7 @@ def time_limit_cancellation(actions: Sequence[Mapping[str, Any]], reason: Option
                    if a.get("state") == JobStatus.RUNNABLE and a.get("action") == "CANCEL"
                    and (reason or "").startswith(str(a.get("reason") or ""))), None)
     if action is not None and held_for >= action["maxTimeSeconds"]:
-        return time_limit_status_reason(str(action["reason"]))
+        return TIME_LIMIT_CANCELLED.format(reason=action["reason"])
     return None
 
 

@@ -40,6 +40,7 @@ import threading
 from types import EllipsisType
 from typing import Any, Callable, Dict, List, Optional, Union
 
+from ...batchlimits import SIGKILL_EXIT_STATUS
 from ...workdir import ATTEMPT_UMASK, make_private_dirs, open_private
 from .attempts import AttemptHandle, LaunchRequest
 from .forkserver import ForkServer, is_worker_command
@@ -169,7 +170,7 @@ def _child_setup(memory_mib: Optional[int], parent: int, procs: List[str]) -> Ca
         if _prctl is not None:
             _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
             if os.getppid() != parent:  # the emulator died before the line above
-                os._exit(128 + int(signal.SIGKILL))  # as the death signal would have ended it
+                os._exit(SIGKILL_EXIT_STATUS)  # as the death signal would have ended it
         for path in procs:  # join the attempt's cgroup
             fd = os.open(path, os.O_WRONLY)
             try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
+from ...batchlimits import SIGKILL_EXIT_STATUS
 from ..jobstate import EXITED, HOST_TERMINATED, OOM_REASON, START_FAILED, TIMEOUT_REASON
 from .attempts import KillReason
 
@@ -46,7 +47,7 @@ def attempt_outcome(end: AttemptEnd) -> AttemptOutcome:
         return AttemptOutcome({"exitCode": end.exit_code}, end.stop_reason or EXITED,
                               retryable=False)
     if end.killed is KillReason.TIMEOUT:  # as Batch: a timed-out attempt is not retried
-        return AttemptOutcome({"exitCode": 137}, TIMEOUT_REASON, retryable=False)
+        return AttemptOutcome({"exitCode": SIGKILL_EXIT_STATUS}, TIMEOUT_REASON, retryable=False)
     if end.killed is KillReason.HOST_LOST:  # the instance is gone: no exit code
         return AttemptOutcome({}, HOST_TERMINATED)
     if end.exit_code != 0 and end.memory_exceeded:
