@@ -191,8 +191,11 @@ def test_shutdown_with_calls_queued_stops_the_workers(env):
 def test_terminate_workers_fails_the_running_calls_at_once(env):
     ex = BatchExecutor(env, keepalive=60, max_workers=1)
     assert ex.submit(square, 1).result(timeout=60) == 1
-    running = ex.submit(sleeps, 30)
-    time.sleep(0.5)
+    marker = env.workdir / "running"
+    running = ex.submit(sleeps_once, str(marker))
+    deadline = time.monotonic() + 30
+    while not marker.exists() and time.monotonic() < deadline:  # the call has started
+        time.sleep(0.02)
     started = time.monotonic()
     ex.terminate_workers()
     with pytest.raises(JobAbortedError):
