@@ -362,7 +362,7 @@ class WarmPool:
             call = WarmCall(self, number, group, count, base64.b64encode(sealed).decode(),
                             per_child)
             for position, future in enumerate(group):
-                future._bind(call, 0)  # type: ignore[arg-type]
+                future._bind(call, 0)
                 future._set_item(position)
             calls.append(call)
         with self._lock:
