@@ -8,6 +8,8 @@
     ├── JobMetadataExpired(BatchError)
     ├── InitializerFailedError(BatchError, concurrent.futures.BrokenExecutor)
     ├── DryRunResult(BatchError)          what a dry-run future raises: .requests, .objects
+    ├── IntegrityError(BatchError)        a stored object's seal does not check
+    ├── PollerStoppedError(BatchError)
     └── JobFailedError(BatchError)
         ├── MemoryLimitExceeded(JobFailedError)
         ├── JobTimeoutError(JobFailedError)
@@ -15,8 +17,6 @@
         ├── HostTerminatedError(JobFailedError)
         ├── DependencyFailedError(JobFailedError)
         └── JobUnplaceableError(JobFailedError)
-    IntegrityError(BatchError)
-    PollerStoppedError(BatchError)
 
 `classify_failure` reads a FAILED job description (the dict DescribeJobs returns) and builds the
 exception a future raises. Batch's own fields decide the type, so the emulator and AWS are
@@ -28,6 +28,7 @@ classified by the same code:
     "Job attempt duration exceeded timeout"                    -> JobTimeoutError
     "Host EC2 (instance ...) terminated.", "Your Spot Task was interrupted."
                                                                -> HostTerminatedError
+    "Dependent Job failed"                                     -> DependencyFailedError
     "Canceled by JobStateTimeLimit action due to reason: X"    -> JobUnplaceableError (.reason X)
     isCancelled / isTerminated, or our own "batchfutures:" reason -> JobAbortedError
     anything else (Batch's reason kept)                        -> JobFailedError

@@ -593,9 +593,9 @@ class TrackedJob:
                     serialization.echo_output(printed[position])
             settle(self.children[index][0], True, functools.partial(decode_result, data, count))
         else:
-            # future.usage (issue 22): each item's entry from the meta, recorded before its
+            # future.usage: each item's entry from the meta, recorded before its
             # future resolves (a done callback sees it), not for a future already done (its
-            # outcome is not this result's); None for objects written before
+            # outcome is not this result's); None for objects whose meta has no usage
             entries = serialization.result_usage(data) or ()
             for position, (future, (ok, value)) in enumerate(
                     zip(self.children[index], decode_result(data, count))):

@@ -8,7 +8,7 @@
     JobInfo ── .log(index=None) ──> DescribeJobs [child] + GetLogEvents (the latest attempt)
             ── failed_calls(storage, info) ──> the result objects: calls whose function raised,
                                                and the usage each call's meta records
-            ── .usage ──> job_usage(storage, info): usage.JobUsage (issue 22)
+            ── .usage ──> job_usage(storage, info): usage.JobUsage (docs/usage.md)
                  calls: their cpu_s summed, their largest peak_memory_mib (result objects' meta)
                  reserved: the job's VCPU and MEMORY (jobdetail.resources of its container)
                    x its run time: an array's children's startedAt..stoppedAt (ListJobs: each
@@ -319,7 +319,7 @@ class CallFailures:
     calls_read: int = 0  # items whose outcome was read
     failed: List[FailedCall] = field(default_factory=list)
     results_skipped: int = 0  # result objects left unread (beyond the limit)
-    usage: Totals = field(default_factory=Totals)  # the calls' usage read (issue 22)
+    usage: Totals = field(default_factory=Totals)  # the calls' usage read (docs/usage.md)
     chunksize: int = 1
 
     def as_dict(self) -> Dict[str, Any]:

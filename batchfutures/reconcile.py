@@ -8,7 +8,7 @@
 
 Nothing here does I/O, reads a clock or changes its arguments, so every case is a table test.
 
-The rules (issue 11): counts are hints, never the truth.
+The rules: counts are hints, never the truth.
 - ``statusSummary`` lags (``statusSummaryLastUpdatedAt``): it only decides when to look. Which
   children finished, and how, comes from ListJobs, DescribeJobs and the result objects.
 - A result object is the truth that a child succeeded. A child with no result fails as

@@ -19,17 +19,17 @@ Result object (``results/<i>``), one per child, one outcome per item:
     b"BFRESLT1" | uint64 LE M | M bytes JSON meta | uint64 LE K | K uint64 LE outcome lengths
     | the K outcomes, concatenated | the output section (meta["output"] bytes; absent if 0)
 
-The output section (BatchExecutor(echo_output=True), issue 18) is what the items printed, one
+The output section (BatchExecutor(echo_output=True)) is what the items printed, one
 JSON object for the child, holding only the items that printed something:
 ``{"<item position>": [stdout, stderr, stdout chars cut, stderr chars cut]}`` (the end of each
 stream, at most calls.OUTPUT_LIMIT characters). It is read apart from the outcomes
 (result_output), so decoding an outcome costs what it did; an object without meta["output"]
-(written before issue 18) has none.
+(written before echo_output existed, or by a child that printed nothing) has none.
 
-The meta's "usage" (issue 22) is what each item used in its container, measured by the worker
+The meta's "usage" (docs/usage.md) is what each item used in its container, measured by the worker
 (calls.Meter): one entry per item, in item order, ``[wall_s, cpu_s, peak_mib]`` (peak_mib null
 where memory is not measured: the emulator's thread launcher), or null for an item not measured
-(its function did not load). Absent when no item was measured: an object written before issue 22,
+(its function did not load). Absent when no item was measured: an object written before usage was measured,
 a refused job, an initializer that failed. Read apart from the outcomes (result_usage), at no
 extra request: it travels in the object the client reads anyway.
 
@@ -576,7 +576,7 @@ def unpack_result(data: bytes) -> Tuple[Dict[str, Any], List[bytes]]:
 def result_output(data: Any) -> Dict[int, List[Any]]:
     """What the items of a result object printed: item position -> [stdout, stderr, stdout
     chars cut, stderr chars cut], only for items that printed; {} when none did, for an object
-    written before issue 18, and for anything unreadable (the outcomes' decoding reports that).
+    written before echo_output existed, and for anything unreadable (the outcomes' decoding reports that).
     Reads the meta and the output section only, never an outcome."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         return {}
@@ -600,7 +600,7 @@ def result_output(data: Any) -> Dict[int, List[Any]]:
 
 def result_usage(data: Any) -> Optional[List[Any]]:
     """The meta's per-item usage entries (see the module docstring), None when the object has
-    none (written before issue 22, no item measured) or cannot be read. Reads the meta only."""
+    none (written before usage was measured, no item measured) or cannot be read. Reads the meta only."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         return None
     try:

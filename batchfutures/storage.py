@@ -12,7 +12,7 @@ worker reads its slice and writes its result; the poller lists and reads results
     worker (child i) <── read_child_inputs ──────┘  GET [0, 64 KiB), then GET its own blob
                      ── write_result(job, i) ──> R/runs/<run_id>/jobs/<job_key>/results/<i>
                      ── write_oom_marker(job, i) > R/runs/<run_id>/jobs/<job_key>/oom/<i>
-                        (only on a MemoryError, exit 137; never a result: see worker.py)
+                        (only on a MemoryError, exit 137; never a result: see worker/main.py)
                                                  │
     poller <── list_results (one LIST) ──────────┤
            <── read_result(job, i) ──────────────┘  checks its seal: IntegrityError, else the bytes

@@ -1,4 +1,4 @@
-"""What a call used, and what a job used and reserved (issue 22): pure, no I/O.
+"""What a call used, and what a job used and reserved (docs/usage.md): pure, no I/O.
 
     worker (calls.Meter, per item)        result object's JSON meta
       wall_s, cpu_s, peak MiB  ──────────> "usage": [[wall_s, cpu_s, peak_mib | null] | null, ...]
@@ -6,7 +6,7 @@
     client
       future.usage   = Usage.from_raw(entry)            None until the call ended, for a call
                                                         that left no outcome, and for objects
-                                                        written before issue 22
+                                                        whose meta has no "usage" (older ones)
       ex.job(id).usage = JobUsage: calls' cpu_s summed, their largest peak, and what the job
                          reserved (vCPU-seconds, GiB-seconds: its VCPU and MEMORY times the
                          run time of each child, startedAt to stoppedAt: what Fargate bills

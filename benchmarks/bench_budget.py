@@ -1,5 +1,5 @@
 """One account's Batch budget shared with a neighbour: every call ends, none fails, the client
-keeps to its share (issue 28, point 3).
+keeps to its share (its figures: docs/performance.md).
 
     python benchmarks/bench_budget.py [--jobs 300] [--account-tps 10] [--neighbour-rate 6]
                                       [--request-rate 4]

@@ -1,4 +1,4 @@
-"""Run CPython's own concurrent.futures tests against BatchExecutor (issue 18.7).
+"""Run CPython's own concurrent.futures tests against BatchExecutor (docs/errors.md says which).
 
     python benchmarks/cpython_suite.py PATH [-k SUBSTRING] [--timeout S] [--list]
 

@@ -173,7 +173,7 @@ def test_the_inner_pools_items_and_initializer_output_reach_the_client(tmp_path)
             return os.getpid()
 
         if __name__ == "__main__":
-            # vcpus=2: the child's 6 items run on 2 forked sub-processes (batchfutures/pool.py)
+            # vcpus=2: the child's 6 items run on 2 forked sub-processes (batchfutures/worker/pool.py)
             with BatchExecutor(initializer=init, vcpus=2) as ex:
                 pids = list(ex.map(item, range(6), chunksize=6))
             print("processes:", len(set(pids)))

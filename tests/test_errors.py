@@ -1,6 +1,7 @@
 """Failed jobs are classified from Batch's own strings, the same for the emulator and AWS."""
 
 import pickle
+import re
 
 import pytest
 
@@ -102,3 +103,31 @@ def test_a_job_the_queue_cancelled_for_being_unplaceable_says_so():
                                  "requirement (vCPU/memory/GPU) is higher than that can be met"}
     error = classify_failure(described)
     assert type(error) is JobUnplaceableError and "jobStateTimeLimitActions" in str(error)
+
+
+def drawn_tree():
+    """errors.py's drawing of its exception tree: {class: (drawn bases, drawn parent)}; the parent
+    is the class the line hangs from (None at the top)."""
+    drawing = errors.__doc__.split("\n\n")[1]
+    found, stack = {}, []  # stack: (indent, class) of the lines above
+    for line in drawing.splitlines():
+        match = re.match(r"^(\s*(?:[│ ]\s*)*(?:[├└]── )?)(\w+)\(([^)]*)\)", line)
+        assert match, line
+        indent, name = len(match.group(1)), match.group(2)
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        bases = tuple(base.strip().rsplit(".", 1)[-1] for base in match.group(3).split(","))
+        found[name] = (bases, stack[-1][1] if stack else None)
+        stack.append((indent, name))
+    return found
+
+
+def test_the_exception_tree_drawn_in_errors_is_the_real_one():
+    real = {name: cls for name, cls in vars(errors).items()
+            if isinstance(cls, type) and issubclass(cls, BaseException)
+            and cls.__module__ == errors.__name__}
+    drawn = drawn_tree()
+    assert set(drawn) == set(real)  # every class drawn, nothing drawn that is not one
+    for name, (bases, parent) in drawn.items():
+        assert bases == tuple(base.__name__ for base in real[name].__bases__), name
+        assert parent == (None if name == "BatchError" else real[name].__bases__[0].__name__), name

@@ -84,7 +84,7 @@ def test_the_inner_pool_shares_the_namespace_in_each_sub_process(tmp_path):
         return predict(x), calls, os.getpid()
 
     if __name__ == "__main__":
-        # vcpus=2: each child's 6 items run on 2 forked sub-processes (batchfutures/pool.py)
+        # vcpus=2: each child's 6 items run on 2 forked sub-processes (batchfutures/worker/pool.py)
         with BatchExecutor(None, initializer=counted_init, initargs=(10,), vcpus=2) as ex:
             results = list(ex.map(predict_where, range(6), chunksize=6))
         print("values:", [value for value, _, _ in results])

@@ -1,4 +1,4 @@
-"""A child of a job with N vCPUs runs its items on N processes (batchfutures/pool.py).
+"""A child of a job with N vCPUs runs its items on N processes (batchfutures/worker/pool.py).
 
 The pool runner is tested in this process (it forks real sub-processes), then in the real
 worker command, then end to end on the emulator.

@@ -107,7 +107,7 @@ def _print_status(info: Any, failures: Any, output: OutputFormat, usage: Any = N
         if len(failures.failed) > TEXT_LIST_LIMIT:
             rows.append(("  ...", f"{len(failures.failed) - TEXT_LIST_LIMIT} more failed calls "
                                   f"(-o table lists them all)"))
-    if usage is not None:  # issue 22: used, reserved, and the memory setting against the peak
+    if usage is not None:  # used, reserved, and the memory setting against the peak
         lines = list(usage.lines())
         rows.append(("usage", lines[0]))
         rows += [("", line) for line in lines[1:]]

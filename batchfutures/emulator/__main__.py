@@ -11,7 +11,7 @@
                                     [--access-key-id ID --secret-access-key-file PATH]
 
 The fault flags set the emulator's FaultProfile (faults.py); all are off by default.
-`--launcher threads` runs each worker attempt in a thread of this process (threads.py).
+`--launcher threads` runs each worker attempt in a thread of this process (runtime/threads.py).
 
 The endpoint serves only requests SigV4-signed with its credentials (auth.py). The secret is
 never in argv (any local user reads /proc/<pid>/cmdline) nor on stdout (a `> emulator.log` under

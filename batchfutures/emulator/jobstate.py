@@ -370,7 +370,7 @@ class Job:
                 self.by_status[unit.status].add(unit.index)
 
 
-# Who waits for a job or unit to end: a unit, or a whole array (its gate; dependencies.py).
+# Who waits for a job or unit to end: a unit, or a whole array (its gate; dependson.py).
 Dependent = Union[Unit, Job]
 # What a job waits for (Job.targets): a unit or job of this process, another process's job id
 # (polled from its record), or None (SEQUENTIAL: the array's own previous child).

@@ -1,22 +1,23 @@
 """`BatchEmulator`: the AWS Batch API in process, each job attempt run as a local process
-(or, chosen explicitly with ``launcher="threads"``, as a thread of this one: threads.py).
+(or, chosen explicitly with ``launcher="threads"``, as a thread of this one: runtime/threads.py).
 
 It has the methods of a boto3 `batch` client (keyword arguments and response dicts as in
 botocore's model), validates each request as botocore does (`ParamValidationError`) and as Batch
 does (`ClientError` with code ClientException), and hands jobs to the scheduler:
 
-    submit_job ─> Job (jobs.py) ─> JobTable (table.py) ─> records (records.py): <folder>/jobs
-                       └────────────> Scheduler (scheduler.py) ─> ProcessLauncher (launcher.py)
-                                         │  cgroups.py (or monitor.py), container.py
-                                         └─ launcher="threads": ThreadLauncher (threads.py)
-    describe_jobs, list_jobs <─ JobTable.find / in_queue <─ jobs.describe / summary
+    submit_job ─> Job (jobstate.py) ─> JobTable (table.py) ─> records (records.py): <folder>/jobs
+                       └────────────> Scheduler (runtime/scheduler.py) ─> ProcessLauncher
+                                         │  (runtime/launcher.py); runtime/cgroups.py (or
+                                         │  monitor.py), runtime/container.py
+                                         └─ launcher="threads": ThreadLauncher (runtime/threads.py)
+    describe_jobs, list_jobs <─ JobTable.find / in_queue <─ jobstate.describe / summary
     cancel_jobs, terminate_jobs: CancelJob/TerminateJob per job, one answer per job
     describe_compute_environments, *_scheduling_policies ─> catalog.py
     list_tags_for_resource, tag_resource, untag_resource ─> the job's record (its owner writes
         it), the definition's or queue's file; tag rules in tagging.py
     get_job_queue_snapshot <─ Scheduler.front_of_queue (+ other instances' RUNNABLE jobs)
     logs.get_log_events, filter_log_events, describe_log_streams, describe_log_groups
-        ─> LogsService (logs.py): <folder>/logs/...
+        ─> LogsService (logservice.py): <folder>/logs/...
 
 This module is the API facade: botocore's validation, Batch's own checks, rendering, and the
 fault profile (faults.py). What a job id means, own or foreign, alive, recovered or forgotten,
@@ -169,7 +170,7 @@ class BatchEmulator:
         """``max_memory_mib``: the most memory a job may ask for, as the largest instance of
         a compute environment (default: this machine's); a job asking for more waits RUNNABLE
         with Batch's MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT reason. ``launcher="threads"``
-        runs each attempt of the worker's command in a thread of this process (threads.py; no
+        runs each attempt of the worker's command in a thread of this process (runtime/threads.py; no
         memory limits, no other commands); never chosen by default."""
         if max_vcpus is not None and not max_vcpus > 0:
             raise ValueError(f"max_vcpus={max_vcpus!r} must be positive")

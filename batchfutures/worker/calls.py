@@ -11,7 +11,7 @@
       Capture                                           each item's stdout and stderr (_Tee),
                                                         for the client's echo (echo_output)
       Meter                                             each item's wall time, CPU time and peak
-                                                        memory (ItemRunner.usage, issue 22)
+                                                        memory (ItemRunner.usage, docs/usage.md)
 
 An outcome is encoded the same on both paths: a function that does not load fails only its own
 items (``load_failure``: a mismatch when a module or version differs, else unpicklable), an
@@ -20,7 +20,7 @@ before anything runs, so no path reads storage while items run), an exception ra
 function (SystemExit too) is that item's outcome. MemoryError and IntegrityError propagate: the
 first ends the container as the OOM killer would, the second refuses the job.
 
-Usage (issue 22): ``ItemRunner.run`` measures each item it runs (its arguments' resolving, the
+Usage (docs/usage.md): ``ItemRunner.run`` measures each item it runs (its arguments' resolving, the
 call, its outcome's pickling) with a ``Meter`` and leaves ``[wall_s, cpu_s, peak_mib]`` in
 ``ItemRunner.usage`` (None for an item whose function did not load: no call ran). A process's
 Meter, per item: one write of "5" to ``/proc/self/clear_refs`` (Linux resets VmHWM, the
@@ -172,8 +172,8 @@ def load_bundles(fetch: Callable[[int], bytearray], function_indices: Sequence[i
 
 def run_initializer(prefetched: Prefetched, header: Dict[str, Any], url: str,
                     index: int) -> Optional[bytes]:
-    """Run ``initializer(*initargs)`` from one pickle of both (header "initializer", written
-    before issue 18: the functions do not share its namespace); None when it returned, else
+    """Run ``initializer(*initargs)`` from one pickle of both (header "initializer", as older
+    clients wrote it: the functions do not share its namespace); None when it returned, else
     the outcome for every item."""
     try:
         initializer, initargs = serialization.loads(prefetched.get_function(url))
