@@ -401,3 +401,16 @@ def test_an_item_cancelled_in_a_chunk_leaves_the_others_to_run(env):
         assert first.result(timeout=60) == 0.5 and all(f.result(timeout=60) == 0 for f in filler)
         assert [futures[i].result(timeout=60) for i in (0, 2, 3)] == [0, 4, 9]
         assert futures[1].cancelled()
+
+
+def test_workers_whose_hosts_are_lost_fail_the_call_as_host_lost(env, monkeypatch):
+    from batchfutures.emulator.faults import FaultProfile
+
+    monkeypatch.setattr("batchfutures.warmpool.VISIBILITY_TIMEOUT", 2)
+    env.emulator.set_faults(FaultProfile(host_loss_rate=1.0, host_loss_after=1.0))
+    with BatchExecutor(env, keepalive=30, max_workers=1) as ex:
+        call = ex.submit(sleeps, 60)
+        with pytest.raises(HostTerminatedError):  # Batch's host-lost reason, typed
+            call.result(timeout=60)
+        env.emulator.set_faults(FaultProfile())
+        assert ex.submit(square, 6).result(timeout=60) == 36  # the pool starts over
