@@ -11,6 +11,7 @@ import sys
 import time
 from typing import Any, Dict, Iterator, List, Optional
 
+from ..jobdetail import attempt_count
 from ..statuses import FINISHED, JobStatus
 from .envargs import environment
 from .output import (
@@ -216,7 +217,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
         def new_stream(description: Dict[str, Any], first: bool) -> None:
             if not first:  # a retry writes a new stream: it is read from its start
                 ended = description.get("status") in FINISHED
-                number = len(description.get("attempts") or []) + (0 if ended else 1)
+                number = attempt_count(description) + (0 if ended else 1)
                 note(f"job {args.job}: attempt {number} started, a new log stream")
 
         for line in logreader.follow_job(env.batch, env.logs, args.job, env.log_group,
