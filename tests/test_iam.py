@@ -137,6 +137,18 @@ SAR: Dict[str, Tuple[Tuple[str, ...], frozenset]] = {
     "ecr:GetAuthorizationToken": ((), frozenset()),
     "ecr:BatchGetImage": (("repository",), frozenset()),
     "ecr:DescribeImages": (("repository",), frozenset()),
+    # Amazon SQS (list_amazonsqs.html): every queue action on the resource type "queue"
+    "sqs:CreateQueue": (("queue",), frozenset({"aws:RequestTag/${TagKey}", "aws:TagKeys",
+                                               "aws:ResourceTag/${TagKey}"})),
+    "sqs:TagQueue": (("queue",), frozenset({"aws:RequestTag/${TagKey}", "aws:TagKeys",
+                                            "aws:ResourceTag/${TagKey}"})),
+    "sqs:ListQueueTags": (("queue",), frozenset({"aws:ResourceTag/${TagKey}"})),
+    "sqs:GetQueueUrl": (("queue",), frozenset({"aws:ResourceTag/${TagKey}"})),
+    "sqs:SendMessage": (("queue",), frozenset({"aws:ResourceTag/${TagKey}"})),
+    "sqs:ReceiveMessage": (("queue",), frozenset({"aws:ResourceTag/${TagKey}"})),
+    "sqs:DeleteMessage": (("queue",), frozenset({"aws:ResourceTag/${TagKey}"})),
+    "sqs:ChangeMessageVisibility": (("queue",), frozenset({"aws:ResourceTag/${TagKey}"})),
+    "sqs:DeleteQueue": (("queue",), frozenset({"aws:ResourceTag/${TagKey}"})),
     "ecr:GetDownloadUrlForLayer": (("repository",), frozenset()),
     "ecr:BatchCheckLayerAvailability": (("repository",), frozenset()),
     "iam:PassRole": (("role",), frozenset({"iam:AssociatedResourceArn", "iam:PassedToService"})),
@@ -163,6 +175,7 @@ RESOURCE_ARNS = {
     "log-stream": ":logs:{region}:{account}:log-group:",
     "repository": ":ecr:{region}:{account}:repository/", "role": ":iam::{account}:role/",
     "key": ":kms:{region}:{account}:key/",
+    "queue": ":sqs:{region}:{account}:",
     "quota": ":servicequotas:{region}:{account}:",  # ...:<service code>/<quota code>
 }
 # global condition keys (IAM User Guide, "AWS global condition context keys")
@@ -1020,3 +1033,28 @@ def test_allowed_images_and_image_uri_widen_or_move_the_image_condition(admin, n
         for image, expected in [(i, True) for i in good] + [(i, False) for i in bad]:
             request = with_stack_defaults(definition_properties(image), name, REGION)
             assert registration_allowed(document, request) is expected, (name, image)
+
+
+def test_warm_queues_are_the_stacks_own_for_the_client_and_the_job_role(stack):
+    """keepalive= pools make, use and delete <stack>-warm-* queues (warmpool.queue_base); the
+    workers (the job role) only take, hold and answer calls on them."""
+    from batchfutures.warmpool import queue_base
+
+    base = queue_base(STACK, "run-1234abcd", "k0")
+    assert base.startswith(f"{STACK}-warm-")
+    queue = f"arn:aws:sqs:{REGION}:{ACCOUNT}:{base}-work"
+    other = f"arn:aws:sqs:{REGION}:{ACCOUNT}:someone-elses-queue"
+    client_actions = ("sqs:CreateQueue", "sqs:TagQueue", "sqs:ListQueueTags", "sqs:GetQueueUrl",
+                      "sqs:SendMessage", "sqs:ReceiveMessage", "sqs:DeleteMessage",
+                      "sqs:DeleteQueue")
+    worker_actions = ("sqs:ReceiveMessage", "sqs:ChangeMessageVisibility", "sqs:DeleteMessage",
+                      "sqs:SendMessage")
+    for action in client_actions:
+        assert allowed(stack["client_policy"], action, queue), action
+        assert not allowed(stack["client_policy"], action, other), action
+    for action in worker_actions:
+        assert allowed(stack["job_policy"], action, queue), action
+        assert not allowed(stack["job_policy"], action, other), action
+    for action in ("sqs:CreateQueue", "sqs:DeleteQueue", "sqs:SetQueueAttributes"):
+        assert not allowed(stack["job_policy"], action, queue), action
+    assert not allowed(stack["client_policy"], "sqs:SetQueueAttributes", queue)

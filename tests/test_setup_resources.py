@@ -286,7 +286,8 @@ def test_iam_is_least_privilege(template):
                 "batch:DescribeJobQueues", "batch:DescribeJobDefinitions",
                 "batch:DescribeComputeEnvironments", "ec2:DescribeInstanceTypes"}, (name, actions)
     job_statements = {s["Sid"]: s for n, s in statements if n == "JobRole"}
-    assert set(job_statements) == {"RunObjects", "MissingKeysAre404", "ReadSigningKey"}
+    assert set(job_statements) == {"RunObjects", "MissingKeysAre404", "ReadSigningKey",
+                                   "WarmQueues"}
     (key_statement,) = [s for n, s in statements if n == "PayloadKeyPolicy"]
     assert set(key_statement["Action"]) == {"kms:GenerateDataKey", "kms:Decrypt"}
     assert key_statement["Resource"] == {"Ref": "KmsKeyArn"}
@@ -541,8 +542,11 @@ def test_job_role_reaches_only_the_payload_prefix(aws, stack):
     (name,) = iam.list_role_policies(RoleName=role)["PolicyNames"]
     document = policy_document(iam.get_role_policy(RoleName=role, PolicyName=name))
     bucket = stack["outputs"]["IoBucket"]
-    objects, listing, secret = document["Statement"]
+    objects, listing, secret, warm = document["Statement"]
     assert objects["Resource"] == f"arn:aws:s3:::{bucket}/batchfutures/runs/*"
+    assert warm["Resource"] == f"arn:aws:sqs:{REGION}:{MOTO_ACCOUNT}:bf-test-warm-*"
+    assert set(warm["Action"]) == {"sqs:ReceiveMessage", "sqs:ChangeMessageVisibility",
+                                   "sqs:DeleteMessage", "sqs:SendMessage"}
     assert set(objects["Action"]) == {"s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload"}
     assert listing["Resource"] == f"arn:aws:s3:::{bucket}"
     assert secret["Resource"] == stack["outputs"]["SigningSecret"]
@@ -567,7 +571,7 @@ def test_kms_key_arn_stack_encrypts_with_the_key_and_attaches_its_policy(aws, ne
     (name,) = iam.list_role_policies(RoleName=physical["JobRole"])["PolicyNames"]
     document = policy_document(iam.get_role_policy(RoleName=physical["JobRole"], PolicyName=name))
     assert [s["Sid"] for s in document["Statement"]] == ["RunObjects", "MissingKeysAre404",
-                                                         "ReadSigningKey"]
+                                                         "ReadSigningKey", "WarmQueues"]
     # an object written without SSE headers lands under the key too
     aws("s3").put_object(Bucket=outputs["IoBucket"], Key="batchfutures/check/x", Body=b"x")
     head = aws("s3").head_object(Bucket=outputs["IoBucket"], Key="batchfutures/check/x")
