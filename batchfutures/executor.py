@@ -29,6 +29,7 @@ import time
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Literal, Optional, Tuple, Union
 
 from . import chunking, serialization
+from .batchlimits import MAX_ARRAY_SIZE
 from .cache import Follower, has_future
 from .dependencies import substitute
 from .environments import EnvironmentLike, resolve_environment
@@ -36,7 +37,7 @@ from .futures import BatchFuture
 from .progress import for_map as progress_for_map
 from .session import Session, Upstream, settle_cached
 from .settings import JobSettings
-from .submission import MAX_ARRAY_SIZE, PendingJob, job_name_for
+from .submission import PendingJob, job_name_for
 
 __all__ = ["BatchExecutor"]
 

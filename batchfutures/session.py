@@ -29,6 +29,7 @@ import weakref
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from . import batchapi, logs, serialization
+from .batchlimits import MAX_ARRAY_SIZE
 from .cache import CallCache, has_future
 from .coalescer import Coalescer
 from .dependencies import MAX_DEPENDENCIES, FutureRef, substitute_call
@@ -45,7 +46,6 @@ from .poller import LOG_TAIL_LINES, Poller
 from .settings import JobSettings
 from .statuses import JobStatus
 from .submission import (
-    MAX_ARRAY_SIZE,
     RETRY_RULES,
     PendingJob,
     Submitter,
@@ -53,7 +53,7 @@ from .submission import (
     job_name_for,
 )
 
-__all__ = ["Session", "MAX_ARRAY_SIZE", "RETRY_RULES", "job_name_for"]
+__all__ = ["Session", "RETRY_RULES", "job_name_for"]
 
 logger = logging.getLogger("batchfutures")
 

@@ -39,8 +39,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from . import batchapi, reruns, serialization
 from ._version import __version__
-from .batchlimits import MAX_ARRAY_SIZE as MAX_ARRAY_SIZE  # re-exported for executor.py, session.py
-from .batchlimits import MAX_SUBMIT_PAYLOAD
+from .batchlimits import MAX_ARRAY_SIZE, MAX_SUBMIT_PAYLOAD
 from .errors import (
     ABORT_REASON_PREFIX,
     OOM_REASON_PREFIX,

@@ -16,7 +16,7 @@
 A message whose seal does not check is dropped by its reader, never unpickled.
 
 ``runner_failure`` is the pure decision of what a call whose process ended without an outcome
-failed with: killed by the kernel or ended by a MemoryError (exit 137) -> MemoryLimitExceeded;
+failed with: killed by the kernel or ended by a MemoryError (128 + SIGKILL) -> MemoryLimitExceeded;
 past its ``timeout`` -> JobTimeoutError; any other death is tried again while the call has
 attempts left (``runner_death_retried``, Batch's retry rules), then JobFailedError; the call's
 message seen more times than its attempts (the workers holding it died: host lost, Spot reclaim,
@@ -31,7 +31,16 @@ import signal
 import struct
 from typing import Any, Dict, Optional, Tuple
 
-from .errors import HostTerminatedError, IntegrityError, JobFailedError, JobTimeoutError, MemoryLimitExceeded
+from .batchlimits import OOM_EXIT_STATUS
+from .errors import (
+    OOM_REASON_PREFIX,
+    TIMEOUT_REASON,
+    HostTerminatedError,
+    IntegrityError,
+    JobFailedError,
+    JobTimeoutError,
+    MemoryLimitExceeded,
+)
 from .signing import Signer
 
 __all__ = ["INLINE_LIMIT", "CALL_KIND", "CONFIG_KIND", "call_name", "encode_call",
@@ -126,18 +135,20 @@ def decode_completion(body: str) -> Tuple[int, Optional[str], Optional[bytes]]:
 def runner_failure(returncode: Optional[int], *, timed_out: bool, timeout: Optional[float],
                    worker: Optional[str], memory_mib: Optional[int]) -> JobFailedError:
     """The typed error of a call whose process ended without an outcome (see module doc).
-    ``returncode``: as subprocess shows it (-9 killed by SIGKILL, 137 exit status)."""
+    ``returncode``: as subprocess shows it (-9 killed by SIGKILL, or the exit status 128 +
+    SIGKILL)."""
     if timed_out:
         return JobTimeoutError(
             f"the call ran longer than its timeout of {timeout:g} s; its warm worker stopped it "
             f"(the worker goes on with other calls)", job_id=worker,
-            status_reason="Job attempt duration exceeded timeout")
-    if returncode in (137, -signal.SIGKILL):
+            status_reason=TIMEOUT_REASON)
+    if returncode in (OOM_EXIT_STATUS, -signal.SIGKILL):
         return MemoryLimitExceeded(
-            f"the call's process was killed for memory (exit 137; the warm worker's memory is "
-            f"{memory_mib} MiB); the worker goes on with other calls", job_id=worker,
-            memory_mib=memory_mib, status_reason="OutOfMemoryError: Container killed due to "
-                                                 "memory usage", exit_code=137)
+            f"the call's process was killed for memory (exit {OOM_EXIT_STATUS}; the warm "
+            f"worker's memory is {memory_mib} MiB); the worker goes on with other calls",
+            job_id=worker, memory_mib=memory_mib,
+            status_reason=f"{OOM_REASON_PREFIX}: Container killed due to memory usage",
+            exit_code=OOM_EXIT_STATUS)
     return JobFailedError(f"the call's process ended with status {returncode} before it "
                           f"returned", job_id=worker, exit_code=returncode)
 
@@ -147,7 +158,7 @@ def runner_death_retried(returncode: Optional[int], *, timed_out: bool, receives
     """Whether a call whose process died goes back to the queue for another attempt, as Batch's
     retry rules (submission.RETRY_RULES) would do with a job: never after an out-of-memory
     kill or a timeout (they would happen again), otherwise while attempts remain."""
-    if timed_out or returncode in (137, -signal.SIGKILL):
+    if timed_out or returncode in (OOM_EXIT_STATUS, -signal.SIGKILL):
         return False
     return receives < attempts
 

@@ -1,4 +1,4 @@
-"""Warm workers (issue 31) side by side with ProcessPoolExecutor(2), in one run.
+"""Warm workers (keepalive=) side by side with ProcessPoolExecutor(2), in one run.
 
     python benchmarks/bench_warm.py [--rounds 30] [--calls 10000]
 

@@ -141,9 +141,8 @@ LIMIT_NAMES = set(batchlimits.__all__) | {"OOM_EXIT_CODE", "BULK_STOP_LIMIT", "D
                                           "SUBMIT_PAYLOAD_LIMIT"}
 
 
-# warmwire.py still writes 137 (and Batch's OOM and timeout reasons) itself: it is being
-# rebuilt with the warm workers, and moves to batchlimits/errors' constants once that lands
-NOT_YET = {"batchlimits.py", "warmwire.py"}
+# where the number is defined
+NOT_YET = {"batchlimits.py"}
 
 
 def test_batchs_limits_and_the_kill_status_are_written_down_once():

@@ -46,14 +46,13 @@ import traceback
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from .. import serialization
-from ..batchlimits import OOM_EXIT_STATUS  # in __all__: main.py and warm.py read it here
 from ..dependencies import Resolver, UpstreamFailed, has_refs
 from ..errors import IntegrityError
 
 if TYPE_CHECKING:
     from ..storage import Storage
 
-__all__ = ["OOM_EXIT_STATUS", "OUTPUT_LIMIT", "Item", "Prefetched", "payload_urls", "ItemRunner", "Capture",
+__all__ = ["OUTPUT_LIMIT", "Item", "Prefetched", "payload_urls", "ItemRunner", "Capture",
            "Meter", "load_failure", "load_bundles", "run_initializer", "flush_output"]
 
 logger = logging.getLogger("batchfutures")

@@ -19,7 +19,7 @@
          last calls.OUTPUT_LIMIT characters of each (calls.Capture), for the client to print
          (an argument that is another call's result is read from that call's result object)
       -> one outcome per item: value | exception + traceback | unpicklable | mismatch
-         and its usage (issue 22: calls.Meter, wall/CPU seconds and peak MiB of the item, also
+         and its usage (calls.Meter: wall/CPU seconds and peak MiB of the item, also
          per item on the inner pool), in the result's JSON meta "usage", no extra request
       -> write <job_url>/results/<i> once, atomically and only if absent, with the kept
          output in its output section (serialization.pack_result); exit 0
@@ -71,6 +71,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from .. import serialization
+from ..batchlimits import OOM_EXIT_STATUS
 from ..dependencies import Resolver
 from ..errors import ConfigurationError, IntegrityError
 from . import calls, oomguard, pool
@@ -82,7 +83,6 @@ if TYPE_CHECKING:
     from .nodes import NodeInfo
 
 logger = logging.getLogger("batchfutures")
-OOM_EXIT_STATUS = calls.OOM_EXIT_STATUS
 NODE_POLL_INTERVAL = 0.25  # the main node's look for the other nodes' results (a HEAD each on S3)
 # After every node's result is there, the main node waits this long before it ends the job (which
 # stops the nodes still running), so a node that wrote its result usually exits SUCCEEDED.

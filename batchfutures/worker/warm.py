@@ -60,6 +60,7 @@ import traceback
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from .. import serialization, sqsapi, warmwire
+from ..batchlimits import OOM_EXIT_STATUS
 from ..dependencies import Resolver
 from ..errors import IntegrityError
 from . import calls
@@ -413,7 +414,7 @@ def _run_in_child(pool: Pool, holding: Holding) -> None:
             logger.info("warm worker: %d calls; requests: %s", runner.calls, ", ".join(
                 f"{name}={count}" for name, count in sorted(pool.request_counts().items())))
     except MemoryError:
-        status = calls.OOM_EXIT_STATUS
+        status = OOM_EXIT_STATUS
         os.write(2, b"batchfutures.worker: MemoryError in a warm call; its runner ends with 137\n")
     except BaseException:  # noqa: B036 - whatever happens, the forked process ends here
         logger.exception("the warm worker's runner failed")
