@@ -10,9 +10,10 @@ request that
 - has a body no larger than the server's limit (413), and
 - is signed (SigV4, as botocore signs) with the server's access key and secret, dated at most
   15 minutes ago (AWS's window) and at most 5 minutes ahead (FUTURE_SKEW, below), and
-- for an operation that changes anything (every one but Describe*, List*, Get*, Filter*), was
-  not seen before: its signature is single-use (ReplayGuard remembers every one it let through
-  until its date leaves the window; bounded, see MAX_SEEN_SIGNATURES).
+- for an operation that changes anything (every one but Describe*, List*, Get*, Filter* and
+  SQS's ReceiveMessage: may_repeat), was not seen before: its signature is single-use
+  (ReplayGuard remembers every one it let through until its date leaves the window; bounded,
+  see MAX_SEEN_SIGNATURES).
 
 The signature is checked with botocore's own SigV4 code: a botocore `AWSRequest` is rebuilt
 from the received method, the request line's own path and query (never a URL rebuilt from the
@@ -188,12 +189,24 @@ class ReplayGuard:
 
 
 _READ_ONLY = re.compile(r"^(Describe|List|Get|Filter)[A-Z]")
+# Reads by another name: SQS's ReceiveMessage is polled in a loop (a warm worker, the pool's
+# completions thread), so two equal receives often fall in one second. A replayed receive runs
+# nothing and shows only what the original answer showed; at worst it hides a message for its
+# visibility timeout, after which the message comes back (SQS's at-least-once delivery).
+REPEATABLE_OPERATIONS = frozenset({"ReceiveMessage"})
 
 
 def is_read_only(operation: str) -> bool:
-    """Whether an operation of Batch's or Logs' API only reads (Describe*, List*, Get*,
-    Filter*): the ones a repeated signature may call again."""
+    """Whether an operation of Batch's, Logs' or SQS's API only reads (Describe*, List*, Get*,
+    Filter*)."""
     return bool(_READ_ONLY.match(operation))
+
+
+def may_repeat(operation: str) -> bool:
+    """Whether a signature seen before may call ``operation`` again: the reads and
+    REPEATABLE_OPERATIONS; every other operation (SubmitJob, SendMessage, DeleteMessage,
+    DeleteQueue, ...) is a change, and its signature is single-use."""
+    return is_read_only(operation) or operation in REPEATABLE_OPERATIONS
 
 
 class Signed(NamedTuple):
@@ -271,6 +284,7 @@ def check_signature(method: str, path: str, headers: Any, body: bytes, access_ke
 
 
 __all__ = ["DEFAULT_MAX_BODY", "FUTURE_SKEW", "MAX_CLOCK_SKEW", "MAX_SEEN_SIGNATURES",
-           "MIN_REMOTE_SECRET", "Refused", "ReplayGuard", "Signed", "is_read_only",
+           "MIN_REMOTE_SECRET", "REPEATABLE_OPERATIONS", "Refused", "ReplayGuard", "Signed",
+           "is_read_only", "may_repeat",
            "allowed_host_names", "check_content_type", "check_host", "check_secret_strength",
            "check_signature", "is_loopback", "new_credentials"]

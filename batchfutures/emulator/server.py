@@ -2,6 +2,7 @@
 
     boto3.client("batch", endpoint_url=server.endpoint_url)  ─ REST-JSON, POST /v1/submitjob ...
     boto3.client("logs",  endpoint_url=server.endpoint_url)  ─ JSON 1.1, POST / + X-Amz-Target
+    boto3.client("sqs",   endpoint_url=server.endpoint_url)  ─ JSON 1.0, POST / + X-Amz-Target
                  │
     ThreadingHTTPServer (standard library, one thread per connection)
                  │  route from botocore's models -> operation -> xform_name -> method
@@ -23,12 +24,21 @@ routed (auth.py). Before a request is authenticated nothing it sends is unbounde
 
 Nothing is routed by hand: every operation of botocore's Batch model is a route (its
 `http.method` and `http.requestUri`), every operation of the CloudWatch Logs model a target
-(`Logs_20140328.<Operation>`), and a request is answered by whichever method of the service
-object has the operation's snake_case name; an operation it does not implement is an unknown
-route. Errors are encoded as each protocol's parser in botocore reads them:
+(`Logs_20140328.<Operation>`), every operation of SQS's a target (`AmazonSQS.<Operation>`,
+answered by emulator/sqs.py's LocalSQS over `sqs_folder`, by default the service's folder's
+`sqs`; queue URLs `<endpoint_url>/<account>/<QueueName>`), and a request is answered by
+whichever method of the service object has the operation's snake_case name; an operation it
+does not implement is an unknown route. Errors are encoded as each protocol's parser in botocore reads them:
 
     REST-JSON (Batch)  status, header `x-amzn-ErrorType: <Code>`, body {"message": ...}
     JSON 1.1 (Logs)    status, body {"__type": <Code>, "message": ...}
+    JSON 1.0 (SQS)     status, body {"__type": <error shape>, "message": ...} and header
+                       `x-amzn-query-error: <query code>;Sender` (the model's
+                       `awsQueryCompatible`: botocore raises the query code, e.g.
+                       AWS.SimpleQueueService.NonExistentQueue, as QueueDoesNotExist)
+
+Time: `request_deadline` bounds reading a request, not answering it: a ReceiveMessage's long
+poll (WaitTimeSeconds up to 20) runs after its body is read, and is never cut by it.
 
 A service `ClientError` keeps its code and status (without a status: 429 for throttling codes,
 else the model's status for the code, else 400; `TooManyRequestsException` is 429, which
@@ -58,6 +68,7 @@ import threading
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -75,7 +86,7 @@ from .auth import (
     check_host,
     check_secret_strength,
     check_signature,
-    is_read_only,
+    may_repeat,
     new_credentials,
 )
 
@@ -395,6 +406,43 @@ class _JsonApi(_Api):
         return {}, {"__type": code, "message": message}
 
 
+_SQS_CODE_PREFIX = "AWS.SimpleQueueService."
+_SQS_SHAPE_OF = {"NonExistentQueue": "QueueDoesNotExist"}  # the one whose name differs
+
+
+class _QueryCompatibleJsonApi(_JsonApi):
+    """JSON 1.0 of a service moved from the query protocol (SQS: `awsQueryCompatible` in its
+    model's metadata). The service raises the query codes boto3 shows
+    (`AWS.SimpleQueueService.NonExistentQueue`); the answer carries them as SQS does: the
+    error shape's name in `__type` and `x-amzn-query-error: <code>;Sender`, which botocore's
+    JSON parser turns back into the query code (`Error.Code`), and its SQS handler into the
+    modeled exception (`client.exceptions.QueueDoesNotExist`) through the shape's name."""
+
+    def __init__(self, model: Any, target: Any, validation_code: str = "InvalidParameterValue") -> None:
+        super().__init__(model, target, validation_code)
+        self.shape_names = {shape.name for shape in model.error_shapes}
+
+    def error_type(self, code: str) -> str:
+        """The error shape's name for a query code; the code itself when no shape has it."""
+        bare = code[len(_SQS_CODE_PREFIX):] if code.startswith(_SQS_CODE_PREFIX) else code
+        name = _SQS_SHAPE_OF.get(bare, bare)
+        if name in self.shape_names:
+            return f"com.amazonaws.{self.model.endpoint_prefix}#{name}"
+        return code
+
+    def error_answer(self, status: int, code: str, message: str) -> Tuple[Dict[str, str], Any]:
+        fault = "Receiver" if status >= 500 else "Sender"
+        return ({"x-amzn-query-error": f"{code};{fault}"},
+                {"__type": self.error_type(code), "message": message})
+
+
+def json_api_for(model: Any, target: Any) -> _JsonApi:
+    """The JSON API of a model: query-compatible ones (SQS) answer errors their way."""
+    if "awsQueryCompatible" in model.metadata:
+        return _QueryCompatibleJsonApi(model, target)
+    return _JsonApi(model, target)
+
+
 # -- the HTTP server ------------------------------------------------------------------------
 class _DeadlineReader(io.RawIOBase):
     """A socket's reads under two clocks: waiting for a request's first byte, the idle timeout;
@@ -531,7 +579,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _handle(self) -> None:
         owner = self.server.owner
         target = self.headers.get("X-Amz-Target")
-        api: _Api = owner.json_apis[0] if target and owner.json_apis else owner.rest_api
+        api: _Api = owner.rest_api
+        if target and owner.json_apis:  # the target's API, for its content type and errors
+            api = next((a for a in owner.json_apis if a.find(target)), owner.json_apis[0])
         request_id = str(uuid.uuid4())
         code: Optional[str]  # the error's, None for an answer
         try:
@@ -545,7 +595,6 @@ class _Handler(BaseHTTPRequestHandler):
                     self.close_connection = True
                     raise _Answer(400, "SerializationException", f"unreadable request: {error}")
                 if target:
-                    api = next((a for a in owner.json_apis if a.find(target)), api)
                     if not isinstance(api, _JsonApi) or (operation := api.find(target)) is None:
                         raise _Answer(404, "UnknownOperationException", f"unknown operation {target}")
                     params = api.params(operation, raw)
@@ -559,7 +608,7 @@ class _Handler(BaseHTTPRequestHandler):
                     operation, labels = found
                     query = parse_qs(url.query, keep_blank_values=True)
                     params = api.params(operation, labels, query, self.headers, raw)
-                if not is_read_only(operation.name):  # a change: its signature is single-use
+                if not may_repeat(operation.name):  # a change: its signature is single-use
                     try:
                         owner.replay_guard.admit(signed.signature, signed.signed_at,
                                                  signed.checked_at)
@@ -678,7 +727,7 @@ class EmulatorServer:
     def __init__(self, service: Any, host: str = "127.0.0.1", port: int = 0,
                  access_key_id: Optional[str] = None, secret_access_key: Optional[str] = None,
                  max_body: int = DEFAULT_MAX_BODY, request_deadline: float = REQUEST_DEADLINE,
-                 max_connections: int = MAX_CONNECTIONS) -> None:
+                 max_connections: int = MAX_CONNECTIONS, sqs_folder: Any = None) -> None:
         if (access_key_id is None) != (secret_access_key is None):
             raise ValueError("give both access_key_id and secret_access_key, or neither")
         if access_key_id is None or secret_access_key is None:
@@ -701,6 +750,15 @@ class EmulatorServer:
         self.rest_api = _RestJsonApi(_load_model("batch"), service)
         # a service without `logs` still answers Logs' protocol: every operation unknown (404)
         self.json_apis: List[_JsonApi] = [_JsonApi(_load_model("logs"), getattr(service, "logs", None))]
+        # SQS over a folder (emulator/sqs.py); its queue URLs name this endpoint once started
+        if sqs_folder is None and getattr(service, "folder", None) is not None:
+            sqs_folder = Path(service.folder) / "sqs"
+        self.sqs: Optional[Any] = None
+        if sqs_folder is not None:
+            from .sqs import LocalSQS
+
+            self.sqs = LocalSQS(sqs_folder)
+        self.json_apis.append(json_api_for(_load_model("sqs"), self.sqs))
         self._httpd: Optional[_HTTPServer] = None
         self._thread: Optional[threading.Thread] = None
         self._lock = threading.Lock()
@@ -727,6 +785,8 @@ class EmulatorServer:
             httpd = _HTTPServer((self.host, self.port), self)
             self.port = httpd.server_address[1]
             self._httpd = httpd
+            if self.sqs is not None:
+                self.sqs.endpoint = self.endpoint_url
             self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
                                             name=f"bf-emulator-http-{self.port}", daemon=True)
             self._thread.start()
