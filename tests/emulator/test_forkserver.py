@@ -129,10 +129,9 @@ def test_the_server_preloads_every_batchfutures_module_the_worker_imports():
             package = "batchfutures.worker" if node.level == 1 else "batchfutures"
             names = [node.module] if node.module else [a.name for a in node.names]
             wanted.update(f"{package}.{name}" for name in names)
-    # a warm worker (`--warm <pool_url>`) is never forked from the server: only the
-    # one-child command is, so what only the warm path imports needs no preload
-    assert not forkserver.is_worker_command(["python", "-m", "batchfutures.worker", "--warm", "u"])
-    wanted.discard("batchfutures.worker.warm")
+    # a warm worker (`--warm <pool_url>`) forks from the server too: worker.warm is preloaded
+    assert forkserver.is_forkable(["python", "-m", "batchfutures.worker", "--warm", "u"])
+    assert "batchfutures.worker.warm" in wanted
     done = subprocess.run(
         [sys.executable, "-c", "import importlib, json, sys\n"
          "from batchfutures.emulator.runtime import forkserver\n"
@@ -153,3 +152,54 @@ def test_the_workers_code_is_compiled_once_and_used_while_its_file_is_unchanged(
     assert worker.current()[0] is compiled  # not compiled again
     worker.stamp = (0, 0)  # as if the file changed since: the child runs it as -m does
     assert worker.current() == (None, None)
+
+
+PYTHON = sys.executable
+
+
+@pytest.mark.parametrize("argv, one_attempt, warm", [
+    ([PYTHON, "-m", "batchfutures.worker", "file:///w/job"], True, False),
+    ([PYTHON, "-m", "batchfutures.worker", "--warm", "file:///w/warm/0"], False, True),
+    (["python3", "-m", "batchfutures.worker", "--warm", "s3://b/runs/r/warm/1"], False, True),
+    ([PYTHON, "-m", "batchfutures.worker", "--warm"], False, False),  # no pool URL
+    ([PYTHON, "-m", "batchfutures.worker", "--cold", "u"], False, False),
+    ([PYTHON, "-m", "batchfutures.worker", "--warm", "u", "extra"], False, False),
+    ([PYTHON, "-m", "other.module", "--warm", "u"], False, False),
+    (["sh", "-m", "batchfutures.worker", "--warm", "u"], False, False),
+    (["sh", "-c", "echo hi"], False, False),
+])
+def test_which_commands_the_fork_server_runs(argv, one_attempt, warm):
+    assert forkserver.is_worker_command(argv) is one_attempt  # launcher="threads" runs these
+    assert forkserver.is_warm_worker_command(argv) is warm
+    assert forkserver.is_forkable(argv) is (one_attempt or warm)
+
+
+def ancestry(_item):
+    """This process's parent's parent (a warm call runs in the worker's runner, whose parent is
+    the worker): its pid and command line."""
+    def parent_of(pid):
+        with open(f"/proc/{pid}/stat") as stat:
+            return int(stat.read().rpartition(")")[2].split()[1])
+
+    worker = os.getppid()
+    grandparent = parent_of(worker)
+    with open(f"/proc/{grandparent}/cmdline", "rb") as cmdline:
+        command = cmdline.read().split(b"\0")
+    with open(f"/proc/{worker}/cmdline", "rb") as cmdline:
+        worker_command = cmdline.read().split(b"\0")
+    return grandparent, [c.decode() for c in command if c], [c.decode() for c in worker_command if c]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc")
+def test_a_warm_worker_forks_from_the_preloaded_server(tmp_path):
+    executor = BatchExecutor(LocalEnvironment(tmp_path / "work", max_vcpus=2), keepalive=30,
+                             max_workers=1)
+    try:
+        [(grandparent, command, worker_command)] = list(executor.map(ancestry, [None]))
+    finally:
+        executor.shutdown()
+    assert grandparent != os.getpid()  # not exec'd by this (the emulator's) process
+    assert command[1:] == ["-m", "batchfutures.emulator.runtime.forkserver"]
+    # forked, the worker's command line is the server's, not `-m batchfutures.worker --warm`
+    assert worker_command == command

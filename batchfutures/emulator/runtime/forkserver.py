@@ -4,7 +4,7 @@ A fresh interpreter importing fsspec and cloudpickle takes ~200 ms; Batch's own 
 that too, but a local emulator need not. The server is one single-threaded process that has
 imported the worker once; for each attempt it forks, and the child becomes the attempt:
 
-    emulator ── {"id", "url", "env", "cwd", "log", "memory_mib", "cgroup"} ──> server
+    emulator ── {"id", "url", "args", "env", "cwd", "log", "memory_mib", "cgroup"} ──> server
              <── {"id", "pid"} ─────────────────────────────── fork(): child runs the worker
              <── {"pid", "returncode"} ────────────────────── SIGCHLD: the child ended
                                        server <── "statistics json ..." ── the child, at its end:
@@ -17,7 +17,9 @@ first (or sets RLIMIT_DATA, in the fallback), then has its own session (killed a
 log file on stdout/stderr, exactly the request's environment and working directory, the
 `sys.path` `-m` would build there, `sys.argv`/`sys.orig_argv` of that command, and a fresh
 `__main__` running the worker's code through runpy as `-m` does. The server dies when the emulator
-closes its stdin (or dies), killing the attempts it started.
+closes its stdin (or dies), killing the attempts it started. A warm pool's worker
+(`python -m batchfutures.worker --warm <pool_url>`, is_warm_worker_command) forks the same way,
+its arguments in the request's "args"; the first one makes the server import WARM_IMPORTS.
 
 What the server holds is what no attempt should pay for again, and nothing that runs:
 - the worker and everything it imports on a file:// attempt (WORKER_IMPORTS: pool.py and
@@ -67,8 +69,14 @@ WORKER_IMPORTS = (
     "batchfutures.serialization", "batchfutures.storage", "batchfutures.signing", "batchfutures.batchlimits",
     "batchfutures.awsclients", "batchfutures.dependencies", "batchfutures.worker.nodes",
     "batchfutures.worker.calls", "batchfutures.worker.pool", "batchfutures.worker.storagelib",
-    "batchfutures.worker.main",
+    "batchfutures.worker.main", "batchfutures.worker.warm",
 )
+# What a warm worker (`--warm <pool_url>`) imports besides, on the emulator: LocalSQS, and so
+# botocore's models. Imported by the server when the first warm worker comes (as s3fs on the
+# first s3:// attempt), so the one-child attempts of a program without warm pools fork from a
+# smaller process.
+WARM_IMPORTS = ("batchfutures.emulator.sqs",)
+WARM_FLAG = "--warm"
 
 # Standard-library modules never preloaded: side effects at import (printing, a browser, the
 # terminal, a GUI toolkit, files written) or test and tooling packages no job needs warm.
@@ -132,9 +140,21 @@ def _preload(names: Iterable[str], folders: Tuple[List[str], List[str]]) -> bool
 
 
 def is_worker_command(argv: List[str]) -> bool:
-    """`python -m batchfutures.worker <url>`: the only command the server runs."""
+    """`python -m batchfutures.worker <url>`: one attempt of a job (what launcher="threads"
+    runs too)."""
     return (len(argv) == 4 and os.path.basename(argv[0]).startswith("python")
-            and argv[1] == "-m" and argv[2] == WORKER_MODULE)
+            and argv[1] == "-m" and argv[2] == WORKER_MODULE and argv[3] != WARM_FLAG)
+
+
+def is_warm_worker_command(argv: List[str]) -> bool:
+    """`python -m batchfutures.worker --warm <pool_url>`: a warm pool's worker (worker/main.py)."""
+    return (len(argv) == 5 and os.path.basename(argv[0]).startswith("python")
+            and argv[1] == "-m" and argv[2] == WORKER_MODULE and argv[3] == WARM_FLAG)
+
+
+def is_forkable(argv: List[str]) -> bool:
+    """The commands the server runs: the worker's, one-attempt or warm."""
+    return is_worker_command(argv) or is_warm_worker_command(argv)
 
 
 # -- the server process -------------------------------------------------------------------------
@@ -256,8 +276,9 @@ def _child(request: Dict[str, Any], server_fds: Tuple[int, ...], base_path: List
         import types
 
         sys.modules["__main__"] = types.ModuleType("__main__")
-        sys.argv = ["-m", request["url"]]  # runpy puts the module's file in argv[0]
-        sys.orig_argv = [sys.executable, "-m", WORKER_MODULE, request["url"]]
+        arguments = [str(a) for a in request.get("args") or [request["url"]]]
+        sys.argv = ["-m", *arguments]  # runpy puts the module's file in argv[0]
+        sys.orig_argv = [sys.executable, "-m", WORKER_MODULE, *arguments]
         import runpy
 
         compiled: Any = None
@@ -368,7 +389,7 @@ def serve() -> None:
     # the interpreter's own folders: what follows the directory and PYTHONPATH entries
     own = {os.path.abspath(e) for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e}
     base_path = [e for e in sys.path[1:] if os.path.abspath(e) not in own]
-    s3_loaded = False
+    s3_loaded = warm_loaded = False
     _forget_listings()
     gc.freeze()
 
@@ -435,6 +456,13 @@ def serve() -> None:
                 line, buffer = buffer.split(b"\n", 1)
                 request = json.loads(line)
                 imported = False
+                if not warm_loaded and (request.get("args") or [""])[0] == WARM_FLAG:
+                    warm_loaded = imported = True
+                    for name in WARM_IMPORTS:
+                        try:
+                            importlib.import_module(name)
+                        except Exception:  # the worker will import it, or fail to, itself
+                            pass
                 if not s3_loaded and str(request.get("url", "")).startswith("s3://"):
                     s3_loaded = imported = True
                     try:  # S3 payloads: s3fs and aiobotocore take ~0.5 s to import, once here
@@ -522,7 +550,8 @@ class ForkServer:
             request_id = self._next_id
             event = self._pids[request_id] = threading.Event()
             cgroup = launch.cgroup
-            request = {"id": request_id, "url": launch.argv[3], "env": launch.env,
+            request = {"id": request_id, "url": launch.argv[-1],
+                       "args": list(launch.argv[3:]), "env": launch.env,
                        "cwd": launch.cwd, "log": launch.log_path,
                        "memory_mib": launch.memory_mib if cgroup is None else None,
                        "cgroup": cgroup.procs if cgroup is not None else []}

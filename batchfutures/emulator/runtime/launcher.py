@@ -43,7 +43,7 @@ from typing import Any, Callable, Dict, List, Optional, Union
 from ...batchlimits import SIGKILL_EXIT_STATUS
 from ...workdir import ATTEMPT_UMASK, make_private_dirs, open_private
 from .attempts import AttemptHandle, LaunchRequest
-from .forkserver import ForkServer, is_worker_command
+from .forkserver import ForkServer, is_forkable
 
 _PR_SET_PDEATHSIG = 1
 
@@ -239,7 +239,7 @@ class ProcessLauncher:
         """Start the attempt; OSError when the command cannot be run at all."""
         argv, env = list(request.argv), request.env
         make_private_dirs(os.path.dirname(request.log_path))  # 0700 whatever the umask
-        if is_worker_command(argv):
+        if is_forkable(argv):  # the worker's command, one-attempt or warm
             server = self._fork_server()
             if server is not None:
                 try:
