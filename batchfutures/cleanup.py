@@ -19,6 +19,19 @@ submitted right now, or a failed submit) goes only once it is older than the hor
 UNCERTAIN_MIN_AGE, whatever ``all_finished`` says: DescribeJobs may miss a job for a while
 after SubmitJob, and a payload is written before its job is submitted.
 
+A dead client's warm queues (warmpool.py: ``<stack>-warm-<run>-<key>-work``/``-done``, tagged
+``batchfutures:run``) go with their run:
+
+    ListQueues(QueueNamePrefix=<stack>-warm-, paged) ──> queue URLs
+    ListQueueTags(each) ───────────────────────────────> its run id
+    decide_queue(run's decision, run's age, horizon)      pure, table-tested
+    DeleteQueue                                           remove_queues
+
+A queue goes when its run is removed by the decision above, or when its run is no longer in
+storage (removed before, or expired by the bucket's lifecycle rule) and the run started longer
+ago than the horizon and UNCERTAIN_MIN_AGE (its id says when); it stays while its run is kept
+(in progress, or too new), and a queue without the tag is never touched.
+
 `remove_finished_runs(env)` is what an executor on `LocalEnvironment` calls when its session
 starts, so local storage stays bounded (BATCHFUTURES_LOCAL_RETENTION_DAYS, default 7). On S3 the
 CloudFormation template's lifecycle rule expires payloads instead.
@@ -40,7 +53,9 @@ from .errors import ConfigurationError
 from .statuses import FINISHED
 
 __all__ = ["JobState", "Decision", "RunReport", "decide", "job_state", "survey", "remove",
-           "remove_finished_runs", "local_retention_seconds", "RETENTION_VARIABLE"]
+           "remove_finished_runs", "local_retention_seconds", "RETENTION_VARIABLE",
+           "QueueReport", "RUN_TAG", "decide_queue", "run_started", "warm_queue_prefix",
+           "list_queue_urls", "survey_queues", "remove_queues", "sqs_client_for"]
 
 logger = logging.getLogger("batchfutures")
 
@@ -275,3 +290,121 @@ def remove_finished_runs(env: Any, older_than_seconds: Optional[float] = None) -
         logger.info("batchfutures: removed %d finished run(s) older than %s from %s",
                     len(removed), _age_text(horizon), env.storage.root_url)
     return removed
+
+
+# -- the warm pools' queues -------------------------------------------------------------------
+RUN_TAG = "batchfutures:run"  # warmpool.py tags its queues with their run id
+_QUEUE_PAGE = 1000  # ListQueues' MaxResults at most
+
+
+@dataclass
+class QueueReport:
+    """One warm queue, its run, and the decision."""
+
+    url: str
+    run_id: Optional[str]
+    decision: Decision
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {"queue": self.url, "run": self.run_id, "remove": self.decision.remove,
+                "reason": self.decision.reason}
+
+
+def warm_queue_prefix(stack: Optional[str]) -> str:
+    """What every warm queue's name of ``stack`` starts with (warmpool.queue_base, whose stack
+    part is cut to one length: run ids and pool keys have one length each)."""
+    from .warmpool import queue_base
+
+    run, key = "20000101T000000-0000000000", "00000000"
+    base = queue_base(stack, run, key)
+    return base[:len(base) - len(f"{run}-{key}")]
+
+
+def run_started(run_id: str) -> Optional[float]:
+    """When a run started (epoch seconds): its id begins with the UTC time (session.py)."""
+    if not workdir.is_run_id(run_id):
+        return None
+    import calendar
+
+    return float(calendar.timegm(time.strptime(run_id[:15], "%Y%m%dT%H%M%S")))
+
+
+def decide_queue(run_id: Optional[str], run_decision: Optional[Decision],
+                 run_age_seconds: Optional[float], horizon_seconds: float) -> Decision:
+    """Whether a warm queue may be deleted, and why (no I/O).
+
+    ``run_decision``: the decision on its run (None: the run is not in storage);
+    ``run_age_seconds``: since the run started, from its id (None: unknown)."""
+    if run_id is None or not workdir.is_run_id(run_id):
+        return Decision(False, f"no {RUN_TAG} tag of a run id: not a queue batchfutures made")
+    if run_decision is not None:
+        if run_decision.remove:
+            return Decision(True, f"its run {run_id} goes: {run_decision.reason}")
+        return Decision(False, f"its run {run_id} stays: {run_decision.reason}")
+    wait = max(horizon_seconds, UNCERTAIN_MIN_AGE)
+    if run_age_seconds is not None and run_age_seconds >= wait:
+        return Decision(True, f"its run {run_id} is gone from storage and started "
+                              f"{_age_text(run_age_seconds)} ago")
+    return Decision(False, f"its run {run_id} is not in storage: kept until it started more "
+                           f"than {_age_text(wait)} ago")
+
+
+def list_queue_urls(sqs: Any, prefix: str) -> List[str]:
+    """Every queue URL whose name starts with ``prefix`` (ListQueues, page by page)."""
+    urls: List[str] = []
+    params: Dict[str, Any] = {"QueueNamePrefix": prefix, "MaxResults": _QUEUE_PAGE}
+    while True:
+        answer = sqs.list_queues(**params)
+        urls.extend(answer.get("QueueUrls", []))
+        token = answer.get("NextToken")
+        if not token:
+            return urls
+        params["NextToken"] = token
+
+
+def survey_queues(sqs: Any, reports: Sequence[RunReport], *, prefix: str,
+                  horizon_seconds: float, now: Optional[float] = None) -> List[QueueReport]:
+    """Every warm queue named ``prefix``... with its decision, from the runs' ``reports``."""
+    from .sqsapi import is_queue_gone
+
+    now = time.time() if now is None else now
+    decisions = {report.run_id: report.decision for report in reports}
+    found: List[QueueReport] = []
+    for url in list_queue_urls(sqs, prefix):
+        try:
+            tags = sqs.list_queue_tags(QueueUrl=url).get("Tags", {})
+        except Exception as error:
+            if is_queue_gone(error):  # deleted meanwhile (its pool shut down)
+                continue
+            raise
+        run_id = tags.get(RUN_TAG)
+        started = run_started(run_id) if run_id else None
+        age = None if started is None else now - started
+        found.append(QueueReport(url, run_id, decide_queue(run_id, decisions.get(run_id or ""),
+                                                           age, horizon_seconds)))
+    return found
+
+
+def remove_queues(sqs: Any, reports: Iterable[QueueReport]) -> List[str]:
+    """DeleteQueue for each queue decided removable; their URLs (one gone already counts)."""
+    from .sqsapi import is_queue_gone
+
+    removed = []
+    for report in reports:
+        if not report.decision.remove:
+            continue
+        try:
+            sqs.delete_queue(QueueUrl=report.url)
+        except Exception as error:
+            if not is_queue_gone(error):
+                raise
+        removed.append(report.url)
+    return removed
+
+
+def sqs_client_for(env: Any) -> Any:
+    """The SQS client ``env``'s warm pools use (the local emulator's folder, or the Region's)."""
+    from . import sqsapi
+    from .warmpool import sqs_spec_for
+
+    return sqsapi.client_for(sqs_spec_for(env), session=getattr(env, "session", None))

@@ -4,6 +4,7 @@ finished runs), `check` (the environment end to end), `template` and `image` (se
 from __future__ import annotations
 
 import argparse
+from typing import Any, List, Tuple
 
 from .envargs import environment
 from .output import ExitCode, OutputFormat, note, out, print_json
@@ -18,18 +19,39 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     reports = cleanup.survey(storage, env.batch, horizon_seconds=args.older_than * 3600,
                              all_finished=args.all)
     chosen = [r for r in reports if r.decision.remove]
+    queues, sqs = _warm_queues(env, reports, args.older_than * 3600)
     if args.output is OutputFormat.JSON:
-        print_json([r.as_dict() for r in reports])
+        print_json([r.as_dict() for r in reports] + [q.as_dict() for q in queues])
     else:
-        for report in reports:
-            verb = ("would remove" if args.dry_run else "removing") if report.decision.remove \
+        for item in [*reports, *queues]:
+            verb = ("would remove" if args.dry_run else "removing") if item.decision.remove \
                 else "keeping"
-            out(f"{verb} {report.url}: {report.decision.reason}")
+            out(f"{verb} {item.url}: {item.decision.reason}")
     if not args.dry_run:
         cleanup.remove(storage, chosen)
+        if sqs is not None:
+            cleanup.remove_queues(sqs, queues)
     if args.output is not OutputFormat.JSON:
         out(f"{len(chosen)} run(s) {'to remove' if args.dry_run else 'removed'}")
+        if queues:
+            doomed = sum(q.decision.remove for q in queues)
+            out(f"{doomed} warm queue(s) {'to remove' if args.dry_run else 'removed'}")
     return ExitCode.OK
+
+
+def _warm_queues(env: Any, reports: Any, horizon_seconds: float) -> Tuple[List[Any], Any]:
+    """The warm pools' queues with their decisions, and the SQS client; none when SQS cannot
+    be asked (no permission for it, say): the runs are cleaned up all the same."""
+    from .. import cleanup
+
+    try:
+        sqs = cleanup.sqs_client_for(env)
+        prefix = cleanup.warm_queue_prefix(getattr(env, "stack", None))
+        return cleanup.survey_queues(sqs, reports, prefix=prefix,
+                                     horizon_seconds=horizon_seconds), sqs
+    except Exception as error:  # the queues are a bonus: never fail the runs' cleanup for them
+        note(f"warm queues not looked at: {error}")
+        return [], None
 
 
 # -- check, template, image ---------------------------------------------------------------------

@@ -160,7 +160,21 @@ class LocalSQS:
         prefix = params.get("QueueNamePrefix", "")
         names = sorted(entry.name for entry in os.scandir(self.folder)
                        if _QUEUE_NAME.match(entry.name) and entry.name.startswith(prefix))
-        return {"QueueUrls": [self._url(name) for name in names]} if names else {}
+        answer: Dict[str, Any] = {}
+        if "MaxResults" in params:  # paged, as SQS pages only when asked: the token is the
+            after = params.get("NextToken", "")  # last name given, so no name is given twice
+            names = [name for name in names if name > after]
+            most = int(params["MaxResults"])
+            if not 1 <= most <= 1000:
+                raise client_error("Value for parameter MaxResults is invalid. Reason: Must be "
+                                   "between 1 and 1000.", "InvalidParameterValue", 400,
+                                   "ListQueues")
+            if len(names) > most:
+                names = names[:most]
+                answer["NextToken"] = names[-1]
+        if names:
+            answer["QueueUrls"] = [self._url(name) for name in names]
+        return answer
 
     @_request
     def delete_queue(self, **params: Any) -> Dict[str, Any]:
