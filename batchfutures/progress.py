@@ -24,10 +24,11 @@ Who draws, and when it stops:
   ``finally`` calls ``close()``, which joins the thread), or when the iterator is garbage
   collected (a weak reference; the thread holds no strong one).
 
-Units are Batch children (an array job's statusSummary counts children, not items); calls still
-held by the client (the coalescing buffer, ``max_workers`` pacing) are counted one per future
-as "unsent". Drawing never raises into the user's code: a failing stream or bar is logged at
-debug level and the display goes silent.
+Units are Batch children (an array job's statusSummary counts children, not items); a warm
+pool's calls (keepalive=) count one per call (a map's child) from the pool's own state
+(warm_counts); calls still held by the client (the coalescing buffer, ``max_workers``
+pacing) are counted one per future as "unsent". Drawing never raises into the user's code: a
+failing stream or bar is logged at debug level and the display goes silent.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ def _counts_of(futures: Iterable[Any]) -> Dict[str, int]:
     """
     counts: Dict[str, int] = collections.Counter()
     jobs: Dict[int, Tuple[Any, Dict[Any, Any]]] = {}  # id(job) -> (job, {child index: future})
+    warm: Dict[int, Tuple[Any, Dict[int, Any]]] = {}  # id(pool) -> (pool, {id(call): call})
     job: Any = None
     children: Dict[Any, Any] = {}
     for future in futures:
@@ -80,6 +82,10 @@ def _counts_of(futures: Iterable[Any]) -> Dict[str, int]:
         if owner is None:
             if not future.done():
                 counts[UNSENT] += 1
+            continue
+        if getattr(owner, "pool", None) is not None and not hasattr(owner, "summary"):
+            # a warm call (warmpool.WarmCall): counted from its pool's own state
+            warm.setdefault(id(owner.pool), (owner.pool, {}))[1][id(owner)] = owner
             continue
         if owner is not job:  # a job's futures mostly come one after another
             job = owner
@@ -96,6 +102,31 @@ def _counts_of(futures: Iterable[Any]) -> Dict[str, int]:
         else:
             for future in children.values():
                 counts[future.status or JobStatus.SUBMITTED] += 1
+    for pool, calls in warm.values():
+        counts.update(warm_counts([call.default_status for call in calls.values()
+                                   if not all(f.cancelled() for f in call.futures)],
+                                  list(pool.workers.values())))
+    return {status: count for status, count in counts.items() if count}
+
+
+def warm_counts(call_statuses: Iterable[str], worker_statuses: Iterable[str]) -> Dict[str, int]:
+    """A warm pool's calls by status, from what the pool knows (no request): a call not yet sent
+    (SUBMITTED, in the pool's deque) is UNSENT; a sent one (RUNNABLE, on the work queue) is
+    RUNNING while a worker RUNNING can hold it (one call per worker: the oldest calls are sent
+    first, so these are the ones taken), else RUNNABLE (queued); SUCCEEDED and FAILED as they are.
+    """
+    counts: Dict[str, int] = collections.Counter()
+    sent = 0
+    for status in call_statuses:
+        if status == JobStatus.SUBMITTED:
+            counts[UNSENT] += 1
+        elif status == JobStatus.RUNNABLE:
+            sent += 1
+        else:
+            counts[status] += 1
+    running = min(sent, sum(status == JobStatus.RUNNING for status in worker_statuses))
+    counts[JobStatus.RUNNING.value] += running
+    counts[JobStatus.RUNNABLE.value] += sent - running
     return {status: count for status, count in counts.items() if count}
 
 

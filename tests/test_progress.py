@@ -328,3 +328,41 @@ def test_map_progress_ends_when_its_iterator_is_garbage_collected(executor, monk
     assert not futures[0].done()  # the thread ended with the iterator, not with the work
     release.touch()
     assert futures[0].result(60) == "released"
+
+
+# -- warm pools (keepalive=): counted from the pool's own state ----------------------------------
+@pytest.mark.parametrize("calls, workers, counts", [
+    ([], [], {}),
+    (["SUBMITTED"] * 3, [], {"unsent": 3}),  # in the pool's deque: not sent yet
+    (["RUNNABLE"] * 5, ["RUNNING", "RUNNING"], {"RUNNING": 2, "RUNNABLE": 3}),  # one call a worker
+    (["RUNNABLE"] * 2, ["RUNNING"] * 4, {"RUNNING": 2}),  # more workers than calls sent
+    (["RUNNABLE"] * 3, ["STARTING", "SUBMITTED"], {"RUNNABLE": 3}),  # no worker is up yet
+    (["RUNNABLE", "RUNNABLE", "SUBMITTED"], ["RUNNING", "SUCCEEDED"], {"unsent": 1, "RUNNING": 1,
+                                                                       "RUNNABLE": 1}),
+    (["SUCCEEDED", "FAILED", "SUCCEEDED", "RUNNABLE"], ["RUNNING"], {"SUCCEEDED": 2, "FAILED": 1,
+                                                                     "RUNNING": 1}),
+])
+def test_warm_counts(calls, workers, counts):
+    assert progress_module.warm_counts(calls, workers) == counts
+
+
+@pytest.mark.slow
+def test_progress_of_a_warm_map_counts_its_calls(local_env, no_tqdm):
+    with BatchExecutor(local_env, keepalive=30, max_workers=2) as ex:
+        futures = ex.map_futures(square, range(6), chunksize=2)  # 3 calls
+        seen = _counts_of(futures)
+        assert sum(seen.values()) == 3 and set(seen) <= {"unsent", "RUNNABLE", "RUNNING",
+                                                         "SUCCEEDED"}
+        stream = io.StringIO()
+        batchfutures.progress(futures, file=stream, desc="square")
+        assert [future.result() for future in futures] == [x * x for x in range(6)]
+        assert _counts_of(futures) == {"SUCCEEDED": 3}
+        assert stream.getvalue().splitlines()[-1] == "square: 3/3 children | SUCCEEDED 3"
+        stream = TerminalStream()
+        import contextlib
+
+        with contextlib.redirect_stderr(stream):
+            assert list(ex.map(square, range(4), chunksize=1, progress=True)) == [
+                x * x for x in range(4)]
+        assert "4/4 children | SUCCEEDED 4" in stream.getvalue()
+    assert not progress_threads()
