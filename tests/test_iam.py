@@ -149,6 +149,7 @@ SAR: Dict[str, Tuple[Tuple[str, ...], frozenset]] = {
     "sqs:DeleteMessage": (("queue",), frozenset({"aws:ResourceTag/${TagKey}"})),
     "sqs:ChangeMessageVisibility": (("queue",), frozenset({"aws:ResourceTag/${TagKey}"})),
     "sqs:DeleteQueue": (("queue",), frozenset({"aws:ResourceTag/${TagKey}"})),
+    "sqs:ListQueues": ((), frozenset()),
     "ecr:GetDownloadUrlForLayer": (("repository",), frozenset()),
     "ecr:BatchCheckLayerAvailability": (("repository",), frozenset()),
     "iam:PassRole": (("role",), frozenset({"iam:AssociatedResourceArn", "iam:PassedToService"})),
@@ -1058,3 +1059,6 @@ def test_warm_queues_are_the_stacks_own_for_the_client_and_the_job_role(stack):
     for action in ("sqs:CreateQueue", "sqs:DeleteQueue", "sqs:SetQueueAttributes"):
         assert not allowed(stack["job_policy"], action, queue), action
     assert not allowed(stack["client_policy"], "sqs:SetQueueAttributes", queue)
+    # cleanup lists queues by name (no resource-level permission), the workers do not
+    assert allowed(stack["client_policy"], "sqs:ListQueues", "*")
+    assert not allowed(stack["job_policy"], "sqs:ListQueues", "*")

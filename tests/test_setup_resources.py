@@ -284,7 +284,8 @@ def test_iam_is_least_privilege(template):
             assert set(actions) <= {
                 "ecr:GetAuthorizationToken", "batch:DescribeJobs", "batch:ListJobs",
                 "batch:DescribeJobQueues", "batch:DescribeJobDefinitions",
-                "batch:DescribeComputeEnvironments", "ec2:DescribeInstanceTypes"}, (name, actions)
+                "batch:DescribeComputeEnvironments", "ec2:DescribeInstanceTypes",
+                "sqs:ListQueues"}, (name, actions)
     job_statements = {s["Sid"]: s for n, s in statements if n == "JobRole"}
     assert set(job_statements) == {"RunObjects", "MissingKeysAre404", "ReadSigningKey",
                                    "WarmQueues"}
