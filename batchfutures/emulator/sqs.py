@@ -17,19 +17,25 @@ rename, which one process wins:
                            (<seq>.<MessageId>.<receives>.<nonce>), its mtime the end of its
                            visibility timeout
         tmp/               messages being written (renamed into ready/ when complete)
+        bells/<token>      one FIFO (0600) per receiver in a long poll, its doorbell: a sender
+                           writes a byte to each after its rename into ready/, so a waiting
+                           receiver wakes at once instead of at its next look at the folder
 
     SendMessage(Batch)      write tmp/x (0600), rename to ready/<now>.<id>.0
     ReceiveMessage          first in-flight messages past their deadline go back to ready/
                             (receives kept); then for each ready file in name order: set its
                             mtime to now + VisibilityTimeout, rename it to inflight/<...>.<n+1>.
                             <nonce> (losing the rename race to another receiver: skip it).
-                            WaitTimeSeconds: look again, 1 ms apart at first, then up to 20 ms
-                            (the folder is polled: no inotify in the standard library)
+                            WaitTimeSeconds: block on the receiver's doorbell (bells/),
+                            looking at the folder again at least every 20 ms (a message made
+                            visible by its delay or its visibility timeout rings no bell);
+                            where no FIFO can be made, look again 1 ms apart at first, then up
+                            to 20 ms (wait_steps: no inotify in the standard library)
     ChangeMessageVisibility set the in-flight file's mtime (0: rename back to ready/)
     DeleteMessage(Batch)    unlink inflight/<handle>; a handle no longer in flight succeeds
                             and deletes nothing, as on AWS
-    DeleteQueue             rename the queue's folder aside, then remove it: receivers see
-                            QueueDoesNotExist at once
+    DeleteQueue             rename the queue's folder aside, ring its bells, then remove it:
+                            receivers see QueueDoesNotExist at once
 
 Every request is checked against botocore's SQS model first (``model.validate_request``, as the
 Batch facade does) and errors are the ClientErrors boto3 raises for AWS's answers, with the codes
@@ -41,12 +47,15 @@ queue statistics. Queue URLs are ``<endpoint>/<account>/<QueueName>``.
 
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import json
 import os
 import re
+import select
 import shutil
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -68,6 +77,7 @@ DEFAULT_ATTRIBUTES = {"VisibilityTimeout": "30", "ReceiveMessageWaitTimeSeconds"
                       "MaximumMessageSize": str(MAX_BODY)}
 FIRST_POLL = 0.001  # long polling looks again this soon, then backs off to MAX_POLL
 MAX_POLL = 0.02
+BELL_POLL = 0.02  # a receiver blocked on its doorbell still looks at the folder this often
 
 
 def _now_ns() -> int:
@@ -105,6 +115,10 @@ class LocalSQS:
         self.endpoint = endpoint.rstrip("/")
         self.account = account
         self._known: Dict[Path, Dict[str, Any]] = {}
+        self._bells: Dict[Path, List["_Bell"]] = {}  # free doorbells by queue (see _Bell)
+        self._bells_lock = threading.Lock()
+        self._ringers: Dict[Path, Dict[str, int]] = {}  # open write ends of bells, by queue
+        self._paths: Dict[str, Path] = {}  # queue URL -> its folder (pathlib is slow per call)
         make_private_dirs(self.folder)
 
     def __repr__(self) -> str:
@@ -116,10 +130,17 @@ class LocalSQS:
 
     def _queue(self, url: str, operation: str) -> Path:
         """The folder of the queue at ``url``; QueueDoesNotExist when there is none."""
-        prefix = f"{self.endpoint}/{self.account}/"
-        name = url[len(prefix):] if url.startswith(prefix) else ""
-        path = self.folder / name
-        if not _QUEUE_NAME.match(name) or not (path / "queue.json").is_file():
+        path = self._paths.get(url)
+        if path is None:
+            prefix = f"{self.endpoint}/{self.account}/"
+            name = url[len(prefix):] if url.startswith(prefix) else ""
+            if not _QUEUE_NAME.match(name):
+                raise client_error("The specified queue does not exist.", QUEUE_GONE, 400,
+                                   operation)
+            if len(self._paths) >= 4096:  # a server's client may name many
+                self._paths.clear()
+            path = self._paths[url] = self.folder / name
+        if not os.path.isfile(f"{path}/queue.json"):
             raise client_error("The specified queue does not exist.", QUEUE_GONE, 400, operation)
         return path
 
@@ -136,7 +157,7 @@ class LocalSQS:
         if (path / "queue.json").is_file():
             return {"QueueUrl": self._url(name)}  # as SQS: the same name again is the same queue
         staging = self.folder / f".new-{name}-{uuid.uuid4().hex}"
-        for part in ("ready", "inflight", "tmp"):
+        for part in ("ready", "inflight", "tmp", "bells"):
             make_private_dirs(staging / part)
         _write_json(staging / "queue.json", {"Attributes": attributes,
                                              "Tags": params.get("tags", {}),
@@ -186,6 +207,7 @@ class LocalSQS:
         except FileNotFoundError:
             raise client_error("The specified queue does not exist.", QUEUE_GONE, 400,
                                "DeleteQueue") from None
+        _ring_once(aside)  # its waiting receivers wake and find it gone
         shutil.rmtree(aside, ignore_errors=True)
         return {}
 
@@ -238,6 +260,7 @@ class LocalSQS:
         body = params["MessageBody"]
         _check_body(body, "SendMessage")
         message_id, digest = self._put(path, body, int(params.get("DelaySeconds", 0)))
+        self._ring(path)
         return {"MessageId": message_id, "MD5OfMessageBody": digest}
 
     @_request
@@ -251,10 +274,12 @@ class LocalSQS:
                                "AWS.SimpleQueueService.BatchRequestTooLong", 400,
                                "SendMessageBatch")
         successful = []
-        for entry in entries:
+        for index, entry in enumerate(entries):
             _check_body(entry["MessageBody"], "SendMessageBatch")
             message_id, digest = self._put(path, entry["MessageBody"],
                                            int(entry.get("DelaySeconds", 0)))
+            if index == 0 or index == len(entries) - 1:  # a receiver starts on the first
+                self._ring(path)  # while the others are written; the last wakes the rest
             successful.append({"Id": entry["Id"], "MessageId": message_id,
                                "MD5OfMessageBody": digest})
         return {"Successful": successful, "Failed": []}
@@ -267,10 +292,10 @@ class LocalSQS:
         record = {"MessageId": message_id, "Body": body, "MD5OfMessageBody": digest,
                   "SentTimestamp": str(now // 1_000_000)}
         visible = now + delay * 1_000_000_000
-        temporary = path / "tmp" / f"{message_id}.tmp"
+        temporary = f"{path}/tmp/{message_id}.tmp"
         _write_json(temporary, record)
         try:
-            os.rename(temporary, path / "ready" / f"{visible:020d}.{message_id}.0")
+            os.rename(temporary, f"{path}/ready/{visible:020d}.{message_id}.0")
         except FileNotFoundError:  # the queue was deleted meanwhile
             raise client_error("The specified queue does not exist.", QUEUE_GONE, 400,
                                "SendMessage") from None
@@ -297,22 +322,79 @@ class LocalSQS:
         wanted = set(params.get("AttributeNames", [])) | set(
             params.get("MessageSystemAttributeNames", []))
         started = time.monotonic()
-        while True:
-            try:
-                messages = self._take(path, most, visibility, wanted)
-            except FileNotFoundError:  # the queue's folder went away while we looked
-                raise client_error("The specified queue does not exist.", QUEUE_GONE, 400,
-                                   "ReceiveMessage") from None
-            waited = time.monotonic() - started
-            if messages or waited >= wait:
-                return {"Messages": messages} if messages else {}
-            time.sleep(min(wait_steps(waited), max(0.0, wait - waited)))
-            if not (path / "queue.json").is_file():
-                raise client_error("The specified queue does not exist.", QUEUE_GONE, 400,
-                                   "ReceiveMessage")
+        bell = self._take_bell(path) if wait > 0 else None
+        try:
+            while True:
+                if bell is not None:
+                    bell.drain()  # before the look: a message sent after it rings again
+                try:
+                    messages = self._take(path, most, visibility, wanted)
+                except FileNotFoundError:  # the queue's folder went away while we looked
+                    raise client_error("The specified queue does not exist.", QUEUE_GONE, 400,
+                                       "ReceiveMessage") from None
+                waited = time.monotonic() - started
+                if messages or waited >= wait:
+                    return {"Messages": messages} if messages else {}
+                if bell is not None:
+                    bell.wait(min(BELL_POLL, wait - waited))
+                else:
+                    time.sleep(min(wait_steps(waited), max(0.0, wait - waited)))
+                if not os.path.isfile(f"{path}/queue.json"):
+                    raise client_error("The specified queue does not exist.", QUEUE_GONE, 400,
+                                       "ReceiveMessage")
+        except BaseException:
+            if bell is not None:
+                bell.close()  # the queue may be gone: a new bell next time
+                bell = None
+            raise
+        finally:
+            if bell is not None:
+                self._give_bell(path, bell)
+
+    def _take_bell(self, path: Path) -> Optional["_Bell"]:
+        """A doorbell of this client's for the queue at ``path`` (one per concurrent receiver,
+        kept between receives); None where no FIFO can be made (then the folder is polled)."""
+        with self._bells_lock:
+            free = self._bells.get(path, [])
+            while free:
+                bell = free.pop()
+                if bell.registered():
+                    return bell
+                bell.close()  # the queue was deleted (and perhaps made again) meanwhile
+        return _Bell.open(path)
+
+    def _give_bell(self, path: Path, bell: "_Bell") -> None:
+        with self._bells_lock:
+            self._bells.setdefault(path, []).append(bell)
+
+    def _ring(self, path: Path) -> None:
+        """Wake the receivers waiting on the queue at ``path`` (see _Bell): a byte to each bell
+        there, through write ends kept open between rings (a ring is then one write a bell)."""
+        try:
+            names = os.listdir(f"{path}/bells")
+        except OSError:  # the queue is gone
+            names = []
+        with self._bells_lock:
+            ringers = self._ringers.setdefault(path, {})
+            for name in set(ringers) - set(names):  # its receiver closed it, or the queue went
+                os.close(ringers.pop(name))
+            for name in names:
+                fd = ringers.get(name)
+                if fd is None:
+                    fd = _open_bell(f"{path}/bells/{name}")
+                    if fd is None:
+                        continue
+                    ringers[name] = fd
+                try:
+                    os.write(fd, b"!")
+                except BlockingIOError:  # full: it wakes anyway
+                    pass
+                except OSError:  # no reader left: its receiver died
+                    os.close(ringers.pop(name))
+                    _unlink(f"{path}/bells/{name}")
 
     def _take(self, path: Path, most: int, visibility: int, wanted: set) -> List[Dict[str, Any]]:
-        ready, inflight = path / "ready", path / "inflight"
+        ready, inflight = f"{path}/ready", f"{path}/inflight"
         now = _now_ns()
         _return_expired(ready, inflight, now)
         messages: List[Dict[str, Any]] = []
@@ -326,11 +408,11 @@ class LocalSQS:
             handle = f"{parts[0]}.{parts[1]}.{receives}.{uuid.uuid4().hex[:16]}"
             deadline = time.time() + visibility
             try:
-                os.utime(ready / name, (deadline, deadline))
-                os.rename(ready / name, inflight / handle)
+                os.utime(f"{ready}/{name}", (deadline, deadline))
+                os.rename(f"{ready}/{name}", f"{inflight}/{handle}")
             except FileNotFoundError:
                 continue  # another receiver took it first
-            with open(inflight / handle, "rb") as file:
+            with open(f"{inflight}/{handle}", "rb") as file:
                 record = json.loads(file.read(2 * MAX_BODY))
             message = {"MessageId": record["MessageId"], "ReceiptHandle": handle,
                        "MD5OfBody": record["MD5OfMessageBody"], "Body": record["Body"]}
@@ -359,6 +441,7 @@ class LocalSQS:
             if seconds == 0:
                 seq, message_id, receives, _ = handle.split(".")
                 os.rename(held, path / "ready" / f"{_now_ns():020d}.{message_id}.{receives}")
+                self._ring(path)
             else:
                 deadline = time.time() + seconds
                 os.utime(held, (deadline, deadline))
@@ -372,7 +455,7 @@ class LocalSQS:
     def delete_message(self, **params: Any) -> Dict[str, Any]:
         validate_request("DeleteMessage", params, "sqs")
         path = self._queue(params["QueueUrl"], "DeleteMessage")
-        _unlink(path / "inflight" / _handle(params["ReceiptHandle"], "DeleteMessage"))
+        _unlink(f"{path}/inflight/{_handle(params['ReceiptHandle'], 'DeleteMessage')}")
         return {}
 
     @_request
@@ -388,12 +471,94 @@ class LocalSQS:
                                "Code": "ReceiptHandleIsInvalid",
                                "Message": "The input receipt handle is invalid."})
                 continue
-            _unlink(path / "inflight" / entry["ReceiptHandle"])
+            _unlink(f"{path}/inflight/{entry['ReceiptHandle']}")
             successful.append({"Id": entry["Id"]})
         return {"Successful": successful, "Failed": failed}
 
 
-def _return_expired(ready: Path, inflight: Path, now_ns: int) -> None:
+class _Bell:
+    """A receiver's doorbell: a FIFO in the queue's bells/ folder, held open for reading (and
+    for writing by itself, so it never reads as closed); senders write a byte to every FIFO
+    there (``_ring``). A bell whose process died has no reader: its first ringer removes it."""
+
+    def __init__(self, fifo: Path, reader: int, keeper: int) -> None:
+        self.fifo = fifo
+        self.reader = reader
+        self.keeper = keeper
+        self.inode = os.fstat(reader).st_ino
+
+    @classmethod
+    def open(cls, queue: Path) -> Optional["_Bell"]:
+        """A new bell, made in tmp/ and renamed into bells/ once open (a ringer never sees it
+        without its reader)."""
+        token = uuid.uuid4().hex
+        staging, fifo = queue / "tmp" / f"{token}.bell", queue / "bells" / token
+        reader = keeper = -1
+        try:
+            os.makedirs(queue / "bells", mode=0o700, exist_ok=True)
+            os.mkfifo(staging, 0o600)
+            reader = os.open(staging, os.O_RDONLY | os.O_NONBLOCK)
+            keeper = os.open(staging, os.O_WRONLY | os.O_NONBLOCK)
+            os.rename(staging, fifo)
+        except (OSError, AttributeError):  # no FIFOs here (or no os.mkfifo): the folder is polled
+            _unlink(staging)
+            for fd in (reader, keeper):
+                if fd >= 0:
+                    os.close(fd)
+            return None
+        return cls(fifo, reader, keeper)
+
+    def registered(self) -> bool:
+        """Whether senders still find this bell (its queue was not deleted)."""
+        try:
+            return os.stat(self.fifo).st_ino == self.inode
+        except OSError:
+            return False
+
+    def drain(self) -> None:
+        try:
+            while os.read(self.reader, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def wait(self, seconds: float) -> None:
+        select.select([self.reader], [], [], max(0.0, seconds))
+
+    def close(self) -> None:
+        _unlink(self.fifo)
+        for fd in (self.reader, self.keeper):
+            os.close(fd)
+
+
+def _open_bell(fifo: str) -> Optional[int]:
+    """A write end of the bell ``fifo``; None when it has no reader (its receiver died: the
+    bell is removed) or is gone."""
+    try:
+        return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as error:
+        if error.errno == errno.ENXIO:
+            _unlink(fifo)
+        return None
+
+
+def _ring_once(path: Path) -> None:
+    """Ring every bell of the queue at ``path`` through write ends opened for this once."""
+    try:
+        names = os.listdir(path / "bells")
+    except OSError:
+        return
+    for name in names:
+        fd = _open_bell(f"{path}/bells/{name}")
+        if fd is not None:
+            try:
+                os.write(fd, b"!")
+            except OSError:  # full, or no reader left: nothing to wake
+                pass
+            os.close(fd)
+
+
+def _return_expired(ready: str, inflight: str, now_ns: int) -> None:
     """In-flight messages whose visibility timeout ended are visible again (receives kept)."""
     now = now_ns / 1e9
     with os.scandir(inflight) as entries:
@@ -402,7 +567,7 @@ def _return_expired(ready: Path, inflight: Path, now_ns: int) -> None:
                 if entry.stat().st_mtime > now:
                     continue
                 _seq, message_id, receives, _nonce = entry.name.split(".")
-                os.rename(entry.path, ready / f"{now_ns:020d}.{message_id}.{receives}")
+                os.rename(entry.path, f"{ready}/{now_ns:020d}.{message_id}.{receives}")
             except (FileNotFoundError, ValueError):
                 continue  # deleted, or taken back by another receiver meanwhile
 
@@ -415,7 +580,7 @@ def _handle(value: str, operation: str) -> str:
     return value
 
 
-def _unlink(path: Path) -> None:
+def _unlink(path: Union[str, Path]) -> None:
     try:
         os.unlink(path)
     except FileNotFoundError:
@@ -445,7 +610,8 @@ def _check_batch(entries: List[Dict[str, Any]], operation: str) -> None:
                            "AWS.SimpleQueueService.BatchEntryIdsNotDistinct", 400, operation)
 
 
-def _write_json(path: Path, record: Dict[str, Any], folder: Optional[Path] = None) -> None:
+def _write_json(path: Union[str, Path], record: Dict[str, Any],
+                folder: Optional[Path] = None) -> None:
     """``record`` at ``path``, 0600, whole or not at all (through a temporary in ``folder``)."""
     data = json.dumps(record, separators=(",", ":")).encode("utf-8")
     if folder is None:

@@ -3,6 +3,7 @@
 import multiprocessing
 import os
 import stat
+import threading
 import time
 import uuid
 
@@ -10,6 +11,7 @@ import pytest
 from botocore.exceptions import ClientError, ParamValidationError
 from s3server import aws_env  # noqa: F401  (a fixture)
 
+from batchfutures.emulator import sqs as sqs_module
 from batchfutures.emulator.sqs import QUEUE_GONE, LocalSQS, wait_steps
 from batchfutures.sqsapi import is_queue_gone
 
@@ -133,6 +135,60 @@ def test_messages_and_folders_are_private(sqs, queue):
     for name in os.listdir(folder / "ready"):
         assert stat.S_IMODE(os.stat(folder / "ready" / name).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(folder / "queue.json").st_mode) == 0o600
+
+
+def _long_poll_in_thread(sqs, queue, wait=5):
+    answers = []
+    thread = threading.Thread(target=lambda: answers.append(
+        _answer_or_error(lambda: sqs.receive_message(QueueUrl=queue, WaitTimeSeconds=wait))))
+    thread.start()
+    bells = sqs.folder / "q-1" / "bells"
+    while thread.is_alive() and not os.listdir(bells):  # its bell hung: it is waiting
+        time.sleep(0.001)
+    return thread, answers
+
+
+def _answer_or_error(call):
+    try:
+        return call()
+    except ClientError as error:
+        return error
+
+
+def test_a_long_poll_is_woken_by_its_doorbell_not_by_looking_again(sqs, queue, monkeypatch):
+    monkeypatch.setattr(sqs_module, "BELL_POLL", 60.0)  # it would not look again in its 5 s
+    for sender in (sqs, LocalSQS(sqs.folder)):  # this client's, and another's (process)
+        thread, answers = _long_poll_in_thread(sqs, queue)
+        sender.send_message_batch(QueueUrl=queue, Entries=[{"Id": "1", "MessageBody": "ring"}])
+        thread.join()
+        assert [m["Body"] for m in answers[0]["Messages"]] == ["ring"]
+        sqs.delete_message(QueueUrl=queue, ReceiptHandle=answers[0]["Messages"][0][
+            "ReceiptHandle"])
+    [bell] = os.listdir(sqs.folder / "q-1" / "bells")  # kept for the next long poll
+    assert stat.S_ISFIFO(os.stat(sqs.folder / "q-1" / "bells" / bell).st_mode)
+    assert stat.S_IMODE(os.stat(sqs.folder / "q-1" / "bells" / bell).st_mode) == 0o600
+
+
+def test_a_deleted_queue_wakes_its_long_polls_with_queue_does_not_exist(sqs, queue,
+                                                                      monkeypatch):
+    monkeypatch.setattr(sqs_module, "BELL_POLL", 60.0)
+    thread, answers = _long_poll_in_thread(sqs, queue)
+    LocalSQS(sqs.folder).delete_queue(QueueUrl=queue)
+    thread.join()
+    assert is_queue_gone(answers[0])
+    again = sqs.create_queue(QueueName="q-1")["QueueUrl"]  # the same name, a new queue
+    thread, answers = _long_poll_in_thread(sqs, again)  # a new bell: the old one is gone
+    sqs.send_message(QueueUrl=again, MessageBody="new")
+    thread.join()
+    assert [m["Body"] for m in answers[0]["Messages"]] == ["new"]
+
+
+def test_a_bell_whose_receiver_died_is_removed_by_the_next_send(sqs, queue):
+    bells = sqs.folder / "q-1" / "bells"
+    os.mkfifo(bells / ("0" * 32), 0o600)  # as a receiver killed while it waited leaves it
+    sqs.send_message(QueueUrl=queue, MessageBody="x")
+    assert os.listdir(bells) == []
+    assert [m["Body"] for m in sqs.receive_message(QueueUrl=queue)["Messages"]] == ["x"]
 
 
 def _receive_all(folder, queue, count, out):
