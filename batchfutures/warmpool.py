@@ -86,8 +86,8 @@ from .submission import build_request, user_tag
 from .usage import Usage
 
 __all__ = ["WarmPool", "WarmCall", "VISIBILITY_TIMEOUT", "WATCH_EVERY", "sqs_spec_for",
-           "workers_to_start", "window_for", "local_queue_folder", "queue_base",
-           "batches_by_size"]
+           "workers_to_start", "window_for", "completions_to_delete", "local_queue_folder",
+           "queue_base", "batches_by_size"]
 
 logger = logging.getLogger("batchfutures")
 
@@ -122,6 +122,16 @@ def batches_by_size(sizes: List[int], limit: int = BATCH_BYTES, most: int = 10
         parts[-1].append(index)
         total += size
     return parts
+
+
+def completions_to_delete(handled: int, received: bool, oldest: float) -> bool:
+    """Whether the pool's thread deletes (up to ten of) the ``handled`` completions it settled
+    now: ten make a DeleteMessageBatch; fewer wait until a long poll came back empty (the pool
+    is idle) or the oldest was handled ``oldest`` seconds ago, a third of the visibility
+    timeout (it must not come back; if it did, its call is done and it is ignored)."""
+    if handled >= 10:
+        return True
+    return handled > 0 and (not received or oldest >= VISIBILITY_TIMEOUT / 3)
 
 
 def window_for(max_workers: int) -> int:
@@ -406,6 +416,11 @@ class WarmPool:
     # -- the pool's thread -------------------------------------------------------------------
     def _run(self) -> None:
         next_watch = time.monotonic() + WATCH_EVERY
+        # completions settled but not deleted yet (completions_to_delete): ten in a request,
+        # not one a request in the moment each future is settled and its caller wakes; one
+        # left undeleted would come back after the visibility timeout and be ignored
+        handled: List[str] = []
+        first_handled = 0.0
         while not self._closed.is_set():
             if self._session_ref() is None and not self.unfinished():
                 logger.debug("batchfutures: warm pool %s: its executor is gone; closing",
@@ -419,10 +434,15 @@ class WarmPool:
                 messages = answer.get("Messages", [])
                 for message in messages:
                     self._complete(message["Body"])
-                if messages:
-                    self.sqs.delete_message_batch(QueueUrl=self.completions, Entries=[
-                        {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
-                        for i, m in enumerate(messages)])
+                if messages and not handled:
+                    first_handled = time.monotonic()
+                handled.extend(m["ReceiptHandle"] for m in messages)
+                while completions_to_delete(len(handled), bool(messages),
+                                            time.monotonic() - first_handled):
+                    self._delete_completions(handled[:10])
+                    del handled[:10]
+                    first_handled = time.monotonic()
+                if messages and self._pending:
                     self._pump()
                 if time.monotonic() >= next_watch and self.workers:
                     self._watch()
@@ -432,6 +452,10 @@ class WarmPool:
                     return
                 logger.warning("batchfutures: warm pool %s: %s", self.pool_name, error)
                 time.sleep(0.5)
+
+    def _delete_completions(self, handles: List[str]) -> None:
+        self.sqs.delete_message_batch(QueueUrl=self.completions, Entries=[
+            {"Id": str(i), "ReceiptHandle": handle} for i, handle in enumerate(handles)])
 
     def _complete(self, body: str) -> None:
         try:

@@ -15,7 +15,7 @@ from batchfutures.errors import (
 )
 from batchfutures.settings import JobSettings
 from batchfutures.signing import Signer
-from batchfutures.warmpool import workers_to_start
+from batchfutures.warmpool import VISIBILITY_TIMEOUT, completions_to_delete, workers_to_start
 from batchfutures.warmwire import (
     decode_call,
     decode_completion,
@@ -176,3 +176,15 @@ def test_sends_are_batched_within_sqss_limits(sizes, parts):
     from batchfutures.warmpool import batches_by_size
 
     assert batches_by_size(sizes) == parts
+
+
+@pytest.mark.parametrize("handled, received, oldest, delete", [
+    (0, False, 0.0, False),  # nothing to delete
+    (3, True, 0.01, False),  # more may come: wait for ten
+    (10, True, 0.0, True),  # a full DeleteMessageBatch
+    (3, False, 0.0, True),  # the long poll came back empty: idle
+    (1, True, VISIBILITY_TIMEOUT / 3, True),  # before it could come back
+])
+def test_settled_completions_are_deleted_ten_at_a_time_or_when_idle(handled, received,
+                                                                      oldest, delete):
+    assert completions_to_delete(handled, received, oldest) is delete
