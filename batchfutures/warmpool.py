@@ -31,7 +31,8 @@ Data flow (one pool per distinct JobSettings of a Session, as with_settings view
       ReceiveMessage(10, long poll) <────────┘
       seal checked (unseal "result" under results/<n>; or GET it when not inline)
       settle the call's future(s) (jobs.decode_result), echo its output, keep it for log()
-      DeleteMessageBatch; refill the window (_pump)
+      DeleteMessageBatch ten at a time, or once idle (completions_to_delete); refill the
+        window (_pump)
       every WATCH_EVERY s with workers: DescribeJobs(worker ids) (<= 100 a request): a worker
         that ended is forgotten and replaced while calls wait; never a Batch request per call
     shutdown/exit: DeleteQueue(work) (idle workers exit at their next receive), TerminateJob of

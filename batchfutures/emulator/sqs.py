@@ -27,7 +27,7 @@ rename, which one process wins:
                             mtime to now + VisibilityTimeout, rename it to inflight/<...>.<n+1>.
                             <nonce> (losing the rename race to another receiver: skip it).
                             WaitTimeSeconds: block on the receiver's doorbell (bells/),
-                            looking at the folder again at least every 20 ms (a message made
+                            looking at the folder again at least every 0.1 s (a message made
                             visible by its delay or its visibility timeout rings no bell);
                             where no FIFO can be made, look again 1 ms apart at first, then up
                             to 20 ms (wait_steps: no inotify in the standard library)
@@ -77,7 +77,8 @@ DEFAULT_ATTRIBUTES = {"VisibilityTimeout": "30", "ReceiveMessageWaitTimeSeconds"
                       "MaximumMessageSize": str(MAX_BODY)}
 FIRST_POLL = 0.001  # long polling looks again this soon, then backs off to MAX_POLL
 MAX_POLL = 0.02
-BELL_POLL = 0.02  # a receiver blocked on its doorbell still looks at the folder this often
+BELL_POLL = 0.1  # a receiver blocked on its doorbell still looks at the folder this often
+# (for what rings no bell: a delay or a visibility timeout ending; an idle worker: 10 looks a s)
 
 
 def _now_ns() -> int:
