@@ -209,6 +209,7 @@ class LocalSQS:
             raise client_error("The specified queue does not exist.", QUEUE_GONE, 400,
                                "DeleteQueue") from None
         _ring_once(aside)  # its waiting receivers wake and find it gone
+        self._forget(path)
         shutil.rmtree(aside, ignore_errors=True)
         return {}
 
@@ -364,7 +365,20 @@ class LocalSQS:
                 bell.close()  # the queue was deleted (and perhaps made again) meanwhile
         return _Bell.open(path)
 
+    def _forget(self, path: Path) -> None:
+        """Close this client's bells and write ends of the queue at ``path`` (deleted)."""
+        with self._bells_lock:
+            bells = self._bells.pop(path, [])
+            ringers = self._ringers.pop(path, {})
+        for bell in bells:
+            bell.close()
+        for fd in ringers.values():
+            os.close(fd)
+
     def _give_bell(self, path: Path, bell: "_Bell") -> None:
+        if not bell.registered():  # its queue was deleted meanwhile
+            bell.close()
+            return
         with self._bells_lock:
             self._bells.setdefault(path, []).append(bell)
 

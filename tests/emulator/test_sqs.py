@@ -183,6 +183,18 @@ def test_a_deleted_queue_wakes_its_long_polls_with_queue_does_not_exist(sqs, que
     assert [m["Body"] for m in answers[0]["Messages"]] == ["new"]
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts open descriptors")
+def test_deleting_a_queue_closes_this_clients_bells_and_their_write_ends(sqs, queue):
+    before = len(os.listdir("/proc/self/fd"))
+    thread, answers = _long_poll_in_thread(sqs, queue)  # a bell of this client's
+    sqs.send_message(QueueUrl=queue, MessageBody="x")  # and a write end of it
+    thread.join()
+    assert [m["Body"] for m in answers[0]["Messages"]] == ["x"]
+    assert len(os.listdir("/proc/self/fd")) == before + 3  # the bell's two ends, the ringer's
+    sqs.delete_queue(QueueUrl=queue)
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
 def test_a_bell_whose_receiver_died_is_removed_by_the_next_send(sqs, queue):
     bells = sqs.folder / "q-1" / "bells"
     os.mkfifo(bells / ("0" * 32), 0o600)  # as a receiver killed while it waited leaves it
