@@ -481,8 +481,7 @@ class Storage:
             return None
         handle, size = opened
         with handle:
-            first = min(start or 0, size)
-            last = size if end is None else min(end, size)
+            first, last = _byte_range(start, end, size)
             if end is None and last - first > self.max_object_size:  # a range is the caller's
                 raise ObjectTooLargeError(url, last - first, self.max_object_size)
             handle.seek(first)
@@ -525,8 +524,7 @@ class Storage:
                 return None
             handle, size = opened
             with handle:
-                first = min(start or 0, size)
-                last = size if end is None else min(end, size)
+                first, last = _byte_range(start, end, size)
                 sink = make()
                 sink.begin(max(0, last - first))  # before a byte of it is read
                 handle.seek(first)
@@ -1020,6 +1018,12 @@ def _epoch(value: Any) -> Optional[float]:
     if hasattr(value, "timestamp"):
         return float(value.timestamp())
     return float(value)
+
+
+def _byte_range(start: Optional[int], end: Optional[int], size: int) -> Tuple[int, int]:
+    """[first, last) of bytes [start, end) of an object of ``size`` bytes, as a range GET on S3
+    reads it: a range past the end reads what is there."""
+    return min(start or 0, size), size if end is None else min(end, size)
 
 
 def _local_atomic_write(path: str, data: bytes, exclusive: bool) -> bool:
