@@ -148,11 +148,9 @@ def test_a_call_out_of_memory_fails_alone_and_the_worker_goes_on(env):
 
 def test_a_call_past_its_timeout_fails_alone(env):
     with BatchExecutor(env, keepalive=30, max_workers=1, timeout=1) as ex:
-        started = time.monotonic()
         slow = ex.submit(sleeps, 30)
-        with pytest.raises(JobTimeoutError):
+        with pytest.raises(JobTimeoutError):  # stopped: a 30 s sleep left alone would return
             slow.result(timeout=60)
-        assert time.monotonic() - started < 20
         assert ex.submit(sleeps, 0).result(timeout=60) == 0
 
 
@@ -196,14 +194,12 @@ def test_terminate_workers_fails_the_running_calls_at_once(env):
     deadline = time.monotonic() + 30
     while not marker.exists() and time.monotonic() < deadline:  # the call has started
         time.sleep(0.02)
-    started = time.monotonic()
     ex.terminate_workers()
     with pytest.raises(JobAbortedError):
         running.result(timeout=10)
     pool = next(iter(ex._session.warm_pools.values()))
     statuses = finished_workers(env, pool.workers, timeout=30)
     assert all(s in ("SUCCEEDED", "FAILED") for s in statuses.values())
-    assert time.monotonic() - started < 30
 
 
 def test_a_killed_clients_workers_exit(tmp_path):
@@ -314,12 +310,11 @@ def test_interpreter_exit_waits_for_the_calls_then_stops_the_workers(tmp_path):
         futures = [ex.submit(late, i) for i in range(3)]
         # no shutdown: the interpreter's exit waits for them, as ProcessPoolExecutor's does
     """))
-    started = time.monotonic()
+    # timeout=60, under keepalive's 120 s: the exit stops the workers, it does not wait them out
     finished = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                               timeout=60)
     assert finished.returncode == 0, finished.stderr
     assert sorted(finished.stdout.split("\n")[:-1]) == ["done 0", "done 1", "done 2"]
-    assert time.monotonic() - started < 30  # not keepalive's 120 s
 
 
 def crashes_once(marker):

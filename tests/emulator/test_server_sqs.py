@@ -84,7 +84,8 @@ def test_a_stock_boto3_client_runs_a_queue_through_its_life(server):
                                  MessageSystemAttributeNames=["ApproximateReceiveCount"])
     sender.join()
     (message,) = answer["Messages"]
-    assert message["Body"] == "call 1" and 0.3 <= time.monotonic() - started < 5
+    assert message["Body"] == "call 1"
+    assert time.monotonic() - started >= 0.3  # the poll waited for the send
     assert message["Attributes"] == {"ApproximateReceiveCount": "1"}
 
     # in flight: hidden until its visibility is changed to 0, then received again
@@ -150,6 +151,7 @@ def test_a_long_poll_outlasts_the_request_deadline(server):
     url = sqs.create_queue(QueueName="quiet")["QueueUrl"]
     started = time.monotonic()
     assert "Messages" not in sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2)
+    # an empty answer, not a closed connection, after the whole wait: the deadline never cut it
     assert time.monotonic() - started >= 2 > server.request_deadline
 
 
