@@ -20,12 +20,12 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import pytest
 from botocore.exceptions import ClientError
+from test_session_threads import wait_until
 
 from batchfutures import BatchExecutor, JobAbortedError, LocalEnvironment, serialization
 from batchfutures.batchapi import Stop, StopFailed, stop_jobs
@@ -215,15 +215,6 @@ def make_env(tmp_path: Path) -> Iterator[Callable[..., RecordedEnvironment]]:
     for env in made:
         env.recording.passing.set()
         env.emulator.close()
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def gated_array(executor: BatchExecutor, size: int) -> Tuple[List[Any], str]:

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 import s3server
+from test_seals import Feeds  # the bytes the verifying reader was given
 
 from batchfutures import cache as cache_module
-from batchfutures import storage as storage_module
 from batchfutures.cache import CACHE_FOLDER, INDEX_KIND, CallCache, _index_payload
 from batchfutures.errors import IntegrityError
 from batchfutures.signing import Signer
@@ -26,17 +26,6 @@ FUNCTION = "f" * 64
 DIGEST = "d" * 64
 
 
-class Feeds:
-    """Bytes of stored bodies the verifying reader was given (0: no body was read)."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.fed = 0
-        real = storage_module._Verifying.feed
-
-        def feed(sink: Any, chunk: bytes) -> None:
-            self.fed += len(chunk)
-            real(sink, chunk)
-        monkeypatch.setattr(storage_module._Verifying, "feed", feed)
 
 
 @pytest.fixture

@@ -314,17 +314,15 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     try:
         batchapi.call(env.batch.terminate_job, jobId=args.job, reason=reason)
     except Exception as error:
-        from botocore.exceptions import ClientError
-
         from ..childstops import parent_of, refused_alone
 
-        details = error.response.get("Error", {}) if isinstance(error, ClientError) else {}
-        if not refused_alone(args.job, details.get("Code", ""), details.get("Message", "")):
+        why = batchapi.StopFailed.of(error)
+        if not refused_alone(args.job, why.code, why.message):
             raise
         # an array child is not a taggable resource: the stack's client policy may stop only
         # the whole job (docs/aws.md, "IAM, role by role")
         raise CLIError(f"{args.job}: you may not stop one child of an array alone here "
-                       f"({details.get('Code')}); stop the whole job with `batchfutures cancel "
+                       f"({why.code}); stop the whole job with `batchfutures cancel "
                        f"{parent_of(args.job)}`", ExitCode.FAILED) from error
     out(f"{args.job}: termination requested (it was {info.status})")
     return ExitCode.OK
