@@ -7,10 +7,10 @@
                               10,000 calls (add returns True), result()/log() of one of its
                               futures (holding()), shutdown or interpreter exit (all())
                                                                v
-                                                  take(key) -> Batch, or None
+                                                  take(key) -> CallBuffer, or None
 
-A buffer holds its calls' pickles (one per function and batch) and is dropped when taken, so
-nothing keeps a callable or its arguments alive once its calls were sent; a later batch pickles
+A buffer holds its calls' pickles (one per function and buffer) and is dropped when taken, so
+nothing keeps a callable or its arguments alive once its calls were sent; a later buffer pickles
 a function again and so sees its globals as they are then, as ProcessPoolExecutor does.
 """
 
@@ -27,13 +27,14 @@ from .settings import JobSettings
 QUIET = 0.05  # a buffer is due once no call was added for this long...
 MAX_AGE = 0.5  # ...or once its oldest call waited this long
 Call = Tuple[Any, Callable, tuple, dict]  # (future, fn, args, kwargs)
-# calls share a batch when their settings and the jobs they depend on (dependsOn) are equal
+# calls share a buffer when their settings and the jobs they depend on (dependsOn) are equal
 Key = Tuple[JobSettings, Tuple[str, ...]]
 
 
 @dataclass
-class Batch:
-    """Calls with the same settings, to be sent together as one array job."""
+class CallBuffer:
+    """Calls with the same settings and dependencies, buffered to be sent together as one
+    array job (a buffer of calls, not an AWS Batch object)."""
 
     calls: List[Call] = field(default_factory=list)
     pickles: Dict[int, Tuple[Callable, bytes]] = field(default_factory=dict)  # id(fn) -> fn, pickle
@@ -50,64 +51,64 @@ class Coalescer:
     def __init__(self, max_calls: int) -> None:
         self._max_calls = max_calls
         self._lock = threading.Lock()
-        self._batches: Dict[Key, Batch] = {}
+        self._buffers: Dict[Key, CallBuffer] = {}
 
     def known_pickle(self, key: Key, fn: Callable) -> Optional[bytes]:
-        """The pickle of ``fn`` made for the open batch of ``key``, if any."""
+        """The pickle of ``fn`` made for the open buffer of ``key``, if any."""
         with self._lock:
-            batch = self._batches.get(key)
-            known = batch.pickles.get(id(fn)) if batch is not None else None
+            buffer = self._buffers.get(key)
+            known = buffer.pickles.get(id(fn)) if buffer is not None else None
         return known[1] if known is not None and known[0] is fn else None
 
     def add(self, key: Key, call: Call, pickled: bytes) -> bool:
-        """Buffer a call; True when its batch is full and must be taken now."""
+        """Buffer a call; True when its buffer is full and must be taken now."""
         now = time.monotonic()
         with self._lock:
-            batch = self._batches.get(key)
-            if batch is None:
-                batch = self._batches[key] = Batch(first_at=now)
-            batch.pickles.setdefault(id(call[1]), (call[1], pickled))
-            batch.calls.append(call)
-            batch.last_at = now
-            return len(batch.calls) >= self._max_calls
+            buffer = self._buffers.get(key)
+            if buffer is None:
+                buffer = self._buffers[key] = CallBuffer(first_at=now)
+            buffer.pickles.setdefault(id(call[1]), (call[1], pickled))
+            buffer.calls.append(call)
+            buffer.last_at = now
+            return len(buffer.calls) >= self._max_calls
 
-    def take(self, key: Key) -> Optional[Batch]:
+    def take(self, key: Key) -> Optional[CallBuffer]:
         with self._lock:
-            return self._batches.pop(key, None)
+            return self._buffers.pop(key, None)
 
     def due(self) -> List[Key]:
         now = time.monotonic()
         with self._lock:
-            return [key for key, batch in self._batches.items() if now >= batch.due_at()]
+            return [key for key, buffer in self._buffers.items() if now >= buffer.due_at()]
 
     def all(self) -> List[Key]:
         with self._lock:
-            return list(self._batches)
+            return list(self._buffers)
 
     def holding(self, future: Any) -> Optional[Key]:
-        """The key whose open batch holds ``future`` (its caller is waiting for it)."""
+        """The key whose open buffer holds ``future`` (its caller is waiting for it)."""
         with self._lock:
-            return next((key for key, batch in self._batches.items()
-                         if any(call[0] is future for call in batch.calls)), None)
+            return next((key for key, buffer in self._buffers.items()
+                         if any(call[0] is future for call in buffer.calls)), None)
 
     def next_delay(self) -> float:
-        """Seconds until the next batch is due (inf when none is open)."""
+        """Seconds until the next buffer is due (inf when none is open)."""
         with self._lock:
-            if not self._batches:
+            if not self._buffers:
                 return math.inf
-            return min(batch.due_at() for batch in self._batches.values()) - time.monotonic()
+            return min(buffer.due_at() for buffer in self._buffers.values()) - time.monotonic()
 
     def futures(self) -> List[Any]:
         with self._lock:
-            return [call[0] for batch in self._batches.values() for call in batch.calls]
+            return [call[0] for buffer in self._buffers.values() for call in buffer.calls]
 
     def pending(self) -> bool:
         with self._lock:
-            return any(batch.calls for batch in self._batches.values())
+            return any(buffer.calls for buffer in self._buffers.values())
 
     def clear(self) -> List[Any]:
-        """Drop every open batch; their futures (for the caller to cancel)."""
+        """Drop every open buffer; their futures (for the caller to cancel)."""
         with self._lock:
-            futures = [call[0] for batch in self._batches.values() for call in batch.calls]
-            self._batches.clear()
+            futures = [call[0] for buffer in self._buffers.values() for call in buffer.calls]
+            self._buffers.clear()
         return futures
