@@ -167,13 +167,24 @@ def local_queue_folder(workdir: Any, environ: Optional[Mapping[str, str]] = None
     return Path(workdir) / "emulator" / "sqs"
 
 
+QUEUE_NAME_MAX = 80  # SQS: at most 80 characters of [A-Za-z0-9_-] (a .fifo suffix counted)
+QUEUE_SUFFIX = len("-work")  # the longest of the two suffixes (-work, -done)
+STACK_HASH = 8  # hex digits of the stack name's hash that stand for its cut part
+
+
 def queue_base(stack: Optional[str], run_id: str, key: str) -> str:
     """The pool's queues' names without their -work/-done: ``<stack>-warm-<run>-<key>`` (what
     the stack's policies can grant, ``<stack>-warm-*``), ``batchfutures-warm-...`` with no
-    stack; at most 75 characters (SQS allows 80), the stack's part cut first."""
+    stack. A stack name too long for SQS's 80 characters is cut and ends with a hash of the
+    whole name instead (``<first characters>-<8 hex>``): the same stack always gets the same
+    names (cleanup finds them by that prefix), two long stacks that begin alike do not."""
     tail = f"-warm-{run_id}-{key}"
     head = stack or "batchfutures"
-    return head[:max(1, 75 - len(tail))] + tail
+    room = max(STACK_HASH + 2, QUEUE_NAME_MAX - QUEUE_SUFFIX - len(tail))
+    if len(head) > room:
+        digest = hashlib.sha256(head.encode()).hexdigest()[:STACK_HASH]
+        head = f"{head[:room - STACK_HASH - 1]}-{digest}"
+    return head + tail
 
 
 def sqs_spec_for(env: Any) -> Dict[str, Any]:

@@ -153,17 +153,49 @@ def test_the_local_queues_live_in_a_private_memory_folder(tmp_path):
     assert local_queue_folder(workdir, {}, memory_folder=str(shm)).parent == planted
 
 
+RUN = "20261206T012345-0123456789"
+LONG = "s" * 70  # CloudFormation allows 128 characters, SQS's names 80 with the suffix
+
+
+def _hash(stack: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(stack.encode()).hexdigest()[:8]
+
+
 @pytest.mark.parametrize("stack, expected", [
-    (None, "batchfutures-warm-20261206T012345-0123456789-abcd1234"),
-    ("bf", "bf-warm-20261206T012345-0123456789-abcd1234"),
-    ("s" * 70, "s" * 34 + "-warm-20261206T012345-0123456789-abcd1234"),
+    (None, f"batchfutures-warm-{RUN}-abcd1234"),
+    ("bf", f"bf-warm-{RUN}-abcd1234"),
+    ("s" * 34, "s" * 34 + f"-warm-{RUN}-abcd1234"),  # the longest kept whole
+    ("s" * 35, "s" * 25 + f"-{_hash('s' * 35)}-warm-{RUN}-abcd1234"),  # one more: cut, hashed
+    (LONG, "s" * 25 + f"-{_hash(LONG)}-warm-{RUN}-abcd1234"),
+    ("p" * 127 + "q", "p" * 25 + f"-{_hash('p' * 127 + 'q')}-warm-{RUN}-abcd1234"),
 ])
 def test_queue_names_start_with_the_stack_and_fit_sqs(stack, expected):
+    import re
+
     from batchfutures.warmpool import queue_base
 
-    base = queue_base(stack, "20261206T012345-0123456789", "abcd1234")
+    base = queue_base(stack, RUN, "abcd1234")
     assert base == expected
-    assert len(base + "-work") <= 80
+    for suffix in ("-work", "-done"):
+        assert len(base + suffix) <= 80
+        assert re.fullmatch(r"[A-Za-z0-9_-]+", base + suffix)
+    assert queue_base(stack, RUN, "abcd1234") == base  # deterministic
+
+
+@pytest.mark.parametrize("stack", [None, "bf", "s" * 34, "s" * 35, LONG, "x" * 128])
+def test_cleanup_recognises_the_queues_of_long_stack_names_by_their_prefix(stack):
+    """cleanup lists a stack's warm queues by warm_queue_prefix: every name the stack's pools
+    make starts with it, and another stack's that begin alike do not."""
+    from batchfutures.cleanup import warm_queue_prefix
+    from batchfutures.warmpool import queue_base
+
+    prefix = warm_queue_prefix(stack)
+    for run, key in ((RUN, "abcd1234"), ("20300101T000000-9999999999", "0000ffff")):
+        assert queue_base(stack, run, key).startswith(prefix)
+    other = (stack or "batchfutures") + "z"  # same beginning, another stack
+    assert not queue_base(other, RUN, "abcd1234").startswith(prefix)
 
 
 @pytest.mark.parametrize("sizes, parts", [
