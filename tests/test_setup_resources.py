@@ -392,7 +392,8 @@ esac
                               text=True, timeout=30)
         assert done.returncode == 0, done.stderr
     assert (config / "ecs.config").read_text().splitlines() == [
-        "ECS_CLUSTER=batch-cluster", "ECS_AWSVPC_BLOCK_IMDS=true"]
+        "ECS_CLUSTER=batch-cluster", "ECS_AWSVPC_BLOCK_IMDS=true",
+        "ECS_ENABLE_SPOT_INSTANCE_DRAINING=true"]
     assert rules.read_text().splitlines() == [
         "OUTPUT -d 169.254.169.254/32 -m owner ! --uid-owner 0 -j DROP"]
 
