@@ -48,6 +48,7 @@ __all__ = [
     "ConfigurationError",
     "SerializationError",
     "EnvironmentMismatchError",
+    "EnvironmentBuildError",
     "RemoteError",
     "JobMetadataExpired",
     "InitializerFailedError",
@@ -81,6 +82,11 @@ class BatchError(Exception):
 
 class ConfigurationError(BatchError, ValueError):
     """A setting, environment or job queue is invalid; raised before anything is uploaded."""
+
+
+class EnvironmentBuildError(ConfigurationError):
+    """`requirements=` could not be prepared for the job's platform (a requirement with no wheel
+    for it, a resolution or pip failure); raised at submit, before anything is uploaded."""
 
 
 class SerializationError(BatchError, pickle.PicklingError):
