@@ -36,7 +36,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set,
 
 import cloudpickle
 
-from . import serialization, signing
+from . import serialization, signing, wire
 from .errors import DryRunResult, IntegrityError
 from .futures import BatchFuture
 from .jobs import settle
@@ -230,7 +230,7 @@ class CallCache:
         """The outcome a hit's future takes (in a dry run: what would come from the cache)."""
         if self._dry_run:
             return False, DryRunResult("dry run: this call would come from the cache, not run")
-        return serialization.outcome_result(encoded)
+        return wire.outcome_result(encoded)
 
     # -- the index -----------------------------------------------------------------------------
     def _folder(self, function_digest: str) -> str:
@@ -352,7 +352,7 @@ class CallCache:
             data = self._storage.read_result(job_url, index)
             if data is None:
                 return []
-            meta, outcomes = serialization.unpack_result(data)
+            meta, outcomes = wire.unpack_result(data)
         except IntegrityError as error:
             logger.warning("batchfutures: a cached result failed its check, running the call "
                            "again: %s", error)
@@ -378,7 +378,7 @@ def _mac_root(storage: Any) -> str:
 
 def _is_ok(encoded: bytes) -> bool:
     try:
-        return serialization.outcome_kind(encoded) == serialization.OK
+        return wire.outcome_kind(encoded) == wire.OK
     except Exception:
         return False
 

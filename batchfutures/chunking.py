@@ -32,7 +32,7 @@ import time
 import weakref
 from typing import Any, Dict, Optional, Tuple
 
-from . import serialization
+from . import wire
 
 __all__ = ["AUTO", "TARGET_CHILD_SECONDS", "MAX_AUTO_CHUNKSIZE", "processes_per_child",
            "chunksize_from_timing", "sample_seconds", "AutoChunksize"]
@@ -74,7 +74,7 @@ def sample_seconds(resolved: Any) -> Optional[float]:
     if not isinstance(data, (bytes, bytearray)):
         return None
     try:
-        meta, _ = serialization.unpack_result(bytes(data))
+        meta, _ = wire.unpack_result(bytes(data))
         return float(meta["finished"]) - float(meta["started"])
     except (ValueError, KeyError, TypeError):
         return None

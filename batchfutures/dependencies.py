@@ -87,7 +87,7 @@ class Resolver:
         self._moved = {(str(a), int(b)): (str(c), int(d)) for a, b, c, d in redirects or ()}
 
     def _outcome(self, ref: FutureRef) -> bytes:
-        from . import serialization
+        from . import wire
 
         key = self._moved.get((ref.job_url, ref.child), (ref.job_url, ref.child))
         if key not in self._outcomes:
@@ -95,11 +95,11 @@ class Resolver:
             if data is None:  # failed as a container, or cancelled: it wrote no result
                 from .errors import JobFailedError
 
-                self._outcomes[key] = serialization.encode_error(JobFailedError(
+                self._outcomes[key] = wire.encode_error(JobFailedError(
                     f"{ref.job_id or 'an upstream call'} ended without a result (it failed, or "
                     f"was cancelled)", job_id=ref.job_id or None))
             else:
-                self._outcomes[key] = serialization.unpack_result(data)[1]
+                self._outcomes[key] = wire.unpack_result(data)[1]
         found = self._outcomes[key]
         if isinstance(found, bytes):
             raise UpstreamFailed(ref, found)
@@ -132,15 +132,15 @@ class Resolver:
                     pass
 
     def value(self, ref: FutureRef) -> Any:
-        from . import serialization
+        from . import wire
 
         if ref.nodes > 1:  # as the client's jobs.combine_node_results: each node's, in order
             return [self.value(FutureRef(ref.job_url, node, 0, f"{ref.job_id}#{node}"))
                     for node in range(ref.nodes)]
         outcome = self._outcome(ref)
-        if serialization.outcome_kind(outcome) != serialization.OK:
+        if wire.outcome_kind(outcome) != wire.OK:
             raise UpstreamFailed(ref, outcome)
-        ok, value = serialization.outcome_result(outcome)
+        ok, value = wire.outcome_result(outcome)
         if not ok:  # it succeeded but cannot be loaded here
             raise UpstreamFailed(ref, outcome)
         return value

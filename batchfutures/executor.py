@@ -28,7 +28,7 @@ import itertools
 import time
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Literal, Optional, Tuple, Union
 
-from . import chunking, serialization
+from . import chunking, wire
 from .batchlimits import MAX_ARRAY_SIZE
 from .cache import Follower, has_future
 from .dependencies import substitute
@@ -198,7 +198,7 @@ class _MapJob:
                 chunk = [substitute(raw[i], upstream.replace) for i in indices]
             else:
                 chunk = [tuple(substitute(v, upstream.replace) for v in raw[i]) for i in indices]
-            blobs.append(serialization.pack_arguments(
+            blobs.append(wire.pack_arguments(
                 chunk, single=self.single, first_item=first + indices[0], by_value=session.by_value))
         for child, group in enumerate(futures):
             for future in group:
@@ -428,7 +428,7 @@ class BatchExecutor(concurrent.futures.Executor):
         # One iterable: each item is the call's only argument ("arg" encoding, no tuple each).
         single = len(iterables) == 1
         items = iter(iterables[0]) if single else zip(*iterables)
-        encoding = serialization.ARG if single else serialization.ARGS
+        encoding = wire.ARG if single else wire.ARGS
         name = job_name_for(fn)
         session = self._session
         settings = self._settings
@@ -478,7 +478,7 @@ class BatchExecutor(concurrent.futures.Executor):
                         chunk = [tuple(substitute(v, upstream.replace) for v in values)
                                  for values in chunk]
                     # a failure names the map's item: "item k" counts from the map's first item
-                    blobs.append(serialization.pack_arguments(
+                    blobs.append(wire.pack_arguments(
                         chunk, single=single, first_item=position, by_value=session.by_value))
                     counts.append(len(chunk))
                     position += len(chunk)

@@ -36,7 +36,7 @@ from typing import (
     Union,
 )
 
-from . import reruns, serialization, signing
+from . import reruns, signing, wire
 from .errors import BatchError, IntegrityError, RemoteError, add_note
 from .futures import BatchFuture
 from .statuses import JobStatus
@@ -159,7 +159,7 @@ def decode_result(data: Union[bytes, IntegrityError], count: int) -> List[Tuple[
     if isinstance(data, BaseException):  # storage refused the object (IntegrityError)
         return [(False, data)] * count
     try:
-        meta, outcomes = serialization.unpack_result(data)
+        meta, outcomes = wire.unpack_result(data)
     except BaseException as error:  # truncated or foreign: every item of the child fails
         failure = RemoteError(f"the result object could not be read: {error}")
         return [(False, failure)] * count
@@ -170,7 +170,7 @@ def decode_result(data: Union[bytes, IntegrityError], count: int) -> List[Tuple[
     decoded: List[Tuple[bool, Any]] = []
     for outcome in outcomes[:count]:
         try:
-            decoded.append(serialization.outcome_result(outcome))
+            decoded.append(wire.outcome_result(outcome))
         except BaseException as error:  # outcome_result catches Exception; this is the rest
             decoded.append((False, error))
     if len(decoded) < count:  # a truncated result never passes for a complete one
@@ -586,21 +586,21 @@ class TrackedJob:
         # echo_output: each call's output is written just before its future resolves (here,
         # on the poller thread, for map's per-child futures too: as a ProcessPoolExecutor's
         # workers print whether or not their results are read); only the output section is read
-        printed = serialization.result_output(data) if self.echo_output else {}
+        printed = wire.result_output(data) if self.echo_output else {}
         if self.item_counts is not None:
             if printed and not self.children[index][0].done():
                 for position in sorted(printed):
-                    serialization.echo_output(printed[position])
+                    wire.echo_output(printed[position])
             settle(self.children[index][0], True, functools.partial(decode_result, data, count))
         else:
             # future.usage: each item's entry from the meta, recorded before its
             # future resolves (a done callback sees it), not for a future already done (its
             # outcome is not this result's); None for objects whose meta has no usage
-            entries = serialization.result_usage(data) or ()
+            entries = wire.result_usage(data) or ()
             for position, (future, (ok, value)) in enumerate(
                     zip(self.children[index], decode_result(data, count))):
                 if position in printed and not future.done():
-                    serialization.echo_output(printed[position])
+                    wire.echo_output(printed[position])
                 if position < len(entries) and not future.done():
                     self.usage.record(index, position, entries[position])
                 settle(future, ok, value)
@@ -609,8 +609,8 @@ class TrackedJob:
         self._show(index, Shown(JobStatus.SUCCEEDED))
         if self.echo_output and not all(f.done() for f in self.children[index]):
             for data in node_data:  # what the call printed on each node, in node order
-                for _, printed in sorted(serialization.result_output(data).items()):
-                    serialization.echo_output(printed)
+                for _, printed in sorted(wire.result_output(data).items()):
+                    wire.echo_output(printed)
         ok, value = combine_node_results(node_data, self.job_id)
         used = node_usage(node_data)
         for position, future in enumerate(self.children[index]):
@@ -647,7 +647,7 @@ def node_usage(node_data: Sequence[StoredResult]) -> Optional[List[Any]]:
     node's peak; None when no node's was measured."""
     entries = []
     for data in node_data:
-        used = serialization.result_usage(data) if isinstance(data, bytes) else None
+        used = wire.result_usage(data) if isinstance(data, bytes) else None
         if used and isinstance(used[0], list) and len(used[0]) == 3:
             entries.append(used[0])
     if not entries:

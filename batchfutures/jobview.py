@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from botocore.exceptions import ClientError
 
-from . import batchapi, jobdetail, serialization
+from . import batchapi, jobdetail, wire
 from . import logs as logreader
 from .errors import JobMetadataExpired
 from .logs import log_group_of
@@ -350,7 +350,7 @@ def failed_calls(storage: Any, info: JobInfo, *, limit: int = MAX_RESULTS_READ) 
         if data is None:
             continue
         try:
-            meta, outcomes = serialization.unpack_result(data)
+            meta, outcomes = wire.unpack_result(data)
         except ValueError as error:
             report.failed.append(FailedCall(child * chunksize, child, "RemoteError",
                                             f"the result object could not be read: {error}"))
@@ -360,9 +360,9 @@ def failed_calls(storage: Any, info: JobInfo, *, limit: int = MAX_RESULTS_READ) 
             report.usage.add_raw(used[:len(outcomes)])
         for position, outcome in enumerate(outcomes):
             report.calls_read += 1
-            if serialization.outcome_kind(outcome) == serialization.OK:
+            if wire.outcome_kind(outcome) == wire.OK:
                 continue
-            _, raised = serialization.outcome_result(outcome)
+            _, raised = wire.outcome_result(outcome)
             report.failed.append(FailedCall(child * chunksize + position, child,
                                             type(raised).__name__, str(raised)))
     return report

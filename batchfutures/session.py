@@ -28,7 +28,7 @@ import uuid
 import weakref
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-from . import batchapi, logs, serialization
+from . import batchapi, logs, serialization, wire
 from .batchlimits import MAX_ARRAY_SIZE
 from .cache import CallCache, has_future
 from .coalescer import Coalescer
@@ -313,8 +313,8 @@ class Session:
         self._check_open()
         if self._warm(settings) and not any(has_future(v) for v in (*args, *kwargs.values())):
             future = BatchFuture(self)
-            blob = serialization.pack_items([(0, args, kwargs)], by_value=self.by_value)
-            self.warm_pool(settings).add(self.pickle_function(fn), serialization.CALLS, [blob],
+            blob = wire.pack_items([(0, args, kwargs)], by_value=self.by_value)
+            self.warm_pool(settings).add(self.pickle_function(fn), wire.CALLS, [blob],
                                          [1], [[future]])
             return future
         upstream = Upstream(self)
@@ -332,7 +332,7 @@ class Session:
         # SerializationError now, before anything is uploaded
         pickled = self.coalescer.known_pickle(key, fn) or \
             self.pickle_function(fn)
-        serialization.pack_items([(0, args, kwargs)], by_value=self.by_value)
+        wire.pack_items([(0, args, kwargs)], by_value=self.by_value)
         if cacheable and self._follow_or_register(settings, pickled, args, kwargs, future):
             return future
         upstream.remember(future)
@@ -385,7 +385,7 @@ class Session:
                           future: BatchFuture, upstream: Upstream) -> None:
         """One Batch multi-node job for this call alone: one child, run on every node."""
         pickled = self.pickle_function(fn)  # SerializationError now
-        blob = serialization.pack_items([(0, args, kwargs)], by_value=self.by_value)
+        blob = wire.pack_items([(0, args, kwargs)], by_value=self.by_value)
         upstream.cancel_with_upstream([future])
         self.submit_job(PendingJob(settings, [pickled], [blob], [1], [[future]], chunksize=1,
                                    name=job_name_for(fn),
@@ -477,7 +477,7 @@ class Session:
             if id(fn) not in index_of:
                 index_of[id(fn)] = len(function_pickles)
                 function_pickles.append(pickles[id(fn)][1])
-            blobs.append(serialization.pack_items([(index_of[id(fn)], args, kwargs)],
+            blobs.append(wire.pack_items([(index_of[id(fn)], args, kwargs)],
                                                   by_value=self.by_value))
             futures.append([future])
         name = job_name_for(calls[0][1])

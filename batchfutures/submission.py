@@ -37,7 +37,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
-from . import batchapi, reruns, serialization
+from . import batchapi, reruns, serialization, wire
 from ._version import __version__
 from .batchlimits import MAX_ARRAY_SIZE, MAX_SUBMIT_PAYLOAD
 from .errors import (
@@ -224,7 +224,7 @@ class PendingJob:
     futures: List[List[Any]]  # per child: one future per item, or with ``per_child`` one
     chunksize: int
     name: str
-    encoding: str = serialization.CALLS
+    encoding: str = wire.CALLS
     per_child: bool = False
     depends_on: List[Dict[str, str]] = field(default_factory=list)  # SubmitJob's dependsOn
     # retry_on_oom's resubmissions (Submitter.resubmit, never paced): per child, where its items
@@ -307,7 +307,7 @@ class Submitter:
     # -- pacing ----------------------------------------------------------------------------
     def submit(self, job: PendingJob) -> None:
         """Submit now, or with ``max_workers`` queue it and submit what may start now."""
-        if job.settings.nodes > 1 and (len(job.blobs) != 1 or job.encoding != serialization.CALLS):
+        if job.settings.nodes > 1 and (len(job.blobs) != 1 or job.encoding != wire.CALLS):
             raise ConfigurationError(f"nodes={job.settings.nodes} runs one call on every node of "
                                      f"one multi-node job: use submit(), not map()")
         if self.max_workers is None:

@@ -77,7 +77,7 @@ import uuid
 import weakref
 from typing import Any, Deque, Dict, List, Mapping, Optional
 
-from . import batchapi, serialization, sqsapi, warmwire
+from . import batchapi, serialization, sqsapi, warmwire, wire
 from .errors import ConfigurationError, JobAbortedError, classify_failure
 from .futures import BatchFuture
 from .jobs import decode_result, settle
@@ -502,14 +502,14 @@ class WarmPool:
             for future in call.futures:
                 settle(future, False, failure)
             return
-        call.output = serialization.result_output(data)
-        call.usage = list(serialization.result_usage(data) or [])
+        call.output = wire.result_output(data)
+        call.usage = list(wire.result_usage(data) or [])
         decoded = decode_result(data, call.items)
         call._status = JobStatus.SUCCEEDED.value if all(ok for ok, _ in decoded) \
             else JobStatus.FAILED.value
         if self.echo_output:
             for position in sorted(call.output):
-                serialization.echo_output(call.output[position])
+                wire.echo_output(call.output[position])
         if call.per_child:
             settle(call.futures[0], True, functools.partial(_same, decoded))
             return

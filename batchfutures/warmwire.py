@@ -4,7 +4,7 @@
                   visibility timeout, per-call timeout, attempts, the initargs' URL, the stamp
     call          a work queue message: base64 of a sealed ("warm-call", named
                   <pool>/calls/<n>) CALL: JSON head {n, fn, enc, items} + the items' blob
-                  (serialization.pack_items/pack_arguments); a CALL over INLINE_LIMIT is
+                  (wire.pack_items/pack_arguments); a CALL over INLINE_LIMIT is
                   stored at <pool_url>/calls/<n> (sealed the same) and the message is that
                   sealed pointer {n, url} instead
     completion    a completions queue message: JSON {n, worker, result}: ``result`` the

@@ -27,7 +27,7 @@ import pytest
 from botocore.exceptions import ClientError
 from test_session_threads import wait_until
 
-from batchfutures import BatchExecutor, JobAbortedError, LocalEnvironment, serialization
+from batchfutures import BatchExecutor, JobAbortedError, LocalEnvironment, wire
 from batchfutures.batchapi import Stop, StopFailed, stop_jobs
 from batchfutures.childstops import refused_alone, stop_calls
 from batchfutures.emulator.faults import FaultProfile
@@ -128,7 +128,7 @@ def test_a_result_arriving_after_the_future_was_stopped_changes_nothing(how, per
     if dropped:
         job.drop_settled((0,))
         assert 0 not in job.open_children
-    results = {i: serialization.pack_result([serialization.encode_ok(10 + i)], {})
+    results = {i: wire.pack_result([wire.encode_ok(10 + i)], {})
                for i in range(2)}
     # the reader's arrival (skips children no longer open), then a step that settles anyway
     _apply(job, arrived(results, array=True, open_=job.open_children))

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from batchfutures import BatchExecutor, chunking, serialization
+from batchfutures import BatchExecutor, chunking, wire
 from batchfutures.worker import pool
 
 
@@ -31,10 +31,10 @@ def test_chunksize_from_timing(processes, items, seconds, expected):
 
 
 def test_sample_seconds_reads_the_run_time_from_the_result_metadata():
-    data = serialization.pack_result([serialization.encode_ok(1)], {"started": 10.0, "finished": 12.5})
+    data = wire.pack_result([wire.encode_ok(1)], {"started": 10.0, "finished": 12.5})
     assert chunking.sample_seconds(functools.partial(print, data, 1)) == 2.5
     assert chunking.sample_seconds(functools.partial(print, b"not a result", 1)) is None
-    assert chunking.sample_seconds(functools.partial(print, serialization.pack_result([], {}), 1)) is None
+    assert chunking.sample_seconds(functools.partial(print, wire.pack_result([], {}), 1)) is None
     assert chunking.sample_seconds([1, 2]) is None
 
 

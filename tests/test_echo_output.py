@@ -15,7 +15,7 @@ import textwrap
 
 import pytest
 
-from batchfutures import serialization
+from batchfutures import wire
 from batchfutures.worker import calls, pool
 
 slow = pytest.mark.slow
@@ -186,31 +186,31 @@ def test_the_inner_pools_items_and_initializer_output_reach_the_client(tmp_path)
 
 # -- the result object's output section ---------------------------------------------------------
 def test_the_output_section_travels_apart_from_the_outcomes():
-    outcomes = [serialization.encode_ok(x) for x in range(3)]
+    outcomes = [wire.encode_ok(x) for x in range(3)]
     printed = {1: ["one\n", "", 0, 0], 2: ["", "two é \udcff\n", 0, 5]}
-    data = serialization.pack_result(outcomes, {"index": 0}, printed)
-    meta, back = serialization.unpack_result(data)
+    data = wire.pack_result(outcomes, {"index": 0}, printed)
+    meta, back = wire.unpack_result(data)
     assert back == outcomes and meta["index"] == 0 and meta["output"] > 0
-    assert serialization.result_output(data) == printed
+    assert wire.result_output(data) == printed
     # written before issue 18 (no output section), or by a worker that kept none: no output
-    for old in (serialization.pack_result(outcomes, {"index": 0}),
-                serialization.pack_result(outcomes, {"index": 0}, {})):
-        assert serialization.unpack_result(old)[1] == outcomes
-        assert serialization.result_output(old) == {}
+    for old in (wire.pack_result(outcomes, {"index": 0}),
+                wire.pack_result(outcomes, {"index": 0}, {})):
+        assert wire.unpack_result(old)[1] == outcomes
+        assert wire.result_output(old) == {}
     # nothing readable: no output (decoding the outcomes reports what is wrong)
-    assert serialization.result_output(b"garbage") == {}
-    assert isinstance(serialization.result_output(data[:-3]), dict)  # never raises
+    assert wire.result_output(b"garbage") == {}
+    assert isinstance(wire.result_output(data[:-3]), dict)  # never raises
     with pytest.raises(ValueError):
-        serialization.unpack_result(data[:-3])
+        wire.unpack_result(data[:-3])
 
 
 def test_echo_writes_each_stream_with_the_cut_said(monkeypatch):
     out, err = io.StringIO(), io.StringIO()
     monkeypatch.setattr(sys, "stdout", out)
     monkeypatch.setattr(sys, "stderr", err)
-    serialization.echo_output(["kept end\n", "warning\n", 12, 0])
+    wire.echo_output(["kept end\n", "warning\n", 12, 0])
     assert out.getvalue() == ("[batchfutures: the first 12 characters this call wrote to stdout "
                               "were cut; future.log() has them]\nkept end\n")
     assert err.getvalue() == "warning\n"
-    serialization.echo_output(None)
+    wire.echo_output(None)
     assert out.getvalue().count("kept end") == 1

@@ -65,7 +65,7 @@ from typing import Any, Dict, Iterator, List, Tuple
 import pytest
 import test_setup_resources as setup
 
-from batchfutures import serialization
+from batchfutures import serialization, wire
 from batchfutures.storage import Storage
 
 pytestmark = pytest.mark.filterwarnings(
@@ -445,7 +445,7 @@ def test_the_worker_runs_a_job_under_the_job_role_policy(stack, enforced, as_use
     header = {"functions": [function_url], "items": 2, "chunksize": 2, "run_id": run_id,
               "job_key": job_key, **serialization.payload_stamp()}
     job_url = client.job_url(run_id, job_key)
-    client.write_inputs(job_url, header, [serialization.pack_items([(0, (7, 2), {}),
+    client.write_inputs(job_url, header, [wire.pack_items([(0, (7, 2), {}),
                                                                      (0, (8, 2), {})])])
     client.write_job_pointer("job-1", job_url)
 
@@ -461,8 +461,8 @@ def test_the_worker_runs_a_job_under_the_job_role_policy(stack, enforced, as_use
 
     # the client reads it back, and lists the results and the runs
     assert client.list_results(job_url) == {0}
-    _, outcomes = serialization.unpack_result(client.read_result(job_url, 0))
-    assert [serialization.outcome_result(o) for o in outcomes] == [(True, 49), (True, 64)]
+    _, outcomes = wire.unpack_result(client.read_result(job_url, 0))
+    assert [wire.outcome_result(o) for o in outcomes] == [(True, 49), (True, 64)]
     assert client.read_job_pointer("job-1") == job_url
     assert run_id in dict(client.list_runs())
     # a second attempt finds the result (GET of an existing key) and keeps it
@@ -699,7 +699,7 @@ def test_a_job_runs_under_the_payload_key_with_the_policies_docs_aws_md_names(
     header = {"functions": [function_url], "items": 1, "chunksize": 1, "run_id": run_id,
               "job_key": job_key, **serialization.payload_stamp()}
     job_url = client.job_url(run_id, job_key)
-    client.write_inputs(job_url, header, [serialization.pack_items([(0, (3, 4), {})])])
+    client.write_inputs(job_url, header, [wire.pack_items([(0, (3, 4), {})])])
 
     worker_env = {key: value for key, value in os.environ.items() if not key.startswith("AWS_")}
     worker_env.update(credentials(client_env["AWS_ENDPOINT_URL"],
@@ -709,8 +709,8 @@ def test_a_job_runs_under_the_payload_key_with_the_policies_docs_aws_md_names(
     done = subprocess.run([sys.executable, "-m", "batchfutures.worker", job_url], env=worker_env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    _, outcomes = serialization.unpack_result(client.read_result(job_url, 0))
-    assert [serialization.outcome_result(o) for o in outcomes] == [(True, 81)]
+    _, outcomes = wire.unpack_result(client.read_result(job_url, 0))
+    assert [wire.outcome_result(o) for o in outcomes] == [(True, 81)]
 
     s3 = s3_client(client_env)
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=f"batchfutures/runs/{run_id}/")

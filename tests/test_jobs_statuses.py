@@ -7,7 +7,7 @@ import concurrent.futures
 
 import pytest
 
-from batchfutures import serialization
+from batchfutures import wire
 from batchfutures.futures import BatchFuture
 from batchfutures.jobs import ChildStatuses, TrackedJob
 from batchfutures.usage import Usage
@@ -107,9 +107,9 @@ def test_usage_is_read_per_item_once_resolved_and_not_for_a_future_already_done(
     job, children = array_job(size=2, items=3)
     aborted = children[1][2]
     aborted.set_exception(RuntimeError("aborted before its result was read"))
-    outcomes = [serialization.encode_ok(i) for i in range(3)]
+    outcomes = [wire.encode_ok(i) for i in range(3)]
     usage = [[0.5, 0.25, 300.0], [1.0, 0.0, None], None]
-    job._settle_child(1, serialization.pack_result(outcomes, {"index": 1, "usage": usage}))
+    job._settle_child(1, wire.pack_result(outcomes, {"index": 1, "usage": usage}))
     assert [f.result() for f in children[1][:2]] == [0, 1]
     assert [f.usage for f in children[1]] == [Usage(0.5, 0.25, 300.0), Usage(1.0, 0.0, None),
                                               None]

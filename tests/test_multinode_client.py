@@ -14,7 +14,7 @@ from botocore.session import get_session
 from botocore.validate import ParamValidator
 
 import batchfutures
-from batchfutures import BatchExecutor, LocalEnvironment, serialization
+from batchfutures import BatchExecutor, LocalEnvironment, wire
 from batchfutures.errors import (
     ConfigurationError,
     JobFailedError,
@@ -92,11 +92,11 @@ def test_build_request_for_three_nodes_is_a_valid_multinode_submit_job():
 
 # -- reconcile and the combined outcome -----------------------------------------------------------
 def ok(value):
-    return serialization.pack_result([serialization.encode_ok(value)], {})
+    return wire.pack_result([wire.encode_ok(value)], {})
 
 
 def raised(error):
-    return serialization.pack_result([serialization.encode_error(error, "Traceback ...")], {})
+    return wire.pack_result([wire.encode_error(error, "Traceback ...")], {})
 
 
 def multinode_job(nodes=3):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from batchfutures import BatchExecutor, DependencyFailedError, serialization
+from batchfutures import BatchExecutor, DependencyFailedError, wire
 from batchfutures.dependencies import FutureRef, Resolver, substitute_call
 
 
@@ -38,8 +38,8 @@ def test_substitute_finds_futures_in_args_and_lists():
 
 def test_resolver_reads_each_upstream_child_once(local):
     job_url = local.job_url("run", "key")
-    outcomes = [serialization.encode_ok(10), serialization.encode_error(ValueError("x"))]
-    local.write_result(job_url, 0, serialization.pack_result(outcomes, {}))
+    outcomes = [wire.encode_ok(10), wire.encode_error(ValueError("x"))]
+    local.write_result(job_url, 0, wire.pack_result(outcomes, {}))
     reads = []
     original = local.read_result
     local.read_result = lambda url, index: reads.append(index) or original(url, index)

@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import pytest
 from test_worker import make_job, results, run_worker
 
-from batchfutures import BatchExecutor, InitializerFailedError, RemoteError, serialization
+from batchfutures import BatchExecutor, InitializerFailedError, RemoteError, serialization, wire
 from batchfutures.storage import Storage
 from batchfutures.worker import calls, pool
 from batchfutures.worker import main as worker
@@ -81,7 +81,7 @@ def prepare(storage: Storage, calls: Sequence[Call], *, initializer: Optional[Ca
     header: Dict[str, Any] = {
         "functions": [storage.put_function(run_id, serialization.dumps_function(fn, bundled))
                       for fn in functions],
-        "items": len(items), "chunksize": len(items), "encoding": serialization.CALLS,
+        "items": len(items), "chunksize": len(items), "encoding": wire.CALLS,
     }
     if initializer is not None and legacy:
         header["initializer"] = storage.put_function(run_id, serialization.dumps((initializer, initargs)))
@@ -92,7 +92,7 @@ def prepare(storage: Storage, calls: Sequence[Call], *, initializer: Optional[Ca
 
 
 def decoded(outcomes: Sequence[bytes]) -> List[Tuple[bool, Any]]:
-    return [serialization.outcome_result(outcome) for outcome in outcomes]
+    return [wire.outcome_result(outcome) for outcome in outcomes]
 
 
 def pid_after(seconds: float, x: Any) -> Tuple[Any, int]:
@@ -139,11 +139,11 @@ def test_pool_encodes_each_outcome_as_the_sequential_worker(local, monkeypatch):
     calls: List[Call] = [(abs, (-3,), {}), (fail, (1,), {}), (divmod, (7, 2), {}), (unpicklable, (), {})]
     header, items = prepare(local, calls)
     monkeypatch.setenv(pool.VCPUS_VARIABLE, "1")  # worker.run_items: the sequential path
-    sequential = worker.run_items(local, header, serialization.pack_items(items), 0)
+    sequential = worker.run_items(local, header, wire.pack_items(items), 0)
     pooled = pool.run_items(local, header, items, 0, processes=2)
-    assert [serialization.outcome_kind(o) for o in pooled] == ["ok", "error", "ok", "error"]
-    assert [serialization.outcome_kind(o) for o in pooled] == [
-        serialization.outcome_kind(o) for o in sequential]
+    assert [wire.outcome_kind(o) for o in pooled] == ["ok", "error", "ok", "error"]
+    assert [wire.outcome_kind(o) for o in pooled] == [
+        wire.outcome_kind(o) for o in sequential]
     assert pooled[0] == sequential[0] and pooled[2] == sequential[2]
     assert decoded(pooled)[0] == (True, 3) and decoded(pooled)[2] == (True, (3, 1))
     ok, error = decoded(pooled)[3]
@@ -214,7 +214,7 @@ def test_the_initializer_and_the_calls_share_one_namespace(local, monkeypatch, p
                             initializer=_set_scale, initargs=(10,))
     if processes == 1:
         monkeypatch.setenv(pool.VCPUS_VARIABLE, "1")  # worker.run_items: the sequential path
-        outcomes = worker.run_items(local, header, serialization.pack_items(items), 0)
+        outcomes = worker.run_items(local, header, wire.pack_items(items), 0)
     else:
         outcomes = pool.run_items(local, header, items, 0, processes=2)
     assert decoded(outcomes) == [(True, 0), (True, 10), (True, 20), (True, 30)]

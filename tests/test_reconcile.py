@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Set
 import pytest
 from botocore.exceptions import ClientError
 
-from batchfutures import serialization
+from batchfutures import wire
 from batchfutures.errors import (
     BatchError,
     HostTerminatedError,
@@ -48,7 +48,7 @@ OOM = "OutOfMemoryError: Container killed due to memory usage"
 
 
 def result_object(*values: Any) -> bytes:
-    return serialization.pack_result([serialization.encode_ok(v) for v in values], {})
+    return wire.pack_result([wire.encode_ok(v) for v in values], {})
 
 
 class ExitsWhenLoaded:
@@ -553,8 +553,8 @@ def test_a_result_whose_unpickling_raises_system_exit_fails_only_its_own_future(
     rig = Rig(world, per_child=2)
     world.succeed(0, 2)
     world.child(1, "SUCCEEDED", exit_code=0,
-                result=serialization.pack_result([serialization.encode_ok(ExitsWhenLoaded()),
-                                                  serialization.encode_ok("fine")], {}))
+                result=wire.pack_result([wire.encode_ok(ExitsWhenLoaded()),
+                                                  wire.encode_ok("fine")], {}))
     world.finish()
     assert rig.poll()
     bad, good = rig.futures[1]

@@ -9,7 +9,7 @@ import concurrent.futures
 
 import pytest
 
-from batchfutures import BatchExecutor, DependencyFailedError, MemoryLimitExceeded, serialization
+from batchfutures import BatchExecutor, DependencyFailedError, MemoryLimitExceeded, wire
 from batchfutures.dependencies import FutureRef, Resolver
 from batchfutures.errors import JobFailedError
 from batchfutures.futures import BatchFuture
@@ -111,7 +111,7 @@ def test_redirects_name_only_the_upstreams_that_moved_once_each():
 
 def test_the_resolver_follows_a_redirect(local):
     first, retry = local.job_url("run", "first"), local.job_url("run", "retry")
-    local.write_result(retry, 0, serialization.pack_result([serialization.encode_ok(41)], {}))
+    local.write_result(retry, 0, wire.pack_result([wire.encode_ok(41)], {}))
     ref = FutureRef(first, 3, 0, "first:3")  # the first try (killed) wrote nothing
     assert Resolver(local, [[first, 3, retry, 0]]).resolve((ref,), {}) == ((41,), {})
     with pytest.raises(Exception) as failed:

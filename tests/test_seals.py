@@ -36,6 +36,7 @@ from batchfutures import (
     LocalEnvironment,
     serialization,
     signing,
+    wire,
 )
 from batchfutures import storage as storage_module
 from batchfutures.signing import SOURCE_VARIABLE, Signer
@@ -108,7 +109,7 @@ def make_job(storage: Storage, folder: Path, items: int, *, legacy: bool = False
     header.update(serialization.payload_stamp())
     job_url = storage.job_url(run_id, job_key)
     storage.write_inputs(job_url, header,
-                         [serialization.pack_items([(0, (x,), {}) for x in range(items)])])
+                         [wire.pack_items([(0, (x,), {}) for x in range(items)])])
     return job_url
 
 
@@ -146,9 +147,9 @@ def test_untampered_jobs_take_the_path_under_test(signed, tmp_path, path, legacy
     job = make_job(storage, folder, 4, legacy=legacy)
     done = run_worker(job, source, PATHS[path])
     assert done.returncode == 0, done.stderr
-    meta, outcomes = serialization.unpack_result(storage.read_result(job, 0))
+    meta, outcomes = wire.unpack_result(storage.read_result(job, 0))
     assert signing.REFUSED not in meta
-    pids = {serialization.decode_outcome(outcome) for outcome in outcomes}
+    pids = {wire.decode_outcome(outcome) for outcome in outcomes}
     ran = markers(folder)
     assert [name for name in ran if name.startswith("item-ran-")] == [
         f"item-ran-{x}" for x in range(4)]
@@ -187,7 +188,7 @@ def test_a_tampered_payload_is_refused_before_the_initializer_or_anything_runs(
     assert "refusing this job" in done.stderr
     assert not marker.exists()  # nothing unverified was unpickled
     assert markers(folder) == []  # neither the initializer nor any item ran
-    meta, outcomes = serialization.unpack_result(storage.read_result(job, 0))
+    meta, outcomes = wire.unpack_result(storage.read_result(job, 0))
     assert outcomes == [] and meta[signing.REFUSED]  # the job's refusal, not per-item failures
 
 
@@ -262,7 +263,7 @@ def test_a_job_copied_to_another_root_under_the_same_key_does_not_verify(signed,
     folder.mkdir()
     job = make_job(storage, folder, 2)
     storage.write_job_pointer("job-1", job)
-    assert storage.write_result(job, 0, serialization.pack_result([], {"attempt": "1"}))
+    assert storage.write_result(job, 0, wire.pack_result([], {"attempt": "1"}))
     if storage.local:
         other_root = (tmp_path / "elsewhere" / "storage").as_uri()
     else:  # the same bucket, another prefix
@@ -388,7 +389,7 @@ def test_a_worker_refuses_a_function_over_its_limit_and_runs_nothing(signed, tmp
     assert done.returncode == 0, done.stderr
     assert "refusing this job" in done.stderr and f"is {size} bytes" in done.stderr
     assert markers(folder) == []
-    meta, outcomes = serialization.unpack_result(storage.read_result(job, 0))
+    meta, outcomes = wire.unpack_result(storage.read_result(job, 0))
     assert outcomes == [] and "over the limit" in meta[signing.REFUSED]
 
 
@@ -417,10 +418,10 @@ def test_the_mac_is_checked_over_many_chunks_and_every_flip_is_refused(storage, 
 
 def test_the_calls_blob_names_its_functions_outside_the_pickle():
     items: Sequence[Tuple[int, tuple, dict]] = [(3, (1,), {}), (1, (2,), {"k": 3}), (3, (), {})]
-    blob = serialization.pack_items(items)
-    assert serialization.item_functions(blob) == [1, 3]
-    assert serialization.unpack_items(blob) == list(items)
-    assert serialization.item_functions(b"anything", serialization.ARG) == [0]
+    blob = wire.pack_items(items)
+    assert wire.item_functions(blob) == [1, 3]
+    assert wire.unpack_items(blob) == list(items)
+    assert wire.item_functions(b"anything", wire.ARG) == [0]
     legacy = pickle.dumps(list(items))  # written before the prefix: every function may be used
-    assert serialization.item_functions(legacy) is None
-    assert serialization.unpack_items(legacy) == list(items)
+    assert wire.item_functions(legacy) is None
+    assert wire.unpack_items(legacy) == list(items)

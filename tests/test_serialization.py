@@ -11,8 +11,8 @@ import types
 import cloudpickle
 import pytest
 
-from batchfutures import EnvironmentMismatchError, RemoteError, SerializationError, serialization
-from batchfutures.serialization import RemoteTraceback
+from batchfutures import EnvironmentMismatchError, RemoteError, SerializationError, serialization, wire
+from batchfutures.wire import RemoteTraceback
 
 
 def raised(error: BaseException) -> tuple:
@@ -71,34 +71,34 @@ def test_attribute_error_while_pickling_is_a_serialization_error():
 def test_pack_items_names_the_argument_that_fails():
     lock = threading.Lock()
     with pytest.raises(SerializationError, match=r"positional argument 1 \(a _thread.lock\) of the call"):
-        serialization.pack_items([(0, (1, lock), {})])
+        wire.pack_items([(0, (1, lock), {})])
     with pytest.raises(SerializationError, match=r"keyword argument 'key' .* of item 12"):
-        serialization.pack_items([(0, (1,), {}), (0, (), {"key": lock})], first_item=11)
+        wire.pack_items([(0, (1,), {}), (0, (), {"key": lock})], first_item=11)
     items = [(0, (1, "two"), {"three": 3.0}), (1, (), {})]
-    assert serialization.unpack_items(serialization.pack_items(items)) == items
+    assert wire.unpack_items(wire.pack_items(items)) == items
 
 
 
 def test_map_encodings_carry_arguments_only_and_unpack_to_calls():
     single = [1, (2, 3), {"four": 4}, None]
-    blob = serialization.pack_arguments(single, single=True, first_item=0)
-    assert serialization.unpack_items(blob, serialization.ARG) == [(0, (x,), {}) for x in single]
+    blob = wire.pack_arguments(single, single=True, first_item=0)
+    assert wire.unpack_items(blob, wire.ARG) == [(0, (x,), {}) for x in single]
     several = [(1, "a"), (2, "b")]
-    blob = serialization.pack_arguments(several, single=False, first_item=0)
-    assert serialization.unpack_items(blob, serialization.ARGS) == [(0, t, {}) for t in several]
+    blob = wire.pack_arguments(several, single=False, first_item=0)
+    assert wire.unpack_items(blob, wire.ARGS) == [(0, t, {}) for t in several]
     # the lean encoding is smaller than a (function index, args, kwargs) triple per item
-    assert len(serialization.pack_arguments(list(range(1000)), single=True, first_item=0)) < \
-        len(serialization.pack_items([(0, (x,), {}) for x in range(1000)])) / 2
+    assert len(wire.pack_arguments(list(range(1000)), single=True, first_item=0)) < \
+        len(wire.pack_items([(0, (x,), {}) for x in range(1000)])) / 2
     with pytest.raises(ValueError, match="unknown item encoding 'columns'"):
-        serialization.unpack_items(blob, "columns")
+        wire.unpack_items(blob, "columns")
 
 
 def test_pack_arguments_names_the_map_item_that_fails():
     lock = threading.Lock()
     with pytest.raises(SerializationError, match=r"positional argument 0 \(a _thread.lock\) of item 42"):
-        serialization.pack_arguments([1, lock], single=True, first_item=41)
+        wire.pack_arguments([1, lock], single=True, first_item=41)
     with pytest.raises(SerializationError, match=r"positional argument 1 \(a _thread.lock\) of item 7"):
-        serialization.pack_arguments([(1, 2), (3, lock)], single=False, first_item=6)
+        wire.pack_arguments([(1, 2), (3, lock)], single=False, first_item=6)
 
 
 def countdown():
@@ -117,7 +117,7 @@ def test_serialization_error_names_what_failed(make, named):
     assert isinstance(caught.value, pickle.PicklingError)
     assert str(caught.value).startswith(f"cannot pickle {named}: TypeError")
     with pytest.raises(pickle.PicklingError, match=rf"positional argument 0 \({named}\) of the call"):
-        serialization.pack_items([(0, (obj,), {})])
+        wire.pack_items([(0, (obj,), {})])
 
 # -- the stamp ----------------------------------------------------------------------------------
 def test_stamp_and_check():
@@ -159,39 +159,39 @@ def test_a_stamp_with_only_python_2_7_is_a_mismatch_naming_both_versions():
 
 # -- outcomes -----------------------------------------------------------------------------------
 def test_ok_outcome():
-    encoded = serialization.encode_ok({"a": [1, 2]})
-    assert serialization.outcome_kind(encoded) == "ok"
-    assert serialization.outcome_result(encoded) == (True, {"a": [1, 2]})
-    assert serialization.decode_outcome(encoded) == {"a": [1, 2]}
+    encoded = wire.encode_ok({"a": [1, 2]})
+    assert wire.outcome_kind(encoded) == "ok"
+    assert wire.outcome_result(encoded) == (True, {"a": [1, 2]})
+    assert wire.decode_outcome(encoded) == {"a": [1, 2]}
 
 
 def test_error_outcome_is_the_same_exception_with_the_remote_traceback():
     error, tb = raised(ValueError("bad value", 7))
-    encoded = serialization.encode_error(error, tb)
-    ok, exc = serialization.outcome_result(encoded)
+    encoded = wire.encode_error(error, tb)
+    ok, exc = wire.outcome_result(encoded)
     assert not ok and type(exc) is ValueError and exc.args == ("bad value", 7)
     assert isinstance(exc.__cause__, RemoteTraceback)
     assert "raise error" in str(exc.__cause__) and "ValueError: ('bad value', 7)" in str(exc.__cause__)
     with pytest.raises(ValueError) as caught:
-        serialization.decode_outcome(encoded)
+        wire.decode_outcome(encoded)
     assert caught.value.args == ("bad value", 7) and isinstance(caught.value.__cause__, RemoteTraceback)
 
 
 def test_system_exit_is_an_ordinary_outcome():
-    ok, exc = serialization.outcome_result(serialization.encode_error(*raised(SystemExit(5))))
+    ok, exc = wire.outcome_result(wire.encode_error(*raised(SystemExit(5))))
     assert not ok and type(exc) is SystemExit and exc.code == 5
 
 
 def test_unpicklable_exception_becomes_remote_error_with_type_repr_and_traceback():
     error, tb = raised(ValueError("holds", threading.Lock()))
-    encoded = serialization.encode_error(error, tb)
-    assert serialization.outcome_kind(encoded) == "unpicklable"
-    ok, exc = serialization.outcome_result(encoded)
+    encoded = wire.encode_error(error, tb)
+    assert wire.outcome_kind(encoded) == "unpicklable"
+    ok, exc = wire.outcome_result(encoded)
     assert not ok and type(exc) is RemoteError
     assert "ValueError" in str(exc) and "holds" in str(exc)
     assert exc.traceback == tb
     with pytest.raises(RemoteError):
-        serialization.decode_outcome(encoded)
+        wire.decode_outcome(encoded)
 
 
 class NeedsTwoArguments(Exception):
@@ -200,8 +200,8 @@ class NeedsTwoArguments(Exception):
 
 
 def test_exception_that_cannot_be_rebuilt_is_caught_on_the_worker():
-    encoded = serialization.encode_error(*raised(NeedsTwoArguments(1, 2)))
-    ok, exc = serialization.outcome_result(encoded)
+    encoded = wire.encode_error(*raised(NeedsTwoArguments(1, 2)))
+    ok, exc = wire.outcome_result(encoded)
     assert not ok and type(exc) is RemoteError and "NeedsTwoArguments" in str(exc)
     assert "1/2" in exc.traceback
 
@@ -211,24 +211,24 @@ def test_exception_class_missing_on_the_client_keeps_its_name_and_traceback(tmp_
     monkeypatch.syspath_prepend(str(tmp_path))
     import remote_only
 
-    encoded = serialization.encode_error(*raised(remote_only.Custom("from far away")))
+    encoded = wire.encode_error(*raised(remote_only.Custom("from far away")))
     monkeypatch.delitem(sys.modules, "remote_only")
     (tmp_path / "remote_only.py").unlink()
-    ok, exc = serialization.outcome_result(encoded)
+    ok, exc = wire.outcome_result(encoded)
     assert not ok and type(exc) is RemoteError
     assert "remote_only.Custom" in str(exc) and "from far away" in str(exc)
     assert "from far away" in exc.traceback
 
 
 def test_unpicklable_value_raises_its_pickling_error():
-    encoded = serialization.encode_ok(i for i in range(3))
-    ok, exc = serialization.outcome_result(encoded)
+    encoded = wire.encode_ok(i for i in range(3))
+    ok, exc = wire.outcome_result(encoded)
     assert not ok and type(exc) is TypeError and "generator" in str(exc)
     assert "could not be pickled" in str(exc.__cause__)
 
 
 def test_mismatch_outcome():
-    ok, exc = serialization.outcome_result(serialization.encode_mismatch("Python 2.7 vs 3.11"))
+    ok, exc = wire.outcome_result(wire.encode_mismatch("Python 2.7 vs 3.11"))
     assert not ok and type(exc) is EnvironmentMismatchError and str(exc) == "Python 2.7 vs 3.11"
 
 
@@ -238,17 +238,17 @@ def test_memory_error_while_pickling_propagates():
             raise MemoryError
 
     with pytest.raises(MemoryError):
-        serialization.encode_ok(Huge())
+        wire.encode_ok(Huge())
 
 
 # -- the result object --------------------------------------------------------------------------
 def test_result_object_round_trip_one_bad_outcome_fails_only_its_item():
-    outcomes = [serialization.encode_ok(1), b"garbage", serialization.encode_ok("three")]
-    data = serialization.pack_result(outcomes, {"index": 4, "attempt": "1", "when": 1.5})
-    assert data.startswith(serialization.RESULT_MAGIC)
-    meta, back = serialization.unpack_result(data)
+    outcomes = [wire.encode_ok(1), b"garbage", wire.encode_ok("three")]
+    data = wire.pack_result(outcomes, {"index": 4, "attempt": "1", "when": 1.5})
+    assert data.startswith(wire.RESULT_MAGIC)
+    meta, back = wire.unpack_result(data)
     assert meta == {"index": 4, "attempt": "1", "when": 1.5} and back == outcomes
-    results = [serialization.outcome_result(o) for o in back]
+    results = [wire.outcome_result(o) for o in back]
     assert results[0] == (True, 1) and results[2] == (True, "three")
     assert results[1][0] is False and type(results[1][1]) is RemoteError
 
@@ -261,13 +261,13 @@ def test_outcomes_whose_class_is_missing_on_the_client_fail_only_their_own_items
     monkeypatch.syspath_prepend(str(tmp_path))
     import worker_side  # importable "on the worker" only: pickled by reference
 
-    outcomes = [serialization.encode_ok(1), serialization.encode_ok(worker_side.Point(2)),
-                serialization.encode_error(*raised(worker_side.Oops("far"))),
-                serialization.encode_error(*raised(KeyError("k"))), serialization.encode_ok([3])]
-    data = serialization.pack_result(outcomes, {"index": 0})
+    outcomes = [wire.encode_ok(1), wire.encode_ok(worker_side.Point(2)),
+                wire.encode_error(*raised(worker_side.Oops("far"))),
+                wire.encode_error(*raised(KeyError("k"))), wire.encode_ok([3])]
+    data = wire.pack_result(outcomes, {"index": 0})
     monkeypatch.delitem(sys.modules, "worker_side")
     (tmp_path / "worker_side.py").unlink()
-    results = [serialization.outcome_result(o) for o in serialization.unpack_result(data)[1]]
+    results = [wire.outcome_result(o) for o in wire.unpack_result(data)[1]]
     assert results[0] == (True, 1) and results[4] == (True, [3])
     ok, error = results[3]
     assert not ok and type(error) is KeyError and error.args == ("k",)
@@ -277,7 +277,7 @@ def test_outcomes_whose_class_is_missing_on_the_client_fail_only_their_own_items
     assert "worker_side.Oops" in str(results[2][1]) and "far" in results[2][1].traceback
 
 def test_truncated_or_foreign_result_object_is_refused():
-    data = serialization.pack_result([serialization.encode_ok(1)] * 3, {})
+    data = wire.pack_result([wire.encode_ok(1)] * 3, {})
     for broken in (data[:-1], data[:20], b"", b"something else entirely"):
         with pytest.raises(ValueError):
-            serialization.unpack_result(broken)
+            wire.unpack_result(broken)

@@ -33,6 +33,7 @@ from batchfutures import (
     LocalEnvironment,
     serialization,
     signing,
+    wire,
 )
 from batchfutures.signing import SEAL_MAGIC, SOURCE_VARIABLE, TAG_SIZE, Signer
 from batchfutures.storage import Storage
@@ -105,7 +106,7 @@ def test_signer_repr_and_job_environment_never_hold_the_key(tmp_path):
 @pytest.mark.parametrize("children", [1, 3])
 def test_every_flipped_byte_of_an_inputs_object_is_refused_or_harmless(local, children):
     signed = Storage(local.root_url, signer=Signer.from_key(KEY))
-    blobs = [serialization.pack_items([(0, (i, "x" * i), {})]) for i in range(children)]
+    blobs = [wire.pack_items([(0, (i, "x" * i), {})]) for i in range(children)]
     job = signed.job_url("run1", "job1")
     url = signed.write_inputs(job, {"functions": ["f"]}, blobs)
     original = signed.get_bytes(url)
@@ -249,7 +250,7 @@ def make_job(storage: Storage, fn: Callable[..., Any], *args: Any) -> str:
                               "run_id": run_id, "job_key": job_key}
     header.update(serialization.payload_stamp())
     job_url = storage.job_url(run_id, job_key)
-    storage.write_inputs(job_url, header, [serialization.pack_items([(0, args, {})])])
+    storage.write_inputs(job_url, header, [wire.pack_items([(0, args, {})])])
     return job_url
 
 
@@ -317,7 +318,7 @@ def test_a_worker_refuses_a_replaced_function_and_runs_nothing(signed, tmp_path,
     assert done.returncode == 0, done.stderr
     assert "refusing this job" in done.stderr and "function object" in done.stderr
     assert not marker.exists() and not ran.exists()
-    meta, outcomes = serialization.unpack_result(storage.read_result(job, 0))
+    meta, outcomes = wire.unpack_result(storage.read_result(job, 0))
     assert outcomes == [] and "function object" in meta[signing.REFUSED]
 
 
@@ -346,7 +347,7 @@ def test_a_worker_refuses_replaced_inputs_and_runs_nothing(signed, tmp_path, for
     assert done.returncode == 0, done.stderr
     assert "refusing this job" in done.stderr
     assert not marker.exists() and not ran.exists()
-    meta, outcomes = serialization.unpack_result(storage.read_result(job, 0))
+    meta, outcomes = wire.unpack_result(storage.read_result(job, 0))
     assert outcomes == [] and meta[signing.REFUSED]
 
 
@@ -378,8 +379,8 @@ def test_a_worker_refuses_a_function_of_another_run_and_with_the_right_key_runs(
     done = run_worker(job, source)  # the untouched job runs
     assert done.returncode == 0, done.stderr
     assert ran.read_text() == "ran"
-    _, outcomes = serialization.unpack_result(storage.read_result(job, 0))
-    assert serialization.outcome_result(outcomes[0]) == (True, "ran")
+    _, outcomes = wire.unpack_result(storage.read_result(job, 0))
+    assert wire.outcome_result(outcomes[0]) == (True, "ran")
 
 
 @pytest.mark.slow
@@ -393,8 +394,8 @@ def test_a_worker_reads_its_key_from_secrets_manager(aws_env, s3_root, tmp_path)
     done = run_worker(job, f"secretsmanager:{arn}")
     assert done.returncode == 0, done.stderr
     assert ran.exists()
-    _, outcomes = serialization.unpack_result(storage.read_result(job, 0))
-    assert serialization.outcome_result(outcomes[0]) == (True, "ran")
+    _, outcomes = wire.unpack_result(storage.read_result(job, 0))
+    assert wire.outcome_result(outcomes[0]) == (True, "ran")
 
 
 # -- real jobs on the emulator ------------------------------------------------------------------
@@ -453,7 +454,7 @@ def test_a_replaced_object_on_the_emulator_never_loads_and_the_future_raises(hel
         else:
             forged(storage).write_inputs(job, storage.read_header(job), [evil])
     else:  # a result planted before the worker writes one: the worker keeps it, runs nothing
-        result = serialization.pack_result([evil], {"attempt": "1"})
+        result = wire.pack_result([evil], {"attempt": "1"})
         url = storage.result_url(job, 0)
         storage.put_bytes(url, result if forgery == "unsigned" else forged(storage).signer.seal(
             "result", storage.name_of(url), result))
@@ -481,7 +482,7 @@ def test_a_result_altered_after_the_job_finished_is_refused_on_attach(tmp_path, 
             job_id = future.job_id
         job = env.storage.read_job_pointer(job_id)
         sealed = bytearray(env.storage.get_bytes(env.storage.result_url(job, 0)))
-        evil = serialization.pack_result([evil_pickle(marker)], {})
+        evil = wire.pack_result([evil_pickle(marker)], {})
         # keep its valid tag, swap the payload: exactly what an attacker can do without the key
         env.storage.put_bytes(env.storage.result_url(job, 0), bytes(sealed[:8 + TAG_SIZE]) + evil)
         with BatchExecutor(LocalEnvironment(tmp_path / "work", max_vcpus=1)) as again:

@@ -16,7 +16,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import pytest
 import s3server
 
-from batchfutures import IntegrityError, serialization
+from batchfutures import IntegrityError, serialization, wire
 from batchfutures.signing import TAG_SIZE
 from batchfutures.storage import INPUTS_MAGIC, PREFIX_READ, Storage, _transient
 
@@ -160,7 +160,7 @@ def children_items(n: int) -> List[List[Tuple[int, tuple, dict]]]:
 
 def test_thousand_children_each_reads_exactly_its_own_items(storage, s3_requests):
     children = children_items(1000)
-    blobs = [serialization.pack_items(items) for items in children]
+    blobs = [wire.pack_items(items) for items in children]
     job = storage.job_url("run1", "job1")
     storage.write_inputs(job, {"functions": ["a", "b", "c"], "note": "é"}, blobs)
     offsets = [PREFIX_READ]
@@ -171,7 +171,7 @@ def test_thousand_children_each_reads_exactly_its_own_items(storage, s3_requests
         header, blob = storage.read_child_inputs(job, index)
         assert header["children"] == 1000 and header["note"] == "é"
         assert blob == blobs[index]
-        assert serialization.unpack_items(blob) == children[index]
+        assert wire.unpack_items(blob) == children[index]
     # every child on local files (its reads are checked one by one in the next test); on S3
     # every 10th child and the last, since moto answers some 50 to 100 requests a second
     indices = list(range(1000)) if storage.local else [*range(0, 1000, 10), 1, 999]
@@ -191,7 +191,7 @@ def test_thousand_children_each_reads_exactly_its_own_items(storage, s3_requests
 
 
 def test_a_local_child_reads_only_the_prefix_and_its_own_range(local, monkeypatch):
-    blobs = [serialization.pack_items(items) for items in children_items(1000)]
+    blobs = [wire.pack_items(items) for items in children_items(1000)]
     job = local.job_url("run1", "job1")
     local.write_inputs(job, {"functions": ["f"]}, blobs)
     with open(local._path(job + "/inputs"), "rb") as handle:
@@ -212,7 +212,7 @@ def test_a_local_child_reads_only_the_prefix_and_its_own_range(local, monkeypatc
 def test_an_s3_child_sends_two_range_gets(s3_root):
     storage = Storage(s3_root)
     s3_requests = S3Requests(storage)
-    blobs = [serialization.pack_items(items) for items in children_items(1000)]
+    blobs = [wire.pack_items(items) for items in children_items(1000)]
     job = storage.job_url("run1", "job1")
     storage.write_inputs(job, {"functions": ["f"]}, blobs)
     _, offsets = parse_inputs(storage.get_bytes(job + "/inputs"))
@@ -227,7 +227,7 @@ def test_an_s3_child_sends_two_range_gets(s3_root):
 
 
 def test_plain_job_is_not_padded_and_reads_once(local, monkeypatch):
-    blob = serialization.pack_items([(0, (1, 2), {})])
+    blob = wire.pack_items([(0, (1, 2), {})])
     job = local.job_url("run1", "plain")
     local.write_inputs(job, {"functions": ["f"]}, [blob])
     assert os.path.getsize(local._path(job + "/inputs")) < 1024

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from batchfutures import BatchExecutor, LocalEnvironment, MemoryLimitExceeded, serialization
+from batchfutures import BatchExecutor, LocalEnvironment, MemoryLimitExceeded, wire
 from batchfutures.usage import (
     ItemUsage,
     JobUsage,
@@ -213,16 +213,16 @@ def test_status_shows_the_usage_and_the_advice(ex, tmp_path):
 
 # -- pure parts -------------------------------------------------------------------------------------
 def test_the_result_object_carries_usage_in_its_meta_and_older_objects_have_none():
-    outcomes = [serialization.encode_ok(1), serialization.encode_error(ValueError("x"))]
-    data = serialization.pack_result(outcomes, {"index": 0, "usage": [[0.5, 0.25, 300.0], None]})
-    assert serialization.result_usage(data) == [[0.5, 0.25, 300.0], None]
-    meta, unpacked = serialization.unpack_result(data)
+    outcomes = [wire.encode_ok(1), wire.encode_error(ValueError("x"))]
+    data = wire.pack_result(outcomes, {"index": 0, "usage": [[0.5, 0.25, 300.0], None]})
+    assert wire.result_usage(data) == [[0.5, 0.25, 300.0], None]
+    meta, unpacked = wire.unpack_result(data)
     assert unpacked == outcomes and meta["usage"][0] == [0.5, 0.25, 300.0]
 
-    older = serialization.pack_result(outcomes, {"index": 0})  # written before issue 22
-    assert serialization.result_usage(older) is None
-    assert serialization.unpack_result(older)[1] == outcomes
-    assert serialization.result_usage(b"not a result") is None
+    older = wire.pack_result(outcomes, {"index": 0})  # written before issue 22
+    assert wire.result_usage(older) is None
+    assert wire.unpack_result(older)[1] == outcomes
+    assert wire.result_usage(b"not a result") is None
 
 
 def test_usage_entries_are_read_strictly():
@@ -297,12 +297,12 @@ def test_a_multi_node_calls_usage_is_its_nodes_together():
     from batchfutures.jobs import node_usage
 
     def node(entry):
-        return serialization.pack_result([serialization.encode_ok(None)], {"usage": [entry]})
+        return wire.pack_result([wire.encode_ok(None)], {"usage": [entry]})
 
     combined = node_usage([node([2.0, 1.5, 100.0]), node([3.0, 2.5, 250.0]), None,
-                           serialization.pack_result([serialization.encode_ok(None)], {})])
+                           wire.pack_result([wire.encode_ok(None)], {})])
     assert combined == [3.0, 4.0, 250.0]
-    assert node_usage([None, serialization.pack_result([], {})]) is None
+    assert node_usage([None, wire.pack_result([], {})]) is None
     assert node_usage([node([1.0, 0.5, None])]) == [1.0, 0.5, None]
 
 

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from batchfutures import serialization
+from batchfutures import wire
 from batchfutures.errors import (
     HostTerminatedError,
     IntegrityError,
@@ -57,11 +57,11 @@ def test_workers_are_started_for_the_calls_up_to_max_workers(live, outstanding, 
 
 
 def test_a_call_message_round_trips_and_binds_its_pool_and_number():
-    blob = serialization.pack_items([(0, (1, 2), {})])
-    sealed = encode_call(SIGNER, ROOT, POOL, 7, "file:///f.pkl", serialization.CALLS, 1, blob)
+    blob = wire.pack_items([(0, (1, 2), {})])
+    sealed = encode_call(SIGNER, ROOT, POOL, 7, "file:///f.pkl", wire.CALLS, 1, blob)
     body = base64.b64encode(sealed).decode()
     head, got = decode_call(SIGNER, ROOT, POOL, body)
-    assert head == {"n": 7, "fn": "file:///f.pkl", "enc": serialization.CALLS, "items": 1}
+    assert head == {"n": 7, "fn": "file:///f.pkl", "enc": wire.CALLS, "items": 1}
     assert got == blob
     for signer, root, pool in [(Signer.from_key("x" * 40), ROOT, POOL),  # another key
                                (SIGNER, "s3://other", POOL),  # another storage

@@ -14,9 +14,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import pytest
 import s3server
 
-from batchfutures import EnvironmentMismatchError, RemoteError, serialization
-from batchfutures.serialization import RemoteTraceback
+from batchfutures import EnvironmentMismatchError, RemoteError, serialization, wire
 from batchfutures.storage import Storage
+from batchfutures.wire import RemoteTraceback
 from batchfutures.worker import calls
 from batchfutures.worker import main as worker
 
@@ -45,7 +45,7 @@ def make_job(storage: Storage, children: Sequence[Sequence[Call]], *,
                 functions.append(fn)
             index = next(i for i, known in enumerate(functions) if known is fn)
             items.append((index, args, kwargs))
-        blobs.append(serialization.pack_items(items, by_value=by_value))
+        blobs.append(wire.pack_items(items, by_value=by_value))
     urls = function_urls or [storage.put_function(run_id, serialization.dumps(fn, by_value=by_value))
                              for fn in functions]
     header: Dict[str, Any] = {"functions": urls, "items": sum(len(c) for c in children),
@@ -74,8 +74,8 @@ def run_worker(job_url: str, index: Optional[int] = 0, *, attempt: str = "1",
 def results(storage: Storage, job_url: str, index: int = 0) -> Tuple[Dict[str, Any], List[Tuple[bool, Any]]]:
     data = storage.read_result(job_url, index)
     assert data is not None, "the worker wrote no result"
-    meta, outcomes = serialization.unpack_result(data)
-    return meta, [serialization.outcome_result(outcome) for outcome in outcomes]
+    meta, outcomes = wire.unpack_result(data)
+    return meta, [wire.outcome_result(outcome) for outcome in outcomes]
 
 
 # -- the ordinary run ---------------------------------------------------------------------------
@@ -140,7 +140,7 @@ def test_with_output_each_items_prints_are_kept_and_still_reach_the_log(local):
     assert done.stdout.count("out 0") == done.stdout.count("out 3") == 1
     assert "more 3" in done.stdout and "about to fail" in done.stdout and "err 3" in done.stderr
     data = local.read_result(job, 0)
-    assert serialization.result_output(data) == {
+    assert wire.result_output(data) == {
         0: ["out 0\nmore 0\n", "err 0\n", 0, 0],
         2: ["about to fail\n", "", 0, 0],  # a call that raised printed too
         3: ["out 3\nmore 3\n", "err 3\n", 0, 0],
@@ -149,7 +149,7 @@ def test_with_output_each_items_prints_are_kept_and_still_reach_the_log(local):
 
     quiet = make_job(local, [[(talk, (0,), {})]])  # no "output": only the log has it
     assert run_worker(quiet).returncode == 0
-    assert serialization.result_output(local.read_result(quiet, 0)) == {}
+    assert wire.result_output(local.read_result(quiet, 0)) == {}
     assert results(local, quiet)[1] == [(True, 0)]
 
 
@@ -317,7 +317,7 @@ def test_missing_function_object(local):
 def test_a_retry_keeps_the_finished_result_and_does_not_run(local, tmp_path):
     marker = tmp_path / "ran"
     job = make_job(local, [[(marker.write_text, ("ran",), {})]])
-    earlier = serialization.pack_result([serialization.encode_ok("first attempt")], {"attempt": "1"})
+    earlier = wire.pack_result([wire.encode_ok("first attempt")], {"attempt": "1"})
     assert local.write_result(job, 0, earlier)
     done = run_worker(job, attempt="2")
     assert done.returncode == 0, done.stderr

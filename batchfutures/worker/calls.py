@@ -45,7 +45,7 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from .. import serialization
+from .. import serialization, wire
 from ..dependencies import Resolver, UpstreamFailed, has_refs
 from ..errors import IntegrityError
 
@@ -116,8 +116,8 @@ def load_failure(what: str, header: Dict[str, Any], error: BaseException) -> byt
     message = (serialization.missing_module_message(what, error)
                or serialization.load_failure_message(what, header, error))
     if message is not None:
-        return serialization.encode_mismatch(message)
-    return serialization.encode_unpicklable(
+        return wire.encode_mismatch(message)
+    return wire.encode_unpicklable(
         f"the worker could not load {what}: {type(error).__name__}: {error}",
         traceback.format_exc(), type_name=type(error).__name__)
 
@@ -193,7 +193,7 @@ def _call_initializer(initializer: Any, initargs: Any, index: int) -> Optional[b
     except BaseException as error:  # as ProcessPoolExecutor: the initializer's failure breaks the child
         logger.warning("child %d: the initializer raised %s; its items are not run", index,
                        type(error).__name__)
-        return serialization.encode_initializer_failure(initializer, error, traceback.format_exc())
+        return wire.encode_initializer_failure(initializer, error, traceback.format_exc())
     finally:
         flush_output()
     return None
@@ -278,20 +278,20 @@ class ItemRunner:
             try:
                 args, kwargs = self._resolver.resolve(args, kwargs)
             except UpstreamFailed as failed:
-                return serialization.encode_dependency_failure(failed.ref.job_id, failed.outcome)
+                return wire.encode_dependency_failure(failed.ref.job_id, failed.outcome)
             except (MemoryError, IntegrityError):
                 raise
             except Exception as error:
-                return serialization.encode_error(error, traceback.format_exc())
+                return wire.encode_error(error, traceback.format_exc())
         try:
             value = function(*args, **kwargs)
         except MemoryError:
             raise
         except BaseException as error:  # the user's exception (even SystemExit) is an outcome
-            return serialization.encode_error(error, traceback.format_exc())
+            return wire.encode_error(error, traceback.format_exc())
         finally:
             flush_output()
-        return serialization.encode_ok(value)
+        return wire.encode_ok(value)
 
 
 # -- what the items use -------------------------------------------------------------------------

@@ -22,7 +22,7 @@
          and its usage (calls.Meter: wall/CPU seconds and peak MiB of the item, also
          per item on the inner pool), in the result's JSON meta "usage", no extra request
       -> write <job_url>/results/<i> once, atomically and only if absent, with the kept
-         output in its output section (serialization.pack_result); exit 0
+         output in its output section (wire.pack_result); exit 0
 
 An exception raised by the user's function (any BaseException, SystemExit included) is an
 outcome, not a container failure: the worker still exits 0. A MemoryError, from the function or
@@ -70,7 +70,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
-from .. import serialization
+from .. import serialization, wire
 from ..batchlimits import OOM_EXIT_STATUS
 from ..dependencies import Resolver
 from ..errors import ConfigurationError, IntegrityError
@@ -211,18 +211,18 @@ def run_items(storage: "Storage", header: Dict[str, Any], blob: Union[bytes, byt
         header, blob = storage.read_child_inputs(source_url, int(source_index))
         if redirects:
             header = {**header, "redirects": redirects}
-    encoding = header.get("encoding", serialization.CALLS)
+    encoding = header.get("encoding", wire.CALLS)
     try:  # which functions, read outside the pickle: their seals are checked before it loads
-        used = serialization.item_functions(blob, encoding)
+        used = wire.item_functions(blob, encoding)
     except ValueError:
         used = None  # every function of the header, then
     prefetched = calls.Prefetched(storage, calls.payload_urls(header, used))
     mismatch = serialization.check_stamp(header)
     if mismatch is not None:  # do not even try to unpickle: it may crash or mislead
         logger.warning("child %d: %s", index, mismatch)
-        return [serialization.encode_mismatch(mismatch)] * _item_count(header, index)
+        return [wire.encode_mismatch(mismatch)] * _item_count(header, index)
     try:
-        items = serialization.unpack_items(blob, encoding)
+        items = wire.unpack_items(blob, encoding)
     except MemoryError:
         raise
     except Exception as error:
@@ -341,7 +341,7 @@ def _wait_for_other_nodes(storage: "Storage", job_url: str, node: "NodeInfo",
 def _run_and_record(storage: "Storage", job_url: str, index: int, attempt: Optional[str],
                     child: int, context: Context) -> None:
     """Run child ``child``'s items and write the result at ``index``."""
-    from .. import serialization, signing
+    from .. import serialization, signing, wire
 
     meta: Dict[str, Any] = {
         "index": index, "attempt": attempt, "started": time.time(), "host": socket.gethostname(),
@@ -364,7 +364,7 @@ def _run_and_record(storage: "Storage", job_url: str, index: int, attempt: Optio
     if outcomes and any(entry is not None for entry in usage):  # per item, in item order
         meta["usage"] = (usage + [None] * len(outcomes))[:len(outcomes)]
     context.check()  # a killed attempt's thread must not record a result after its end
-    if not storage.write_result(job_url, index, serialization.pack_result(outcomes, meta, output)):
+    if not storage.write_result(job_url, index, wire.pack_result(outcomes, meta, output)):
         logger.info("child %d: another attempt wrote its result first; kept that one", index)
 
 

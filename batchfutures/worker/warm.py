@@ -59,7 +59,7 @@ import time
 import traceback
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from .. import serialization, sqsapi, warmwire
+from .. import serialization, sqsapi, warmwire, wire
 from ..batchlimits import OOM_EXIT_STATUS
 from ..dependencies import Resolver
 from ..errors import IntegrityError
@@ -146,7 +146,7 @@ class World:
             self.failed[url] = calls.load_failure("the function", self.header, error)
 
     def run(self, head: Dict[str, Any], blob: bytes) -> bytes:
-        """The call's packed result (serialization.pack_result): outcomes, usage, output."""
+        """The call's packed result (wire.pack_result): outcomes, usage, output."""
         url = head["fn"]
         meta: Dict[str, Any] = {"index": head["n"], "started": time.time(),
                                 "host": socket.gethostname(), "pid": os.getpid(),
@@ -160,7 +160,7 @@ class World:
             outcomes = [self.failed[url]] * count
         else:
             try:
-                items = serialization.unpack_items(blob, head["enc"])
+                items = wire.unpack_items(blob, head["enc"])
             except MemoryError:
                 raise
             except Exception as error:
@@ -181,7 +181,7 @@ class World:
         meta["finished"] = time.time()
         if any(entry is not None for entry in usage):
             meta["usage"] = (usage + [None] * len(outcomes))[:len(outcomes)]
-        return serialization.pack_result(outcomes, meta, output)
+        return wire.pack_result(outcomes, meta, output)
 
 
 # -- what both processes share: the pool, its queues and storage -----------------------------
@@ -243,9 +243,9 @@ class Pool:
         return counts
 
     def failure(self, number: int, items: int, error: BaseException) -> bytes:
-        outcome = serialization.encode_error(error, "".join(
+        outcome = wire.encode_error(error, "".join(
             traceback.format_exception_only(type(error), error)))
-        return serialization.pack_result([outcome] * items,
+        return wire.pack_result([outcome] * items,
                                          {"index": number, "finished": time.time()})
 
     def finish(self, number: int, data: Optional[bytes], handle: str) -> None:

@@ -13,7 +13,7 @@ from typing import Any, Tuple
 import pytest
 from emulator_harness import QUEUE, Harness, wait_until
 
-from batchfutures import BatchExecutor, LocalEnvironment, serialization, signing
+from batchfutures import BatchExecutor, LocalEnvironment, serialization, signing, wire
 from batchfutures.emulator import BatchEmulator
 from batchfutures.emulator.jobstate import TIMEOUT_REASON
 from batchfutures.emulator.service import Launcher
@@ -54,15 +54,15 @@ def worker_job(emu: Harness, tmp_path: Any, fn: Any, *args: Any,
     header = {"functions": [storage.put_function(run_id, serialization.dumps(fn, by_value=True))],
               "items": 1, "chunksize": 1, "run_id": run_id, "job_key": key,
               **serialization.payload_stamp()}
-    storage.write_inputs(url, header, [serialization.pack_items([(0, args, {})], by_value=True)])
+    storage.write_inputs(url, header, [wire.pack_items([(0, args, {})], by_value=True)])
     job_id = emu.job(["python", "-m", "batchfutures.worker", url], memory=256,
                      env={signing.SOURCE_VARIABLE: signer.source}, **params)
     return job_id, url, storage
 
 
 def value_of(storage: Storage, url: str) -> Any:
-    _, outcomes = serialization.unpack_result(storage.read_result(url, 0))
-    return serialization.decode_outcome(outcomes[0])
+    _, outcomes = wire.unpack_result(storage.read_result(url, 0))
+    return wire.decode_outcome(outcomes[0])
 
 
 # -- functions the jobs run (shipped by value: this module is not installed) -------------------

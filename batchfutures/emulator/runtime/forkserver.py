@@ -66,7 +66,8 @@ WORKER_MAIN = WORKER_MODULE + ".__main__"  # what `-m` runs as __main__, never i
 # What the worker imports, at its top or inside its functions, on every attempt of a file:// job
 # (pool.py brings multiprocessing.connection): all of it without side effects at import.
 WORKER_IMPORTS = (
-    "batchfutures.serialization", "batchfutures.storage", "batchfutures.signing", "batchfutures.batchlimits",
+    "batchfutures.serialization", "batchfutures.wire", "batchfutures.storage", "batchfutures.signing",
+    "batchfutures.batchlimits",
     "batchfutures.awsclients", "batchfutures.dependencies", "batchfutures.worker.nodes",
     "batchfutures.worker.calls", "batchfutures.worker.pool", "batchfutures.worker.storagelib",
     "batchfutures.worker.main", "batchfutures.worker.warm",
