@@ -40,13 +40,13 @@ from . import serialization, signing, wire
 from .errors import DryRunResult, IntegrityError
 from .futures import BatchFuture
 from .jobs import settle
+from .layout import CACHE_FOLDER
 
 __all__ = ["CallCache", "CACHE_FOLDER", "MAX_INDEX_READS", "MAX_INDEX_SIZE", "forget_runs",
            "environment_digest"]
 
 logger = logging.getLogger("batchfutures")
 
-CACHE_FOLDER = "cache"
 INDEX_KIND = "cache-index"
 READERS = 16  # parallel GETs of index and result objects on an object store
 # An index entry is ~80 bytes ([64-hex digest, child, position]): 32 MiB is ~400,000 calls in
@@ -234,7 +234,7 @@ class CallCache:
 
     # -- the index -----------------------------------------------------------------------------
     def _folder(self, function_digest: str) -> str:
-        return self._storage.url(CACHE_FOLDER, function_digest)
+        return self._storage.layout.cache_folder(function_digest)
 
     def refresh(self, function_digest: str) -> None:
         """One LIST of the function's index folder; a GET of each index object not read yet."""
@@ -304,7 +304,7 @@ class CallCache:
             return
         name = f"{where[0]}.{where[1]}"
         for function_digest, entries in by_function.items():
-            url = storage.url(CACHE_FOLDER, function_digest, name)
+            url = storage.layout.cache_folder(function_digest, name)
             payload = _index_payload(entries)
             if len(payload) > MAX_INDEX_SIZE - 64:  # readers refuse it: these calls go uncached
                 logger.warning("batchfutures: not caching the %d calls of %s: their index would "
@@ -390,7 +390,7 @@ def forget_runs(storage: Any, run_ids: Iterable[str]) -> int:
     if not runs:
         return 0
     removed = 0
-    root = storage.url(CACHE_FOLDER)
+    root = storage.layout.cache_folder()
     if storage.is_link(root):
         return 0  # never through a symbolic link (as cleanup.remove)
     for function_digest in storage.list_names(root):

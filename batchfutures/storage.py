@@ -1,4 +1,5 @@
-"""Storage: one layout for every environment, through fsspec (local files, or S3 via s3fs).
+"""Storage: sealed, retried reads and writes under one root, through fsspec (local files, or S3
+via s3fs). The names are layout.py's; the bytes of a child's items and results are wire.py's.
 
 The executor writes a job's payload here and submits a Batch job that carries only a URL; the
 worker reads its slice and writes its result; the poller lists and reads results.
@@ -68,7 +69,6 @@ errors and permanent answers (404, 403, a lost conditional write) fail at once.
 from __future__ import annotations
 
 import errno
-import hashlib
 import hmac
 import inspect
 import json
@@ -89,6 +89,17 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_rand
 
 from .awsclients import CLIENT_CONFIG
 from .errors import ConfigurationError, IntegrityError
+from .layout import (
+    Layout,
+    check_run_id,
+    inputs_url,
+    oom_folder,
+    oom_marker_url,
+    result_indices,
+    result_url,
+    results_folder,
+    root_of_job_url,
+)
 from .signing import SEAL_MAGIC, TAG_SIZE, Signer, check_digest, default_signer
 from .workdir import make_private_dirs, open_private
 
@@ -105,12 +116,7 @@ PREFIX_READ = 64 * 1024
 MAX_OBJECT_SIZE = 2 * 1024 ** 3
 SIZE_VARIABLE = "BATCHFUTURES_MAX_OBJECT_SIZE"  # bytes; overrides MAX_OBJECT_SIZE
 READ_CHUNK = 1024 * 1024  # bytes fed to the MAC (and copied into the buffer) at a time
-# digits of a result object's name (results/00042): arrays have at most 10,000 children
-RESULT_DIGITS = 5
-# A child that ended on a MemoryError records it at <job>/oom/<i> (sealed as kind "oom"): the
-# client's proof that an exit status 137 with no OutOfMemoryError reason was out of memory.
-OOM_FOLDER = "oom"
-OOM_KIND = "oom"
+OOM_KIND = "oom"  # an out-of-memory marker's seal (layout.oom_marker_url says where)
 _MARKER_GETS = 8  # the poller reads this many markers one GET each; more: one LIST first
 _U64 = struct.Struct("<Q")
 _PAIR = struct.Struct("<2Q")
@@ -338,6 +344,7 @@ class Storage:
             self.fs.retries = loops  # s3fs's own loop: one pass; STORAGE_RETRY does the retrying
         self.root = path.rstrip("/")
         self.root_url = root_url.rstrip("/")
+        self.layout = Layout(self.root_url)
         protocol = self.fs.protocol if isinstance(self.fs.protocol, str) else self.fs.protocol[0]
         # what every MAC binds besides the name: the bucket and prefix (or folder) themselves,
         # so a job copied whole to another root under the same key does not verify there
@@ -359,8 +366,8 @@ class Storage:
 
         The last one made for each root is kept (``opened``): the worker's out-of-memory marker
         is written with it, its key already loaded, when memory is short."""
-        root, sep, _ = url.rpartition("/runs/")
-        if not sep or not root:
+        root = root_of_job_url(url)
+        if root is None:
             raise ValueError(f"{url!r} is not a batchfutures job URL (R/runs/<run>/jobs/<key>)")
         storage = cls(root, storage_options=storage_options, signer=signer,
                       max_object_size=max_object_size)
@@ -370,8 +377,8 @@ class Storage:
     @staticmethod
     def opened(url: str) -> Optional["Storage"]:
         """The Storage ``from_url`` last made for the root of job URL ``url``, if any."""
-        root, sep, _ = url.rpartition("/runs/")
-        return _OPENED.get(root.rstrip("/")) if sep else None
+        root = root_of_job_url(url)
+        return _OPENED.get(root) if root is not None else None
 
     @property
     def signer(self) -> Signer:
@@ -384,29 +391,28 @@ class Storage:
 
     def name_of(self, url: str) -> str:
         """An object's name for its signature: its key under the root (the URL if outside it)."""
-        if url.startswith(self.root_url + "/"):
-            return url[len(self.root_url) + 1:]
-        return url
+        return self.layout.name_of(url)
 
     def __repr__(self) -> str:
         return f"Storage({self.root_url!r})"
 
-    # -- URLs and paths ----------------------------------------------------------------------
+    # -- URLs (layout.py's names) and paths ------------------------------------------------------
     def url(self, *parts: str) -> str:
-        return "/".join((self.root_url,) + parts)
+        return self.layout.url(*parts)
 
     def run_url(self, run_id: str) -> str:
-        return self.url("runs", run_id)
+        return self.layout.run_url(run_id)
 
     def job_url(self, run_id: str, job_key: str) -> str:
-        return self.url("runs", run_id, "jobs", job_key)
+        return self.layout.job_url(run_id, job_key)
 
-    def inputs_url(self, job_url: str) -> str:
-        return f"{job_url}/inputs"
+    @staticmethod
+    def inputs_url(job_url: str) -> str:
+        return inputs_url(job_url)
 
-    def result_url(self, job_url: str, index: int) -> str:
-        # zero-padded, so the keys sort as the indices do: a listing can start after a child
-        return f"{job_url}/results/{int(index):0{RESULT_DIGITS}d}"
+    @staticmethod
+    def result_url(job_url: str, index: int) -> str:
+        return result_url(job_url, index)
 
     def _path(self, url: str) -> str:
         if url.startswith(self.root_url):
@@ -668,8 +674,7 @@ class Storage:
 
     # -- functions ---------------------------------------------------------------------------
     def function_url(self, run_id: str, payload: bytes) -> str:
-        digest = hashlib.sha256(payload).hexdigest()
-        return self.url("runs", run_id, "functions", f"{digest}.pkl")
+        return self.layout.function_url(run_id, payload)
 
     def put_function(self, run_id: str, payload: bytes) -> str:
         """Upload a pickled callable, sealed, under its content hash, once per run and Storage."""
@@ -822,10 +827,9 @@ class Storage:
         return self.object_exists(self.result_url(job_url, index))
 
     # -- out-of-memory markers ---------------------------------------------------------------
-    def oom_marker_url(self, job_url: str, index: int) -> str:
-        """Where child ``index`` records that it ran out of memory: beside ``results/``, never in
-        it, so a marker is never listed, read or kept as a result."""
-        return f"{job_url}/{OOM_FOLDER}/{int(index):0{RESULT_DIGITS}d}"
+    @staticmethod
+    def oom_marker_url(job_url: str, index: int) -> str:
+        return oom_marker_url(job_url, index)
 
     def write_oom_marker(self, job_url: str, index: int, attempt: Optional[str] = None) -> None:
         """Record that child ``index`` (its Batch attempt ``attempt``, AWS_BATCH_JOB_ATTEMPT)
@@ -856,8 +860,7 @@ class Storage:
 
     def list_oom_markers(self, job_url: str) -> Set[int]:
         """Indices of the children of the job that recorded an out-of-memory marker."""
-        return {index for index in map(_result_index, self.list_names(f"{job_url}/{OOM_FOLDER}"))
-                if index is not None}
+        return set(result_indices(self.list_names(oom_folder(job_url))))
 
     def oom_markers(self, job_url: str, indices: Sequence[int]) -> Dict[int, Optional[Dict[str, Any]]]:
         """The poller's read of the markers of failed children: index -> marker or None. A marker
@@ -906,30 +909,23 @@ class Storage:
         On S3 the listing starts after the key of ``start - 1`` (StartAfter), so its pages grow
         with the results written from ``start`` on, not with every result of the job.
         """
-        folder = f"{job_url}/results"
+        folder = results_folder(job_url)
         if start > 0 and not self.local:
             after = self.name_of(self.result_url(job_url, start - 1))
             names = self._names_after(folder, after.rpartition("/")[2])
         else:
             names = self.list_names(folder)
-        return {index for index in map(_result_index, names)
-                if index is not None and index >= start}
+        return {index for index in result_indices(names) if index >= start}
 
     # -- job pointers, runs, cleanup ---------------------------------------------------------
-    def _pointer_url(self, job_id: str) -> str:
-        # one plain name under jobs/: `batchfutures result ../../x` must not read outside R
-        if not job_id or "/" in job_id or "\x00" in job_id or job_id in (".", ".."):
-            raise ConfigurationError(f"{job_id[:200]!r} is not a job id")
-        return self.url("jobs", job_id)
-
     def write_job_pointer(self, job_id: str, job_url: str) -> None:
-        url = self._pointer_url(job_id)
+        url = self.layout.pointer_url(job_id)
         self.put_bytes(url, self.signer.seal("pointer", self.name_of(url), job_url.encode(),
                                              root=self.mac_root))
 
     def read_job_pointer(self, job_id: str) -> Optional[str]:
         """The job URL recorded for a Batch job (sealed: a pointer cannot be redirected)."""
-        data = self._read_sealed(self._pointer_url(job_id), "pointer")
+        data = self._read_sealed(self.layout.pointer_url(job_id), "pointer")
         return data.decode() if data is not None else None
 
     def delete_job(self, job_url: str) -> None:
@@ -937,18 +933,17 @@ class Storage:
 
     def delete_run(self, run_id: str, job_ids: Sequence[str] = ()) -> None:
         """Remove a run's folder, and the pointers of its Batch jobs ``job_ids``."""
-        if not run_id or "/" in run_id or run_id in (".", ".."):
-            raise ValueError(f"{run_id!r} is not a run id")
+        check_run_id(run_id)
         self.delete(self.run_url(run_id))
         for job_id in job_ids:
             self.delete_job_pointer(job_id)
 
     def delete_job_pointer(self, job_id: str) -> None:
-        self.delete(self._pointer_url(job_id))
+        self.delete(self.layout.pointer_url(job_id))
 
     def list_job_pointers(self) -> List[Tuple[str, Optional[float]]]:
         """(Batch job id, time its pointer was written, or None) of every job pointer: one LIST."""
-        path = self._path(self.url("jobs"))
+        path = self._path(self.layout.pointers_folder())
         if not self.local:
             self.fs.invalidate_cache(path)
 
@@ -966,18 +961,12 @@ class Storage:
 
     def run_job_keys(self, run_id: str) -> List[str]:
         """The job keys a run holds payloads for (``R/runs/<run_id>/jobs/<job_key>``)."""
-        return sorted(name for name in self.list_names(self.url("runs", run_id, "jobs"))
+        return sorted(name for name in self.list_names(self.layout.run_jobs_folder(run_id))
                       if not name.startswith("."))
 
     def split_job_url(self, job_url: str) -> Optional[Tuple[str, str]]:
         """(run id, job key) of a job URL under this root, or None."""
-        prefix = self.url("runs") + "/"
-        if not job_url.startswith(prefix):
-            return None
-        parts = job_url[len(prefix):].strip("/").split("/")
-        if len(parts) != 3 or parts[1] != "jobs":
-            return None
-        return parts[0], parts[2]
+        return self.layout.split_job_url(job_url)
 
     def list_runs(self) -> List[Tuple[str, Optional[float]]]:
         """(run id, newest modification time in the run as epoch seconds, or None) per run.
@@ -985,7 +974,7 @@ class Storage:
         One recursive listing of ``R/runs`` (S3 "folders" have no time of their own, and a local
         folder's time does not follow its subfolders), so its cost grows with the objects stored.
         """
-        path = self._path(self.url("runs"))
+        path = self._path(self.layout.runs_folder())
         if not self.local:
             self.fs.invalidate_cache(path)
 
@@ -1004,12 +993,6 @@ class Storage:
             known = runs.get(run_id)
             runs[run_id] = modified if known is None else max(known, modified or known)
         return sorted(runs.items())
-
-
-def _result_index(name: str) -> Optional[int]:
-    """A result object's child index from its name (``00042``, or ``42`` as written before the
-    names were padded); None for anything else (a temporary)."""
-    return int(name) if name.isdigit() else None
 
 
 def _epoch(value: Any) -> Optional[float]:
