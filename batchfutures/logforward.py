@@ -1,0 +1,81 @@
+"""The client's half of logging forwarding: a call's ``logging`` records, through this process's
+handlers and formats (as a ProcessPoolExecutor's forked workers log through the parent's).
+
+On by default with echo_output (``BatchExecutor(echo_output=False)`` turns both off). The worker
+keeps what each call logs (worker/logrecords.py: one plain dict per record, in the order made)
+next to what it printed; when the call's future resolves, its records are replayed here, after
+its printed output: each becomes a LogRecord again (``logging.makeLogRecord``) and is handled by
+the logger of the same name here, so the client's handlers, formats, filters and levels apply
+(``%(filename)s:%(lineno)d`` are the call's, in the user's file; tracebacks.Pickler keeps it).
+
+A replayed record carries the call's tags: ``record.job_id`` (the Batch job), ``record.call_index``
+(the array child; None for a plain job) and ``record.processName`` (the child's job id: a
+format with ``%(processName)s`` shows which call logged, as a worker process's name would).
+
+The worker makes only the records the client would keep: ``client_levels`` (the root logger's
+level and every level set on a named logger here) travels in the inputs header ("log_levels")
+and is set on the same loggers in the worker before anything runs. A record under the level is
+refused by the worker's logger as it would be here: its message is never formatted.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Dict, Iterable, Mapping
+
+from . import tracebacks
+
+__all__ = ["client_levels", "levels_of", "replay", "OWN_LOGGER"]
+
+OWN_LOGGER = "batchfutures"  # its levels are this library's business, not the calls'
+
+
+def levels_of(root_level: int, named: Mapping[str, int]) -> Dict[str, int]:
+    """The levels a worker sets: ``{"": root_level}`` and each named logger's level, but
+    batchfutures' own and unset (NOTSET) ones (pure)."""
+    levels = {"": root_level}
+    for name, level in named.items():
+        if name == OWN_LOGGER or name.startswith(OWN_LOGGER + "."):
+            continue
+        if isinstance(level, int) and level != logging.NOTSET:
+            levels[name] = level
+    return levels
+
+
+def client_levels() -> Dict[str, int]:
+    """This process's logger levels, for the inputs header (see the module docstring)."""
+    named = {name: logger.level for name, logger in list(logging.Logger.manager.loggerDict.items())
+             if isinstance(logger, logging.Logger)}
+    return levels_of(logging.getLogger().level, named)
+
+
+_TRUSTED_KEYS = frozenset({"exc_info", "args"})  # never taken from the wire: rebuilt here
+
+
+def _record(data: Mapping[str, Any]) -> logging.LogRecord:
+    fields = {key: value for key, value in data.items()
+              if isinstance(key, str) and key not in _TRUSTED_KEYS}
+    if isinstance(fields.get("exc_text"), str):  # the call's frames with this file's lines
+        fields["exc_text"] = tracebacks.with_source_lines(fields["exc_text"])
+    fields["args"] = None  # the message was formatted in the worker
+    fields["exc_info"] = None
+    return logging.makeLogRecord(fields)
+
+
+def replay(records: Iterable[Any]) -> None:
+    """Handle a call's records (dicts, as the worker kept them) through this process's loggers,
+    in order; a record its logger's level now refuses is dropped, as ``logger.log`` would."""
+    for data in records:
+        if not isinstance(data, dict) or not isinstance(data.get("name"), str):
+            continue
+        level = data.get("levelno")
+        if not isinstance(level, int) or isinstance(level, bool):
+            continue
+        logger = logging.getLogger(data["name"] or None)
+        if not logger.isEnabledFor(level):
+            continue
+        try:
+            logger.handle(_record(data))
+        except Exception:  # a broken handler: the record stays in the job's log
+            logging.getLogger(OWN_LOGGER).debug("a forwarded log record could not be handled",
+                                                exc_info=True)

@@ -1,0 +1,177 @@
+"""A call's logging records reach the client's handlers (logforward, worker/logrecords)."""
+
+import io
+import json
+import logging
+
+import pytest
+
+from batchfutures import logforward
+from batchfutures.worker import logrecords
+
+
+@pytest.fixture
+def clean_logging():
+    """Logger levels and root handlers as they were, whatever a test sets."""
+    root = logging.getLogger()
+    saved_handlers, saved_level = list(root.handlers), root.level
+    named = {name: logger.level for name, logger in logging.Logger.manager.loggerDict.items()
+             if isinstance(logger, logging.Logger)}
+    yield
+    root.handlers[:] = saved_handlers
+    root.setLevel(saved_level)
+    for name, logger in logging.Logger.manager.loggerDict.items():
+        if isinstance(logger, logging.Logger):
+            logger.setLevel(named.get(name, logging.NOTSET))
+
+
+@pytest.mark.parametrize("root, named, expected", [
+    (logging.WARNING, {}, {"": logging.WARNING}),
+    (logging.INFO, {"app": logging.DEBUG, "noisy": logging.ERROR},
+     {"": logging.INFO, "app": logging.DEBUG, "noisy": logging.ERROR}),
+    (logging.INFO, {"unset": logging.NOTSET}, {"": logging.INFO}),  # inherits: nothing to ship
+    (logging.INFO, {"batchfutures": logging.DEBUG, "batchfutures.worker": logging.DEBUG,
+                    "batchfuturesque": logging.DEBUG},
+     {"": logging.INFO, "batchfuturesque": logging.DEBUG}),  # the library's own are not shipped
+])
+def test_levels_of(root, named, expected):
+    assert logforward.levels_of(root, named) == expected
+
+
+@pytest.mark.parametrize("environ, expected", [
+    ({"AWS_BATCH_JOB_ID": "abc:3", "AWS_BATCH_JOB_ARRAY_INDEX": "3"},
+     {"job_id": "abc", "call_index": 3, "processName": "abc:3"}),
+    ({"AWS_BATCH_JOB_ID": "abc"}, {"job_id": "abc", "call_index": None, "processName": "abc"}),
+    ({"AWS_BATCH_JOB_ID": "abc:7"}, {"job_id": "abc", "call_index": 7, "processName": "abc:7"}),
+    ({}, {"job_id": "", "call_index": None, "processName": "worker"}),
+])
+def test_call_tags(environ, expected):
+    assert logrecords.call_tags(environ) == expected
+
+
+def _record(**fields):
+    base = {"name": "app", "levelno": logging.INFO, "levelname": "INFO", "msg": "hello %s",
+            "args": ("there",), "pathname": "/home/u/script.py", "lineno": 12}
+    base.update(fields)
+    return logging.makeLogRecord(base)
+
+
+TAGS = {"job_id": "abc", "call_index": 2, "processName": "abc:2"}
+
+
+def test_as_dict_is_json_and_formats_the_message():
+    data = logrecords.as_dict(_record(user_id=7, blob=object()), TAGS)
+    assert json.loads(json.dumps(data)) == data
+    assert data["msg"] == "hello there"
+    assert data["user_id"] == 7 and "blob" not in data  # extra= scalars only
+    assert data["processName"] == "abc:2" and data["call_index"] == 2
+
+
+def test_as_dict_formats_the_traceback_and_cuts_long_messages():
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        import sys
+        record = _record(exc_info=sys.exc_info(), msg="x" * (logrecords.MAX_MESSAGE + 10), args=())
+    data = logrecords.as_dict(record, TAGS)
+    assert "ValueError: boom" in data["exc_text"]
+    assert data["msg"].endswith("[... 10 characters cut]")
+
+
+def test_a_bad_format_is_said_not_raised():
+    data = logrecords.as_dict(_record(msg="%d", args=("not a number",)), TAGS)
+    assert "could not be formatted" in data["msg"]
+
+
+def test_round_trip_through_the_clients_handler_and_format(clean_logging):
+    stream, log = io.StringIO(), io.StringIO()
+    keeper = logrecords.RecordKeeper(log_stream=log, environ={"AWS_BATCH_JOB_ID": "abc:2"})
+    keeper.install()
+    logging.getLogger().setLevel(logging.INFO)
+    try:
+        logging.getLogger("app").info("first %d", 1)
+        logging.getLogger("batchfutures").warning("the library's own: not forwarded")
+        logging.getLogger("app.sub").warning("second")
+        records = keeper.take()
+    finally:
+        keeper.remove()
+    assert keeper.take() == []  # taken once
+    assert "INFO:app:first 1" in log.getvalue()  # the container's log has them too
+    shipped = json.loads(json.dumps(records))  # as the result object carries them
+
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(processName)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger().handlers[:] = [handler]
+    logforward.replay(shipped)
+    assert stream.getvalue().splitlines() == ["abc:2 INFO app: first 1", "abc:2 WARNING app.sub: second"]
+
+
+def test_replay_honours_the_clients_level_now(clean_logging):
+    stream = io.StringIO()
+    logging.getLogger().handlers[:] = [logging.StreamHandler(stream)]
+    logging.getLogger().setLevel(logging.WARNING)
+    logforward.replay([
+        logrecords.as_dict(_record(msg="dropped", args=()), TAGS),
+        logrecords.as_dict(_record(levelno=logging.ERROR, levelname="ERROR", msg="kept", args=()), TAGS),
+        {"name": 3}, "junk", {"name": "app", "levelno": "high"},  # malformed: skipped
+    ])
+    assert stream.getvalue() == "kept\n"
+
+
+def test_replay_sets_the_tags_on_the_record(clean_logging):
+    seen = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record)
+
+    logging.getLogger().handlers[:] = [Keep()]
+    logging.getLogger().setLevel(logging.DEBUG)
+    logforward.replay([logrecords.as_dict(_record(), TAGS)])
+    (record,) = seen
+    assert (record.job_id, record.call_index, record.getMessage()) == ("abc", 2, "hello there")
+    assert (record.pathname, record.lineno) == ("/home/u/script.py", 12)
+
+
+def test_records_under_the_level_are_never_made(clean_logging):
+    class Expensive:
+        def __init__(self):
+            self.formatted = False
+
+        def __str__(self):
+            self.formatted = True
+            return "expensive"
+
+    logrecords.apply_levels({"": logging.INFO, "chatty": logging.ERROR})
+    debug, chatty, info = Expensive(), Expensive(), Expensive()
+    keeper = logrecords.RecordKeeper(environ={}).install()
+    try:
+        logging.getLogger("app").debug("%s", debug)
+        logging.getLogger("chatty").warning("%s", chatty)
+        logging.getLogger("app").info("%s", info)
+        records = keeper.take()
+    finally:
+        keeper.remove()
+    assert [r["msg"] for r in records] == ["expensive"]
+    assert (debug.formatted, chatty.formatted, info.formatted) == (False, False, True)
+
+
+@pytest.mark.parametrize("levels", [None, "INFO", {"": "INFO"}, {3: 10}, {"x": True}])
+def test_apply_levels_ignores_malformed(clean_logging, levels):
+    before = logging.getLogger().level
+    logrecords.apply_levels(levels)
+    assert logging.getLogger().level == before
+
+
+def test_records_past_the_limit_are_cut_with_a_note(clean_logging):
+    keeper = logrecords.RecordKeeper(environ={}, limit=3)
+    logging.getLogger().setLevel(logging.INFO)
+    keeper.install()
+    try:
+        for i in range(5):
+            logging.getLogger("app").info("r%d", i)
+        records = keeper.take()
+    finally:
+        keeper.remove()
+    assert [r["msg"] for r in records[1:]] == ["r2", "r3", "r4"]
+    assert "first 2 log records" in records[0]["msg"]

@@ -1,0 +1,109 @@
+"""The run report: one self-contained HTML page (batchfutures.report)."""
+
+import html.parser
+import re
+
+import pytest
+
+from batchfutures import report
+from batchfutures.usage import JobUsage, Totals
+
+T0 = 1_700_000_000.0
+
+
+class Page(html.parser.HTMLParser):
+    """What a browser would build: elements with their attributes, and the text."""
+
+    def __init__(self, text):
+        super().__init__()
+        self.elements = []
+        self.text = []
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        self.elements.append((tag, dict(attrs)))
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+    def all(self, tag, **attrs):
+        return [a for t, a in self.elements if t == tag
+                and all(a.get(k.replace("_", "-")) == v for k, v in attrs.items())]
+
+
+def _job(**changes):
+    rows = [
+        report.CallRow(0, "SUCCEEDED", T0 + 1, T0 + 5, 0, None, 1, 4.0, 3.5, 120.0),
+        report.CallRow(1, "FAILED", T0 + 2, T0 + 3, 137, "OutOfMemoryError: Container killed"),
+        report.CallRow(2, "RUNNING", T0 + 4, None),
+        report.CallRow(3, "RUNNABLE"),
+    ]
+    totals = Totals()
+    totals.calls, totals.cpu_s, totals.wall_s, totals.peak_memory_mib = 1, 3.5, 4.0, 120.0
+    job = report.JobReport(
+        job_id="job-1", name="map-square", status="RUNNING", created=T0, started=T0 + 1,
+        counts={"SUCCEEDED": 1, "FAILED": 1, "RUNNING": 1, "RUNNABLE": 1}, rows=rows,
+        failures=[report.Failure(1, None, "FAILED", "OutOfMemoryError: Container killed",
+                                 "allocating <10 GiB>\nKilled"),
+                  report.Failure(0, 0, "ValueError", "bad <input>",
+                                 'Traceback (most recent call last):\n  File "/u/script.py", line 3')],
+        usage=JobUsage.of(totals, 1.0, 2048, 9.0, ended=False))
+    for name, value in changes.items():
+        setattr(job, name, value)
+    return job
+
+
+def test_page_shows_counts_timeline_usage_failures_and_children():
+    page = Page(report.render([_job()], title="my run", now=T0 + 10))
+    text = "".join(page.text)
+    # the status counts
+    counts = {a["data-status"] for a in page.all("span") if "data-status" in a}
+    assert counts == {"SUCCEEDED", "FAILED", "RUNNING", "RUNNABLE"}
+    assert "FAILED: 1" in text
+    # the timeline: a run bar for each started child, coloured by status; none for a queued one
+    bars = {a["data-child"]: a for a in page.all("rect") if a.get("class") == "run"}
+    assert set(bars) == {"0", "1", "2"}
+    assert bars["1"]["fill"] == report.STATUS_COLOURS["FAILED"]
+    assert bars["0"]["fill"] == report.STATUS_COLOURS["SUCCEEDED"]
+    # a running child is drawn up to now, so it ends at the right edge
+    assert float(bars["2"]["x"]) + float(bars["2"]["width"]) == pytest.approx(60 + 900)
+    # usage and advice, failures with their detail (escaped), the children's table
+    assert "1 calls measured: CPU 3.50 s" in text
+    assert "memory='256MiB' would hold it" in text
+    assert "OutOfMemoryError: Container killed" in text and "allocating <10 GiB>" in text
+    assert 'File "/u/script.py", line 3' in text and "bad <input>" in text
+    assert {a["data-child"] for a in page.all("tr") if "data-child" in a} == {"0", "1", "2", "3"}
+
+
+def test_page_is_self_contained():
+    page_text = report.render([_job()], now=T0 + 10)
+    page = Page(page_text)
+    assert not page.all("script") and not page.all("link") and not page.all("img")
+    # nothing is fetched at view time: no URL anywhere, no url() in the CSS
+    assert not re.search(r"(https?:)?//[a-z]", page_text.replace("<!DOCTYPE html>", ""))
+    assert "url(" not in page_text and "@import" not in page_text
+
+
+def test_user_text_is_escaped():
+    job = _job(name="<script>alert(1)</script>", reason='"><img src=x>')
+    page = Page(report.render([job], now=T0 + 10))
+    assert not page.all("script") and not page.all("img")
+
+
+@pytest.mark.parametrize("rows, expected", [
+    ([], "No child has started yet"),
+    ([report.CallRow(0, "RUNNABLE")], None),  # queued since the job's creation: a grey bar
+])
+def test_timeline_before_anything_ran(rows, expected):
+    job = _job(rows=rows, failures=[], created=T0 if rows else None)
+    text = report.render([job], now=T0 + 10)
+    if expected:
+        assert expected in text
+    else:
+        assert report.QUEUED_COLOUR in text and 'class="run"' not in text
+
+
+def test_several_jobs_one_page():
+    page = Page(report.render([_job(), _job(job_id="job-2", failures=[])], now=T0 + 10))
+    assert [a["data-job"] for a in page.all("section")] == ["job-1", "job-2"]
+    assert "No failures." in "".join(page.text)
