@@ -30,7 +30,8 @@ _MEMORY_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 SETTING_NAMES = ("vcpus", "memory", "gpus", "timeout", "retries", "tags", "share_id", "priority",
-                 "environment", "secrets", "retry_on_oom", "nodes", "runnable_timeout", "keepalive")
+                 "environment", "secrets", "retry_on_oom", "nodes", "runnable_timeout", "keepalive",
+                 "requirements")
 MAX_NODES = 1000  # Batch's numNodes limit for a multi-node parallel job
 # A secret's value source: a Secrets Manager secret or an SSM Parameter Store parameter.
 _SECRET_ARN_RE = re.compile(
@@ -86,6 +87,8 @@ class JobSettings:
     nodes: int = 1  # > 1: one multi-node parallel job per submit
     runnable_timeout: Optional[float] = None  # seconds RUNNABLE with a MISCONFIGURATION/CAPACITY reason
     keepalive: float = 0  # > 0: calls run on warm workers idle this long before they exit (warmpool.py)
+    # None, "auto", requirement strings or a requirements file's path (requirements.py, envbuild.py)
+    requirements: Union[None, str, Tuple[str, ...]] = None
 
     @classmethod
     def from_kwargs(cls, base: Optional["JobSettings"] = None, **kwargs: Any) -> "JobSettings":
@@ -151,7 +154,14 @@ class JobSettings:
             keepalive = kwargs["keepalive"]
             values["keepalive"] = 0 if keepalive is None else _check_timeout(
                 keepalive, name="keepalive") if keepalive != 0 else 0
+        if "requirements" in kwargs:
+            from .requirements import check_setting
+
+            values["requirements"] = check_setting(kwargs["requirements"])
         settings = replace(base or cls(), **values)
+        if settings.requirements is not None and settings.keepalive:
+            raise ConfigurationError("requirements= is not available with keepalive= (warm "
+                                     "workers) yet; use one or the other")
         names = {name for name, _ in settings.environment} & {name for name, _ in settings.secrets}
         if names:
             raise ConfigurationError(f"{sorted(names)} given both in environment= and in secrets=")
@@ -172,6 +182,7 @@ class JobSettings:
             "secrets": dict(self.secrets), "retry_on_oom": self.retry_on_oom, "nodes": self.nodes,
             "runnable_timeout": self.runnable_timeout,
             **({"keepalive": self.keepalive} if self.keepalive else {}),
+            **({"requirements": self.requirements} if self.requirements is not None else {}),
         }
 
 

@@ -3,9 +3,11 @@
 On Batch a job's container has the image's interpreter and packages, Batch's variables, the job
 definition's and the overrides' `environment`, and nothing of the machine that submitted it.
 The emulator's "image" is this interpreter with its own site-packages (batchfutures included),
-so an attempt gets:
+or, when the definition's `image` is the absolute path of an executable
+(`LocalEnvironment(image=PYTHON)`, `image_interpreter`), that interpreter with its own, so a
+library the client has and that image lacks is missing there as on AWS. An attempt gets:
 
-    command      the job's, a leading `python`/`python3`/`python3.X` meaning this interpreter
+    command      the job's, a leading `python`/`python3`/`python3.X` meaning the image's interpreter
     environment  PATH, HOME, locale and temp-dir variables (what an image defines), the AWS
                  endpoint, region and credential variables and proxy/CA settings (what reaching
                  storage needs), BATCHFUTURES_SIGNING_KEY (the local stand-in for the secret
@@ -77,10 +79,21 @@ _NETWORK_VARIABLES = frozenset({
 })
 
 
-def container_argv(command: List[str]) -> List[str]:
-    """The job's command, a leading `python`, `python3` or `python3.X` meaning this interpreter."""
+def image_interpreter(image: Optional[str]) -> str:
+    """The interpreter an image stands for: the definition's `image` when it is the absolute path
+    of an executable file (`LocalEnvironment(image=PYTHON)`: a venv's bin/python, kept as given,
+    never resolved, so the venv stays its own), else this interpreter."""
+    if (image and os.path.isabs(image) and os.path.isfile(image)
+            and os.access(image, os.X_OK)):
+        return image
+    return sys.executable
+
+
+def container_argv(command: List[str], python: Optional[str] = None) -> List[str]:
+    """The job's command, a leading `python`, `python3` or `python3.X` meaning the image's
+    interpreter (`python`, default this one)."""
     if command and _PYTHON.fullmatch(command[0]):
-        return [sys.executable] + list(command[1:])
+        return [python or sys.executable] + list(command[1:])
     return list(command)
 
 
@@ -262,7 +275,8 @@ def launch_request(unit: Unit, stream: str, *, compute_environment: str, logs_fo
     env = environment(os.environ if host is None else host, node["environment"] or [],
                       batch_variables(unit, compute_environment), vcpus=vcpus,
                       python_path=python_path)
-    return LaunchRequest(argv=container_argv(list(node["command"] or [])), env=env, cwd=cwd,
+    python = image_interpreter(node.get("image"))
+    return LaunchRequest(argv=container_argv(list(node["command"] or []), python), env=env, cwd=cwd,
                          log_path=str(log_file(logs_folder, stream)), memory_mib=node["memory"],
                          vcpus=vcpus)
 

@@ -25,6 +25,8 @@ spawn; without setpriv the emulator falls back to the preexec_fn.
 
 The worker command (`python -m batchfutures.worker <url>`) is forked from a preloaded fork
 server instead (forkserver.py): still one fresh process per attempt, started in milliseconds.
+Not on another interpreter (`LocalEnvironment(image=PYTHON)`): the server is this one, preloaded
+with this interpreter's packages, so such an attempt is exec'd like any command.
 """
 
 from __future__ import annotations
@@ -239,7 +241,7 @@ class ProcessLauncher:
         """Start the attempt; OSError when the command cannot be run at all."""
         argv, env = list(request.argv), request.env
         make_private_dirs(os.path.dirname(request.log_path))  # 0700 whatever the umask
-        if is_forkable(argv):  # the worker's command, one-attempt or warm
+        if is_forkable(argv) and argv[0] == sys.executable:  # the worker's, on this interpreter
             server = self._fork_server()
             if server is not None:
                 try:

@@ -1,0 +1,96 @@
+"""Test helpers for `requirements=` (no package index anywhere): wheels written here, a bare
+interpreter that has only the worker's own dependencies, and pip pointed at a local folder.
+
+    make_wheel(folder, "tinypkg", "1.0", {"tinypkg/__init__.py": "..."}, requires=["tinydep"])
+    bare_python(folder)      a venv's bin/python (no pip, no system site-packages) whose one .pth
+                             names a folder of links to batchfutures and its dependencies' files
+    offline_pip(monkeypatch, wheels)   PIP_NO_INDEX=1, PIP_FIND_LINKS=wheels (pip's own config)
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib.metadata as metadata
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import Dict, Iterable, List
+
+import batchfutures
+from batchfutures import requirements
+
+
+def make_wheel(folder: Path, name: str, version: str, files: Dict[str, str], *,
+               requires: Iterable[str] = (), tag: str = "py3-none-any") -> Path:
+    """A wheel of `files` (path in the wheel -> text), as `pip wheel` would leave it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    info = f"{name}-{version}.dist-info"
+    contents = dict(files)
+    contents[f"{info}/METADATA"] = "".join(
+        [f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"]
+        + [f"Requires-Dist: {item}\n" for item in requires])
+    pure = "true" if tag.endswith("-none-any") else "false"
+    contents[f"{info}/WHEEL"] = (f"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: {pure}\n"
+                                 f"Tag: {tag}\n")
+    records: List[str] = []
+    for path, text in contents.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
+        records.append(f"{path},sha256={digest.decode()},{len(text.encode())}")
+    records.append(f"{info}/RECORD,,")
+    contents[f"{info}/RECORD"] = "\n".join(records) + "\n"
+    wheel = folder / f"{name}-{version}-{tag}.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, text in contents.items():
+            archive.writestr(path, text)
+    return wheel
+
+
+def offline_pip(monkeypatch, wheels: Path) -> None:
+    """pip reads only `wheels` (its own configuration variables, as a user would set them)."""
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
+    monkeypatch.setenv("PIP_NO_CACHE_DIR", "1")
+
+
+def install_here(monkeypatch, wheels: Path, site: Path, *specs: str) -> None:
+    """Install `specs` from `wheels` into `site` and put it on this process's path, as a
+    package the client has installed (importlib.metadata finds it there)."""
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index",
+                    "--disable-pip-version-check", "--find-links", str(wheels), "--target",
+                    str(site), *specs], check=True, capture_output=True)
+    monkeypatch.syspath_prepend(str(site))
+
+
+def _worker_distributions() -> List[metadata.Distribution]:
+    markers = requirements.target_markers(os.uname().machine, sys.version_info[:2])
+    names = requirements.closure(["batchfutures"], requirements.installed_requires,
+                                 requirements.installed_version, markers)
+    found = []
+    for name in names:
+        if name != "batchfutures":
+            found.append(metadata.distribution(name))
+    return found
+
+
+def bare_python(folder: Path) -> str:
+    """A venv's interpreter that imports batchfutures and its dependencies, nothing else."""
+    venv = folder / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    links = folder / "worker-deps"
+    links.mkdir()
+    (links / "batchfutures").symlink_to(Path(batchfutures.__file__).parent)
+    for dist in _worker_distributions():
+        base = Path(str(dist.locate_file("")))
+        tops = {Path(str(f)).parts[0] for f in dist.files or () if not str(f).startswith("..")}
+        for top in tops:
+            source, target = base / top, links / top
+            if source.exists() and not target.exists() and not top.endswith(".pth"):
+                target.symlink_to(source)
+    python = venv / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import site; print(site.getsitepackages()[0])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    Path(site, "worker-deps.pth").write_text(f"{links}\n")
+    return str(python)
