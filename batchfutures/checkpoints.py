@@ -3,7 +3,8 @@
 A Spot host is reclaimed with a notice: Fargate Spot sends the task SIGTERM two minutes before it
 stops it, EC2 Spot does too once the host drains (the template's ECS_ENABLE_SPOT_INSTANCE_DRAINING),
 then SIGKILL. The worker turns SIGTERM into `interrupted()` (its handler: `on_sigterm`), and
-the call may save its state at any time:
+the call may save its state at any time. A call that never used this API keeps SIGTERM's
+usual meaning (the process ends at once, as before: an abort does not wait for the kill):
 
     def simulate(steps):
         state = batchfutures.restored(default={"step": 0, "total": 0.0})
@@ -27,6 +28,7 @@ the emulator's threads launcher runs attempts as threads of one process.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Optional
@@ -57,6 +59,7 @@ class _Call:
 
 _local = threading.local()
 _sigterm = threading.Event()  # this process was asked to stop (the whole process: a signal)
+_aware = threading.Event()  # a call here used checkpoint/restored/interrupted: SIGTERM waits
 
 
 def checkpoint_url(job_url: str, child: int, item: int) -> str:
@@ -99,6 +102,8 @@ def interrupted() -> bool:
     """True once the worker was asked to stop (SIGTERM: a Spot reclaim's notice, a terminated
     job): save what you have with `checkpoint` now, the kill follows."""
     call = _current()
+    if call is not None:
+        _aware.set()
     return _sigterm.is_set() or (call is not None and bool(call.stopping()))
 
 
@@ -108,6 +113,7 @@ def checkpoint(state: Any) -> bool:
     call = _current()
     if call is None:
         return False
+    _aware.set()
     url = checkpoint_url(call.job_url, call.child, call.item)
     storage = call.storage
     payload = serialization.dumps(state, what="the checkpoint")
@@ -121,6 +127,7 @@ def restored(default: Any = None) -> Any:
     call = _current()
     if call is None:
         return default
+    _aware.set()
     if call.restored is _NOT_READ:
         url = checkpoint_url(call.job_url, call.child, call.item)
         data = call.storage.read_sealed(url, CHECKPOINT_KIND)
@@ -129,8 +136,12 @@ def restored(default: Any = None) -> Any:
 
 
 def on_sigterm(signum: int = signal.SIGTERM, frame: Any = None) -> None:
-    """The worker's SIGTERM handler: the call goes on, `interrupted()` is now true."""
+    """The worker's SIGTERM handler: a call that used this module goes on, `interrupted()` now
+    true, until it ends or the kill comes; any other ends the process of SIGTERM, as before."""
     _sigterm.set()
+    if not _aware.is_set():
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def install_sigterm_handler() -> bool:

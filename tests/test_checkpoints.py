@@ -69,12 +69,13 @@ def test_sigterm_sets_interrupted_and_the_process_goes_on(job):
     previous = signal.getsignal(signal.SIGTERM)
     try:
         assert checkpoints.install_sigterm_handler()
-        assert not checkpoints.interrupted()
+        assert not checkpoints.interrupted()  # the call asked: it handles SIGTERM itself
         os.kill(os.getpid(), signal.SIGTERM)
         assert checkpoints.interrupted()  # the handler ran in this (main) thread
     finally:
         signal.signal(signal.SIGTERM, previous)
         checkpoints._sigterm.clear()
+        checkpoints._aware.clear()
     result = []
     worker = threading.Thread(target=lambda: result.append(checkpoints.install_sigterm_handler()))
     worker.start()
@@ -89,3 +90,19 @@ def test_a_stopped_attempt_in_a_thread_is_interrupted_too(job):
     assert not checkpoints.interrupted()
     stopped.set()
     assert checkpoints.interrupted()
+
+
+@pytest.mark.slow  # a real process
+def test_a_call_that_never_asked_ends_of_sigterm_as_before(tmp_path):
+    """In a real process: SIGTERM with the handler installed and no use of the API ends it."""
+    import subprocess
+    import sys
+
+    code = ("import os, signal, time\n"
+            "from batchfutures import checkpoints\n"
+            "checkpoints.install_sigterm_handler()\n"
+            "os.kill(os.getpid(), signal.SIGTERM)\n"
+            "time.sleep(30)\n"
+            "print('still here')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == -signal.SIGTERM and "still here" not in done.stdout
