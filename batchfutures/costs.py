@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from . import prices
 
-__all__ = ["Pricing", "Estimate", "estimate", "instance_of", "share_of", "LOCAL", "DEFAULT_FAMILY"]
+__all__ = ["Pricing", "Estimate", "estimate", "instance_of", "share_of", "LOCAL", "DEFAULT_FAMILY",
+           "pricing_from"]
 
 DEFAULT_FAMILY = "m6i"  # "optimal"'s general-purpose family (oomretry.DEFAULT_FAMILIES)
 _SIZE_RE = re.compile(r"^([a-z0-9-]+)\.(medium|large|xlarge|([0-9]+)xlarge)$")
@@ -101,3 +102,23 @@ def estimate(wall_s: float, vcpus: float, memory_mib: float, pricing: Pricing = 
     usd = hours * instance.hour * min(1.0, share)
     spot = " on Spot, at the on-demand price (an upper bound)" if pricing.spot else " on demand"
     return Estimate(usd, f"EC2 {named}{spot}, share {min(1.0, share):.3g}, {_as_of()}")
+
+
+def pricing_from(environments: Sequence[Mapping[str, Any]]) -> Pricing:
+    """How a queue's calls are priced, from its compute environments (DescribeComputeEnvironments,
+    in the queue's order): the first one ENABLED decides (Batch fills it first). Its
+    ``computeResources.type`` says Fargate or EC2 and Spot or not; an EC2 one's first
+    ``instanceTypes`` entry, when it is a type or family of the table, names the instance."""
+    usable = [e for e in environments if e.get("state", "ENABLED") == "ENABLED"] or list(environments)
+    if not usable:
+        return Pricing("FARGATE")
+    resources = usable[0].get("computeResources") or {}
+    kind = str(resources.get("type") or "EC2").upper()
+    if kind.startswith("FARGATE"):
+        return Pricing("FARGATE", spot=kind == "FARGATE_SPOT")
+    named = None
+    for entry in resources.get("instanceTypes") or ():
+        if instance_of(entry) is not None or entry in prices.FAMILIES:
+            named = str(entry)
+            break
+    return Pricing("EC2", spot=kind == "SPOT", instance_type=named)

@@ -10,6 +10,7 @@
     ├── DryRunResult(BatchError)          what a dry-run future raises: .requests, .objects
     ├── IntegrityError(BatchError)        a stored object's seal does not check
     ├── PollerStoppedError(BatchError)
+    ├── BudgetExceededError(BatchError)   max_cost reached: this call was never sent
     └── JobFailedError(BatchError)
         ├── MemoryLimitExceeded(JobFailedError)
         ├── JobTimeoutError(JobFailedError)
@@ -62,6 +63,7 @@ __all__ = [
     "IntegrityError",
     "JobUnplaceableError",
     "PollerStoppedError",
+    "BudgetExceededError",
     "classify_failure",
     "wants_oom_marker",
     "oom_marker_applies",
@@ -206,6 +208,23 @@ class JobUnplaceableError(JobFailedError):
     def __init__(self, message: str, *, reason: Optional[str] = None, **kwargs: Any) -> None:
         super().__init__(message, **kwargs)
         self.reason = reason if reason is not None else kwargs.get("status_reason")
+
+
+class BudgetExceededError(BatchError):
+    """``BatchExecutor(max_cost=USD)``: the estimated cost of this executor's calls reached
+    ``max_cost`` before this call was sent, so it was not (nothing running was stopped).
+    ``.spent`` and ``.max_cost`` in USD."""
+
+    def __init__(self, message: str, *, spent: float = 0.0, max_cost: float = 0.0) -> None:
+        super().__init__(message)
+        self.spent, self.max_cost = spent, max_cost
+
+    def __reduce__(self) -> Any:
+        return (_rebuild_budget_error, (str(self), self.spent, self.max_cost))
+
+
+def _rebuild_budget_error(message: str, spent: float, max_cost: float) -> "BudgetExceededError":
+    return BudgetExceededError(message, spent=spent, max_cost=max_cost)
 
 
 class PollerStoppedError(BatchError):

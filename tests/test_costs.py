@@ -68,3 +68,23 @@ def test_the_table_covers_the_projects_instance_families_and_says_where_it_comes
     assert {"g4dn.xlarge", "g5.xlarge"} <= set(prices.INSTANCES)  # the template's GpuInstanceTypes
     doc = ast.get_docstring(ast.parse(inspect.getsource(prices)))
     assert "Source and date" in doc and prices.PRICES_AS_OF[:4] in doc
+
+
+def _ce(kind, state="ENABLED", types=None):
+    resources = {"type": kind}
+    if types is not None:
+        resources["instanceTypes"] = types
+    return {"state": state, "computeResources": resources}
+
+
+@pytest.mark.parametrize("environments, expected", [
+    ([_ce("FARGATE")], Pricing("FARGATE")),
+    ([_ce("FARGATE_SPOT"), _ce("FARGATE")], Pricing("FARGATE", spot=True)),
+    ([_ce("SPOT", types=["optimal"])], Pricing("EC2", spot=True)),
+    ([_ce("EC2", types=["c6i.2xlarge", "m6i"])], Pricing("EC2", instance_type="c6i.2xlarge")),
+    ([_ce("EC2", types=["r6i"])], Pricing("EC2", instance_type="r6i")),
+    ([_ce("SPOT", state="DISABLED"), _ce("EC2", types=["m5"])], Pricing("EC2")),  # m5: not priced
+    ([], Pricing("FARGATE")),
+])
+def test_pricing_from_the_queues_first_enabled_compute_environment(environments, expected):
+    assert costs.pricing_from(environments) == expected
