@@ -15,15 +15,14 @@ import os
 import re
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from ..statuses import JobStatus
 from ..workdir import make_private_dirs, open_private
+from .computeenvs import SETTLE_SECONDS, settled
 from .model import (
     arn_resource,
-    cluster_arn,
     compute_environment_arn,
     definition_arn,
     queue_arn,
@@ -116,41 +115,75 @@ class Definitions:
 class Queues:
     """The job queues of a folder (records.QueueStore), shared by every instance on it.
 
-    The queues an emulator is made with are created ENABLED unless they exist already; a
-    queue's state, priority and jobStateTimeLimitActions are whatever was last written.
+    The queues an emulator is made with are created ENABLED and VALID unless they exist
+    already; a queue's state, priority, compute environments and jobStateTimeLimitActions are
+    whatever was last written. Its status moves as Batch's does (CREATING -> VALID, UPDATING ->
+    VALID, DELETING -> gone: computeenvs.settled), `delay` seconds after each change.
     """
 
-    def __init__(self, store: QueueStore, names: Iterable[str], compute_environment: str) -> None:
+    def __init__(self, store: QueueStore, names: Iterable[str], compute_environment: str,
+                 delay: float = SETTLE_SECONDS) -> None:
         self.store = store
         self.compute_environment = compute_environment
+        self.delay = delay
         for name in names:
-            self.create(name)
+            self.create(name, status="VALID")
 
     def create(self, name: str, state: str = "ENABLED", priority: int = 1,
                actions: Optional[List[Dict[str, Any]]] = None,
-               policy: Optional[str] = None, tags: Optional[Dict[str, str]] = None) -> bool:
-        """A new queue; False when one of that name exists."""
+               policy: Optional[str] = None, tags: Optional[Dict[str, str]] = None,
+               environments: Optional[List[str]] = None, status: str = "CREATING") -> bool:
+        """A new queue; False when one of that name exists. `environments`: the names of its
+        compute environments in order (none: the emulator's own)."""
         record: Dict[str, Any] = {"state": state, "priority": priority,
                                   "jobStateTimeLimitActions": list(actions or []),
-                                  "order": time.time_ns()}
+                                  "order": time.time_ns(), "status": status,
+                                  "changedAt": time.time()}
+        if environments:
+            record["computeEnvironmentOrder"] = list(environments)
         if policy:
             record["schedulingPolicyArn"] = policy
         if tags:
             record["tags"] = dict(tags)
         return self.store.create(name, record)
 
+    def _load(self, name: str) -> Optional[Dict[str, Any]]:
+        """The queue's record with its transition applied; None: none, or deleted."""
+        if not NAME.fullmatch(name):
+            return None
+        record = self.store.load(name)
+        if record is None:
+            return None
+        before = record.get("status") or "VALID"
+        status = settled(before, record.get("changedAt") or 0.0, time.time(), self.delay)
+        if status is None:
+            self.store.remove(name)
+            return None
+        if status != before:
+            record = dict(record, status=status)
+            self.store.write(name, record)
+        return record
+
     def resolve(self, reference: str) -> Optional[str]:
         name = arn_resource(reference, "job-queue") or reference
-        return name if NAME.fullmatch(name) and self.store.load(name) is not None else None
+        return name if self._load(name) is not None else None
 
     def names(self) -> List[str]:
-        return self.store.names()
+        return [n for n in self.store.names() if self._load(n) is not None]
 
     def _record(self, name: str) -> Dict[str, Any]:
-        return self.store.load(name) or {"state": "DISABLED", "priority": 1}
+        return self._load(name) or {"state": "DISABLED", "priority": 1}
 
     def state(self, name: str) -> str:
         return self._record(name)["state"]
+
+    def status(self, name: str) -> str:
+        return self._record(name).get("status") or "VALID"
+
+    def environments(self, name: str) -> List[str]:
+        """The names of the queue's compute environments, in order (the emulator's own when
+        it names none)."""
+        return list(self._record(name).get("computeEnvironmentOrder") or [self.compute_environment])
 
     def actions(self, name: str) -> List[Dict[str, Any]]:
         return list(self._record(name).get("jobStateTimeLimitActions") or [])
@@ -168,7 +201,8 @@ class Queues:
         self.store.write(name, dict(self._record(name), tags=dict(tags)))
 
     def update(self, name: str, state: Optional[str], priority: Optional[int],
-               actions: Optional[List[Dict[str, Any]]] = None, policy: Optional[str] = None) -> None:
+               actions: Optional[List[Dict[str, Any]]] = None, policy: Optional[str] = None,
+               environments: Optional[List[str]] = None) -> None:
         record = dict(self._record(name))
         if state is not None:
             record["state"] = state
@@ -178,15 +212,24 @@ class Queues:
             record["jobStateTimeLimitActions"] = list(actions)
         if policy is not None:
             record["schedulingPolicyArn"] = policy
+        if environments is not None:
+            record["computeEnvironmentOrder"] = list(environments)
+        record.update(status="UPDATING", changedAt=time.time())
         self.store.write(name, record)
+
+    def delete(self, name: str) -> None:
+        self.store.write(name, dict(self._record(name), status="DELETING", changedAt=time.time()))
 
     def detail(self, name: str) -> Dict[str, Any]:
         queue = self._record(name)
+        status = queue.get("status") or "VALID"
         detail = {
             "jobQueueName": name, "jobQueueArn": queue_arn(name), "state": queue["state"],
-            "status": "VALID", "statusReason": "JobQueue Healthy", "priority": queue["priority"],
-            "computeEnvironmentOrder": [{
-                "order": 1, "computeEnvironment": compute_environment_arn(self.compute_environment)}],
+            "status": status, "statusReason": QUEUE_STATUS_REASONS[status],
+            "priority": queue["priority"],
+            "computeEnvironmentOrder": [
+                {"order": i + 1, "computeEnvironment": compute_environment_arn(environment)}
+                for i, environment in enumerate(self.environments(name))],
             "jobQueueType": "ECS", "tags": self.tags(name),
         }
         if queue.get("jobStateTimeLimitActions"):
@@ -197,22 +240,8 @@ class Queues:
         return detail
 
 
-def compute_environment_detail(name: str, max_vcpus: float) -> Dict[str, Any]:
-    """The ComputeEnvironmentDetail of the emulator's one compute environment: MANAGED and
-    VALID, EC2, as many vCPUs as the emulator runs at once (whole: the model's maxvCpus is an
-    integer; rounded down, so a client sizing by it never asks for more than runs)."""
-    vcpus = max(1, int(max_vcpus))
-    return {
-        "computeEnvironmentName": name, "computeEnvironmentArn": compute_environment_arn(name),
-        "ecsClusterArn": cluster_arn(name), "tags": {}, "type": "MANAGED", "state": "ENABLED",
-        "status": "VALID", "statusReason": "ComputeEnvironment Healthy",
-        "computeResources": {"type": "EC2", "allocationStrategy": "BEST_FIT_PROGRESSIVE",
-                             "minvCpus": 0, "maxvCpus": vcpus, "desiredvCpus": 0,
-                             "instanceTypes": ["optimal"], "subnets": [], "securityGroupIds": [],
-                             "tags": {}},
-        "containerOrchestrationType": "ECS",
-        "uuid": str(uuid.uuid5(uuid.NAMESPACE_URL, compute_environment_arn(name))),
-    }
+QUEUE_STATUS_REASONS = {"VALID": "JobQueue Healthy", "CREATING": "Creating job queue",
+                        "UPDATING": "Updating job queue", "DELETING": "Deleting job queue"}
 
 
 POLICY_RECORD = Fields({"name": Str(128, pattern=NAME), "arn": Str(2048),

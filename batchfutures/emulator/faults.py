@@ -18,6 +18,10 @@
                                        then answer 500, as when AWS's reply is lost
       .host_loss_delay()               None, or seconds after RUNNING at which the attempt's host
                                        goes: killed, reason `Host EC2 (instance i-...) terminated.`
+      .spot_reclaim(queue, ...)        None, or (seconds after RUNNING, platform) at which Spot
+                                       reclaims the attempt: SIGTERM, SIGKILL `spot_notice` s
+                                       later, reason `Your Spot Task was interrupted.` (Fargate
+                                       Spot) or `Host EC2 (instance i-...) terminated.` (EC2 Spot)
       .summary_lag_ms                  an array parent's statusSummary is refreshed at most this
                                        often (statusSummaryLastUpdatedAt says when it was)
       .hide_new(operation, response)   DescribeJobs / ListJobs leave out jobs created less than
@@ -49,6 +53,8 @@ ITEM_THROTTLED = "ThrottlingException"  # the code of a bulk stop call's entry (
 _STOP_ACTION_OF = {"CancelJob": "CancelJob", "CancelJobs": "CancelJob",
                    "TerminateJob": "TerminateJob", "TerminateJobs": "TerminateJob"}
 _STOP_ACTIONS = frozenset(_STOP_ACTION_OF.values())
+SPOT_NOTICE = 120.0  # seconds between Spot's interruption notice (SIGTERM) and the end
+SPOT_PLATFORMS = ("SPOT", "FARGATE_SPOT")
 CHILD_REFUSED = "AccessDeniedException"  # one call refused by IAM
 ITEM_REFUSED = "AccessDenied"  # one entry of a bulk stop call (botocore's *JobsErrorDetail)
 # CloudWatch Logs is another service, with its own quotas: not Batch's account budget
@@ -92,14 +98,30 @@ class FaultProfile:
     # left as it is. The whole job (the parent) is stopped as usual. The emulator checks no IAM
     # otherwise: by default every caller may stop anything.
     child_stops_refused: FrozenSet[str] = frozenset()
+    # Spot reclaims: fraction of attempts (of the queues in `spot_queues`, None: every queue,
+    # and never on a created on-demand compute environment) whose capacity Spot takes back
+    # within `spot_reclaim_after` seconds of RUNNING: SIGTERM, then SIGKILL `spot_notice`
+    # seconds later (AWS: the two-minute interruption notice), the attempt ending with the
+    # reason of `spot_platform` (SPOT: "Host EC2 (instance i-...) terminated.", FARGATE_SPOT:
+    # "Your Spot Task was interrupted."; a created Spot environment's own type wins)
+    spot_reclaim_rate: float = 0.0
+    spot_reclaim_after: float = 0.5
+    spot_notice: float = SPOT_NOTICE
+    spot_platform: str = "FARGATE_SPOT"
+    spot_queues: Optional[FrozenSet[str]] = None
 
     def __post_init__(self) -> None:
+        if self.spot_platform not in SPOT_PLATFORMS:
+            raise ValueError(f"spot_platform={self.spot_platform!r} must be one of {SPOT_PLATFORMS}")
+        if self.spot_queues is not None and not isinstance(self.spot_queues, frozenset):
+            object.__setattr__(self, "spot_queues", frozenset(self.spot_queues))
         for name in ("throttle_rate", "server_error_rate", "lost_reply_rate", "host_loss_rate",
-                     "item_throttle_rate"):
+                     "item_throttle_rate", "spot_reclaim_rate"):
             value = getattr(self, name)
             if not 0 <= value <= 1:
                 raise ValueError(f"{name}={value!r} must be between 0 and 1")
-        for name in ("summary_lag", "host_loss_after", "account_tps", "describe_lag", "list_lag"):
+        for name in ("summary_lag", "host_loss_after", "account_tps", "describe_lag", "list_lag",
+                     "spot_reclaim_after", "spot_notice"):
             if not getattr(self, name) >= 0 or math.isinf(getattr(self, name)):
                 raise ValueError(f"{name}={getattr(self, name)!r} must be a finite number >= 0")
         if self.account_burst is not None and not 1 <= self.account_burst < math.inf:
@@ -124,6 +146,7 @@ class FaultInjector:
         self.injected = 0
         self.over_budget = 0
         self.hosts_lost = 0
+        self.spot_reclaims = 0
         self.refused = 0  # child stops refused (child_stops_refused), not counted in injected
         self._code: Optional[str] = None  # a throttling code other than Batch's (inject_faults)
         self.set(profile or FaultProfile())
@@ -137,6 +160,7 @@ class FaultInjector:
             self._replies = random.Random(None if seed is None else f"{seed}/replies")
             self._hosts = random.Random(None if seed is None else f"{seed}/hosts")
             self._items = random.Random(None if seed is None else f"{seed}/items")
+            self._spot = random.Random(None if seed is None else f"{seed}/spot")
             self._budget: Optional[TokenBucket] = None
             if profile.account_tps:
                 burst = profile.account_burst or max(1.0, profile.account_tps)
@@ -246,3 +270,23 @@ class FaultInjector:
                 return None
             self.hosts_lost += 1
             return self._hosts.uniform(0, profile.host_loss_after)
+
+    def spot_reclaim(self, queue: str, spot_type: Optional[str],
+                     on_demand: bool) -> Optional[Tuple[float, str]]:
+        """(seconds after RUNNING, SPOT or FARGATE_SPOT) when Spot reclaims this attempt, or
+        None. `spot_type`: its compute environment's Spot type (None: not a Spot environment);
+        `on_demand`: a created environment of on-demand capacity, which is never reclaimed."""
+        with self._lock:
+            profile = self.profile
+            if not profile.spot_reclaim_rate or on_demand:
+                return None
+            if profile.spot_queues is not None and queue not in profile.spot_queues:
+                return None
+            if self._spot.random() >= profile.spot_reclaim_rate:
+                return None
+            self.spot_reclaims += 1
+            return self._spot.uniform(0, profile.spot_reclaim_after), spot_type or profile.spot_platform
+
+    @property
+    def spot_notice(self) -> float:
+        return self.profile.spot_notice

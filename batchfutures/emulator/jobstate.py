@@ -21,7 +21,7 @@ from types import EllipsisType
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Set, Tuple, Union
 
 from ..statuses import FINISHED, JobStatus
-from .model import job_arn, queue_arn
+from .model import consumable_resource_arn, job_arn, queue_arn
 
 if TYPE_CHECKING:  # pragma: no cover
     from .runtime.attempts import AttemptHandle, KillReason
@@ -45,6 +45,9 @@ DEPENDENCY_FAILED = "Dependent Job failed"
 CHILD_FAILED = "Array Child Job failed"
 START_FAILED = "Task failed to start"
 HOST_TERMINATED = "Host EC2 (instance i-0123456789abcdef0) terminated."
+# a Fargate Spot task's stoppedReason when Spot reclaims its capacity (ECS task state change
+# events, stopCode TerminationNotice); Batch passes it on as the attempt's and job's statusReason
+SPOT_TASK_INTERRUPTED = "Your Spot Task was interrupted."
 MAX_TAGS = 50  # tags a job may propagate to its task (its own and its definition's)
 MISCONFIGURED = ("MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT - The job resource requirement "
                  "(vCPU/memory/GPU) is higher than that can be met by the CE(s) attached to the "
@@ -98,6 +101,7 @@ class JobSpec:
     main_node: Optional[int] = None
     nodes: Optional[List[Dict[str, Any]]] = None
     node_ranges: Optional[List[Dict[str, Any]]] = None
+    consumables: Optional[List[List[Any]]] = None  # [name, quantity] of each consumable resource
 
     def to_record(self) -> Dict[str, Any]:
         return {name: getattr(self, name) for name in SPEC_FIELDS if getattr(self, name) is not None}
@@ -141,6 +145,7 @@ class Unit:
         # not persisted: the scheduler's working state
         "unmet", "dependents", "handle", "deadline", "tick", "stop_reason", "kill_pending",
         "reserved", "runnable_since", "runnable_at", "host_loss_in", "host_loss_at",
+        "lane", "holds", "reclaim_in", "reclaim_at", "spot_platform",
     )
 
     def __init__(self, job: "Job", index: Optional[int]) -> None:
@@ -167,6 +172,11 @@ class Unit:
         self.runnable_at: Optional[int] = None  # when it last became RUNNABLE (epoch ms)
         self.host_loss_in: Optional[float] = None  # a fault: seconds after RUNNING the host goes
         self.host_loss_at: Optional[float] = None
+        self.lane: Optional[str] = None  # the compute environment it queues for (runqueue.py)
+        self.holds: Optional[List[Tuple[str, int]]] = None  # consumable resources it holds
+        self.reclaim_in: Optional[float] = None  # a fault: seconds after RUNNING Spot reclaims it
+        self.reclaim_at: Optional[float] = None
+        self.spot_platform: Optional[str] = None  # SPOT or FARGATE_SPOT, once reclaimed
 
     @property
     def job_id(self) -> str:
@@ -505,6 +515,8 @@ def describe(job: Job, unit: Optional[Unit] = None, *, summary_lag_ms: int = 0,
         detail["shareIdentifier"] = spec.share_identifier
     if spec.scheduling_priority is not None:
         detail["schedulingPriority"] = spec.scheduling_priority
+    if spec.consumables:
+        detail["consumableResourceProperties"] = consumable_properties(spec.consumables)
     if job.is_multinode:
         if shown is None:  # the parent: its nodes, no container of its own
             detail.pop("container")
@@ -564,3 +576,10 @@ def _copy(value: Any) -> Any:
     if isinstance(value, list):
         return [_copy(v) for v in value]
     return value
+
+
+def consumable_properties(consumables: List[List[Any]]) -> Dict[str, Any]:
+    """A job's consumable resources as botocore's ConsumableResourceProperties."""
+    return {"consumableResourceList": [
+        {"consumableResource": consumable_resource_arn(str(name)), "quantity": int(quantity)}
+        for name, quantity in consumables]}

@@ -66,3 +66,11 @@ def job_filter(filters: List[Dict[str, Any]]) -> Callable[[Job, Optional[Unit]],
             raise Rejected(f"unknown filter {name!r}: use JOB_NAME, JOB_DEFINITION, "
                            "BEFORE_CREATED_AT or AFTER_CREATED_AT")
     return lambda job, unit: all(check(job, unit) for check in checks)
+
+
+def name_filter(filters: Optional[List[Dict[str, Any]]], key: str) -> Callable[[str], bool]:
+    """The name filter (`key`: CONSUMABLE_RESOURCE_NAME, JOB_NAME) of a consumable-resource
+    listing as a predicate: case-insensitive, a trailing `*` a prefix; no filter matches all."""
+    patterns = [v for item in filters or [] if item.get("name") == key
+                for v in item.get("values") or []]
+    return lambda name: not patterns or any(glob(p, name) for p in patterns)

@@ -127,6 +127,10 @@ def scheduling_policy_arn(name: str) -> str:
     return f"arn:aws:batch:{REGION}:{ACCOUNT}:scheduling-policy/{name}"
 
 
+def consumable_resource_arn(name: str) -> str:
+    return f"arn:aws:batch:{REGION}:{ACCOUNT}:consumable-resource/{name}"
+
+
 def definition_arn(name: str, revision: int) -> str:
     return f"arn:aws:batch:{REGION}:{ACCOUNT}:job-definition/{name}:{revision}"
 

@@ -372,6 +372,15 @@ class QueueStore:
     def write(self, name: str, record: Dict[str, Any]) -> None:
         write_atomically(self.folder / f"{name}.json", _dumps(record))
 
+    def remove(self, name: str) -> None:
+        """A deleted queue's file (DeleteJobQueue, once its DELETING status has passed)."""
+        try:
+            (self.folder / f"{name}.json").unlink()
+        except OSError:
+            pass
+        with self._lock:
+            self._cache.pop(name, None)
+
     def load(self, name: str) -> Optional[Dict[str, Any]]:
         path = self.folder / f"{name}.json"
         try:

@@ -326,6 +326,8 @@ SPEC = Fields({
     "main_node": Nullable(Int(0, MAX_NODES - 1)),
     "nodes": Nullable(ListOf(Fields(CONTAINER_SETTINGS), MAX_NODES)),
     "node_ranges": Nullable(ListOf(Json(), MAX_NODES)),
+    "consumables": Nullable(ListOf(Positional((Str(128, pattern=QUEUE_NAME), Int(0, MAX_INT)), 2),
+                                   MAX_ITEMS)),
 }, required=frozenset({"job_id", "name", "queue", "created"}))
 OWNER = Positional((Int(1, 2 ** 31), Nullable(Str(32)), Nullable(Str(128, pattern=PLAIN_NAME))))
 JOB_RECORD = Fields({
@@ -350,6 +352,9 @@ QUEUE_RECORD = Fields({
     "jobStateTimeLimitActions": Nullable(ListOf(Json(), 5)),
     "order": Nullable(Int(0, MAX_INT)),
     "tags": Nullable(MapOf(Str(256), 50)),
+    "status": Nullable(Str(choices=frozenset({"CREATING", "UPDATING", "DELETING", "VALID"}))),
+    "changedAt": Nullable(Num(0, 1e12)),
+    "computeEnvironmentOrder": Nullable(ListOf(Str(128, pattern=QUEUE_NAME), 3)),
 }, required=frozenset({"state"}))
 DEFINITION_RECORD = Fields({
     "jobDefinitionName": Str(128, pattern=QUEUE_NAME),

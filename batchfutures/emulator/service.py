@@ -34,6 +34,7 @@ import json
 import logging
 import os
 import threading
+import time
 import uuid
 import weakref
 from pathlib import Path
@@ -42,6 +43,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Un
 from ..batchlimits import MAX_BULK_STOP, MAX_DESCRIBE_JOBS
 from ..statuses import FINISHED, STATUS_ORDER, JobStatus
 from ..workdir import secure_emulator_folder
+from . import computeenvs
 from .catalog import (
     DEFAULT_DEFINITION,
     NAME,
@@ -52,25 +54,28 @@ from .catalog import (
     SchedulingPolicies,
     check_scheduling_policy,
     check_time_limit_actions,
-    compute_environment_detail,
     resolve_resources,
 )
+from .computeenvs import SETTLE_SECONDS, ComputeEnvironments
+from .consumables import ConsumableResources, requirements, updated_total
 from .faults import FaultInjector, FaultProfile
 from .jobstate import (
     DependencyKind,
     Job,
     Target,
     Unit,
+    consumable_properties,
     describe,
     summary,
 )
-from .listing import job_filter, token, untoken
+from .listing import job_filter, name_filter, token, untoken
 from .logservice import LogsService
 from .model import (
     arn_resource,
     as_boto3_returns,
     client_error,
     compute_environment_arn,
+    consumable_resource_arn,
     job_arn,
     queue_arn,
     scheduling_policy_arn,
@@ -105,6 +110,8 @@ MAX_REASON = 1024  # characters of a CancelJob/TerminateJob reason
 MAX_DEPENDENCIES = 20
 SHUTDOWN_REASON = "batchfutures emulator: shut down (pid {pid}) before the job finished"
 FRONT_OF_QUEUE = 100  # GetJobQueueSnapshot: the first 100 RUNNABLE jobs
+MAX_QUEUE_ENVIRONMENTS = 3  # compute environments of one job queue
+QUEUE_DELETED = "Job queue {queue} was deleted"  # the reason its remaining jobs are terminated
 LOGS_OPERATIONS = {"GetLogEvents": "get_log_events", "FilterLogEvents": "filter_log_events",
                    "DescribeLogStreams": "describe_log_streams",
                    "DescribeLogGroups": "describe_log_groups"}
@@ -166,12 +173,14 @@ class BatchEmulator:
                  isolation: Union[Isolation, str, None] = None, inherit_client_path: bool = False,
                  faults: Optional[FaultProfile] = None, gpus: Optional[int] = None,
                  max_memory_mib: Optional[int] = None,
-                 launcher: Union[Launcher, str] = Launcher.PROCESS) -> None:
+                 launcher: Union[Launcher, str] = Launcher.PROCESS,
+                 control_plane_delay: float = SETTLE_SECONDS) -> None:
         """``max_memory_mib``: the most memory a job may ask for, as the largest instance of
         a compute environment (default: this machine's); a job asking for more waits RUNNABLE
         with Batch's MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT reason. ``launcher="threads"``
         runs each attempt of the worker's command in a thread of this process (runtime/threads.py; no
-        memory limits, no other commands); never chosen by default."""
+        memory limits, no other commands); never chosen by default. ``control_plane_delay``:
+        seconds a compute environment or queue stays CREATING, UPDATING or DELETING."""
         if max_vcpus is not None and not max_vcpus > 0:
             raise ValueError(f"max_vcpus={max_vcpus!r} must be positive")
         if max_memory_mib is not None and not max_memory_mib > 0:
@@ -201,7 +210,14 @@ class BatchEmulator:
         self.faults = FaultInjector(faults)
         self.logs = LogsService(self.folder / "logs", self)
         self.definitions = Definitions(self.folder)
-        self.queues = Queues(QueueStore(self.folder), job_queues, compute_environment)
+        if not control_plane_delay >= 0:
+            raise ValueError(f"control_plane_delay={control_plane_delay!r} must be >= 0")
+        self.computeenvs = ComputeEnvironments(self.folder, compute_environment, self.max_vcpus,
+                                               control_plane_delay)
+        self.consumables = ConsumableResources(self.folder)
+        self.queues = Queues(QueueStore(self.folder), job_queues, compute_environment,
+                             control_plane_delay)
+        self._lanes: Dict[str, Tuple[float, Any]] = {}  # cached queue -> environment, limits
         self.policies = SchedulingPolicies(self.folder)
         self._lock = threading.RLock()
         self._owner = owner_token(self.instance_id)
@@ -222,7 +238,8 @@ class BatchEmulator:
             housekeeping=self._housekeeping, foreign_status=self.table.status_of,
             cgroups=self.cgroups, scratch=None if threads else self.scratch,  # a thread has no cwd
             inherit_client_path=self.inherit_client_path, faults=self.faults,
-            queue_actions=self.queues.actions)
+            queue_actions=self.queues.actions, lane_of=self._lane_of, lane_limit=self._lane_limit,
+            gate=self.consumables, spot_type=self._spot_type)
         self.scheduler.start()
         BatchEmulator._live[self.instance_id] = self
         atexit.register(_close_at_exit, weakref.ref(self))
@@ -285,6 +302,41 @@ class BatchEmulator:
             except Exception:  # a listener's bug must not stop the scheduler
                 logger.exception("batchfutures emulator: listener failed")
 
+    # -- where a queue's jobs run: its first compute environment (cached briefly) ------------
+    LANE_TTL = 0.5  # seconds: another process's control-plane change is seen this late
+
+    def _cached(self, key: str, compute: Callable[[], Any]) -> Any:
+        now = time.monotonic()
+        found = self._lanes.get(key)
+        if found is None or now - found[0] > self.LANE_TTL:
+            found = self._lanes[key] = (now, compute())
+        return found[1]
+
+    def _control_plane_changed(self) -> None:
+        self._lanes.clear()
+        self.scheduler.wake()
+
+    def _lane_of(self, unit: Unit) -> str:
+        queue = unit.job.spec.queue
+        return self._cached(f"q/{queue}", lambda: self.queues.environments(queue)[0])
+
+    def _lane_limit(self, lane: str) -> Tuple[Optional[float], bool]:
+        def compute() -> Tuple[Optional[float], bool]:
+            if lane == self.compute_environment:
+                return None, True
+            record = self.computeenvs.load(lane)
+            if record is None:
+                return 0.0, False
+            limit = self.computeenvs.vcpu_limit(lane)
+            most = float((record.get("computeResources") or {}).get("maxvCpus")
+                         or record.get("unmanagedvCpus") or 0)
+            return most, bool(limit)
+
+        return self._cached(f"ce/{lane}", compute)
+
+    def _spot_type(self, lane: str) -> Optional[str]:
+        return self._cached(f"spot/{lane}", lambda: self.computeenvs.spot_type(lane))
+
     # -- job queues --------------------------------------------------------------------------
     @_api("DescribeJobQueues")
     def describe_job_queues(self, params: Dict[str, Any]) -> Dict[str, Any]:
@@ -300,11 +352,48 @@ class BatchEmulator:
                 response["nextToken"] = token(start + size)
             return response
 
+    def _environment_order(self, order: List[Dict[str, Any]]) -> List[str]:
+        """The names of a queue's compute environments, in their `order`; Rejected as Batch
+        refuses them: more than 3, one that does not exist or is not VALID, repeated orders,
+        EC2 and Fargate environments mixed."""
+        if len(order) > MAX_QUEUE_ENVIRONMENTS:
+            raise Rejected(f"computeEnvironmentOrder takes at most {MAX_QUEUE_ENVIRONMENTS} "
+                           f"compute environments, got {len(order)}")
+        if len({item["order"] for item in order}) != len(order):
+            raise Rejected("computeEnvironmentOrder: each compute environment needs its own order")
+        names: List[str] = []
+        platforms = set()
+        for item in sorted(order, key=lambda item: item["order"]):
+            reference = item["computeEnvironment"]
+            name = self.computeenvs.resolve(reference)
+            if name is None:
+                raise Rejected(_missing_environment(reference))
+            status = "VALID" if name == self.compute_environment else (
+                self.computeenvs.load(name) or {}).get("status")
+            if status != "VALID":
+                raise Rejected(f"Compute environment {compute_environment_arn(name)} is {status}: "
+                               "compute environments must be VALID before they are attached to "
+                               "a job queue")
+            kind = ("EC2" if name == self.compute_environment else
+                    ((self.computeenvs.load(name) or {}).get("computeResources") or {}).get("type", "EC2"))
+            platforms.add("FARGATE" if kind in computeenvs.FARGATE_TYPES else "EC2")
+            names.append(name)
+        if len(platforms) > 1:
+            raise Rejected("All of the compute environments must be either EC2 (EC2 or SPOT) or "
+                           "Fargate (FARGATE or FARGATE_SPOT). EC2 and Fargate compute "
+                           "environments can't be mixed.")
+        return names
+
     @_api("CreateJobQueue")
     def create_job_queue(self, params: Dict[str, Any]) -> Dict[str, Any]:
         name = params["jobQueueName"]
         if not NAME.fullmatch(name):
             raise Rejected(f"jobQueueName {name!r} must be 1-128 letters, digits, hyphens and underscores")
+        state = params.get("state")
+        if state is not None and state not in ("ENABLED", "DISABLED"):
+            raise Rejected(f"state must be ENABLED or DISABLED, got {state!r}")
+        if params.get("serviceEnvironmentOrder"):
+            raise Rejected("serviceEnvironmentOrder: the emulator runs only ECS job queues")
         policy = params.get("schedulingPolicyArn")
         if policy is not None and self.policies.resolve(policy) is None:
             raise Rejected(f"Scheduling policy {policy} does not exist")
@@ -315,12 +404,13 @@ class BatchEmulator:
             problem = check_time_limit_actions(params.get("jobStateTimeLimitActions"))
             if problem:
                 raise Rejected(problem)
-            if not self.queues.create(name, params.get("state") or "ENABLED", params.get("priority") or 1,
+            environments = self._environment_order(params.get("computeEnvironmentOrder") or [])
+            if not self.queues.create(name, state or "ENABLED", params.get("priority") or 1,
                                       params.get("jobStateTimeLimitActions"), policy,
-                                      params.get("tags")):
+                                      params.get("tags"), environments):
                 raise Rejected(f"Object already exists: job queue {name}")
-            detail = self.queues.detail(name)
-        return {"jobQueueName": name, "jobQueueArn": detail["jobQueueArn"]}
+            self._control_plane_changed()
+        return {"jobQueueName": name, "jobQueueArn": queue_arn(name)}
 
     @_api("UpdateJobQueue")
     def update_job_queue(self, params: Dict[str, Any]) -> Dict[str, Any]:
@@ -331,6 +421,8 @@ class BatchEmulator:
             name = self.queues.resolve(params["jobQueue"])
             if name is None:
                 raise Rejected(f"Job queue {params['jobQueue']} does not exist")
+            if self.queues.status(name) == "DELETING":
+                raise Rejected(f"Cannot update, job queue {name} is being deleted")
             problem = check_time_limit_actions(params.get("jobStateTimeLimitActions"))
             if problem:
                 raise Rejected(problem)
@@ -341,29 +433,122 @@ class BatchEmulator:
                                    "added after the queue was created")
                 if self.policies.resolve(policy) is None:
                     raise Rejected(f"Scheduling policy {policy} does not exist")
+            order = params.get("computeEnvironmentOrder")
+            environments = self._environment_order(order) if order is not None else None
             self.queues.update(name, state, params.get("priority"), params.get("jobStateTimeLimitActions"),
-                               policy)
-            detail = self.queues.detail(name)
-        return {"jobQueueName": name, "jobQueueArn": detail["jobQueueArn"]}
+                               policy, environments)
+            self._control_plane_changed()
+        return {"jobQueueName": name, "jobQueueArn": queue_arn(name)}
+
+    @_api("DeleteJobQueue")
+    def delete_job_queue(self, params: Dict[str, Any]) -> Dict[str, Any]:
+        """As Batch: the queue must be DISABLED first; it is DELETING, then gone, and the jobs
+        still in it are terminated."""
+        with self._lock:
+            name = self.queues.resolve(params["jobQueue"])
+            if name is None:
+                raise Rejected(f"Job queue {params['jobQueue']} does not exist")
+            status = self.queues.status(name)
+            if status == "DELETING":
+                return {}
+            if self.queues.state(name) != "DISABLED":
+                raise Rejected(f"Cannot delete, job queue {name} is ENABLED: disable it with "
+                               "UpdateJobQueue first")
+            if status != "VALID":
+                raise Rejected("Cannot delete, resource is being modified")
+            self.queues.delete(name)
+            self._control_plane_changed()
+            for job in self.table.in_queue(name):
+                if self.table.is_own(job) and job.status not in FINISHED:
+                    self.scheduler.terminate(job, None, QUEUE_DELETED.format(queue=name))
+        return {}
 
     # -- compute environments ----------------------------------------------------------------
     @_api("DescribeComputeEnvironments")
     def describe_compute_environments(self, params: Dict[str, Any]) -> Dict[str, Any]:
-        """Every queue's one compute environment: the emulator's (its vCPUs are max_vcpus)."""
+        """The emulator's own environment and those created here; names and ARNs it does not
+        know are left out of the answer, as Batch leaves them out."""
         wanted = params.get("computeEnvironments")
         if wanted is not None and len(wanted) > 100:
             raise Rejected("computeEnvironments takes at most 100 entries")
         size = _page_size(params.get("maxResults"))
-        name = self.compute_environment
-        names = [name]
-        if wanted:  # names or ARNs; unknown ones are left out, as Batch does
-            names = [name] if any(w in (name, compute_environment_arn(name)) for w in wanted) else []
+        if wanted:
+            names = [n for n in dict.fromkeys(self.computeenvs.resolve(w) for w in wanted) if n]
+        else:
+            names = self.computeenvs.names()
         start = int(untoken(params.get("nextToken")) or 0)
-        response: Dict[str, Any] = {"computeEnvironments": [
-            compute_environment_detail(n, self.max_vcpus) for n in names[start:start + size]]}
+        page = [self.computeenvs.detail(n) for n in names[start:start + size]]
+        response: Dict[str, Any] = {"computeEnvironments": page}
         if start + size < len(names):
             response["nextToken"] = token(start + size)
         return response
+
+    @_api("CreateComputeEnvironment")
+    def create_compute_environment(self, params: Dict[str, Any]) -> Dict[str, Any]:
+        name = params["computeEnvironmentName"]
+        if not NAME.fullmatch(name):
+            raise Rejected(f"computeEnvironmentName {name!r}: {computeenvs.NAME_RULE}")
+        problem = computeenvs.check_create(params) or check_tags(params.get("tags"))
+        if problem:
+            raise Rejected(problem)
+        body = json.loads(json.dumps({k: v for k, v in params.items() if v is not None}))
+        with self._lock:
+            if not self.computeenvs.create(name, body):
+                raise Rejected(f"Object already exists: compute environment {name}")
+            self._control_plane_changed()
+        return {"computeEnvironmentName": name,
+                "computeEnvironmentArn": compute_environment_arn(name)}
+
+    def _own_environment(self, reference: str) -> Tuple[str, Dict[str, Any]]:
+        """A created environment's name and record; Rejected when there is none (or it is the
+        emulator's own, which is not changed through the API)."""
+        name = self.computeenvs.resolve(reference)
+        if name is None:
+            raise Rejected(_missing_environment(reference))
+        if name == self.compute_environment:
+            raise Rejected(f"Compute environment {name} is the emulator's own: it is sized by "
+                           "BatchEmulator(max_vcpus=...) and cannot be changed or deleted")
+        record = self.computeenvs.load(name)
+        if record is None:
+            raise Rejected(f"{compute_environment_arn(name)} does not exist")
+        return name, record
+
+    @_api("UpdateComputeEnvironment")
+    def update_compute_environment(self, params: Dict[str, Any]) -> Dict[str, Any]:
+        with self._lock:
+            name, record = self._own_environment(params["computeEnvironment"])
+            problem = computeenvs.check_update(record, params)
+            if problem:
+                raise Rejected(problem)
+            updated = dict(record, status="UPDATING", changedAt=time.time())
+            for key in ("state", "serviceRole", "unmanagedvCpus"):
+                if params.get(key) is not None:
+                    updated[key] = params[key]
+            if params.get("computeResources") is not None:
+                updated["computeResources"] = computeenvs.merged_resources(
+                    record["computeResources"], json.loads(json.dumps(params["computeResources"])))
+            self.computeenvs.write(name, updated)
+            self._control_plane_changed()
+        return {"computeEnvironmentName": name,
+                "computeEnvironmentArn": compute_environment_arn(name)}
+
+    @_api("DeleteComputeEnvironment")
+    def delete_compute_environment(self, params: Dict[str, Any]) -> Dict[str, Any]:
+        """As Batch: DISABLED first, attached to no job queue (even one being deleted)."""
+        with self._lock:
+            name, record = self._own_environment(params["computeEnvironment"])
+            if record["status"] == "DELETING":
+                return {}
+            if record["status"] != "VALID":
+                raise Rejected(computeenvs.BEING_MODIFIED)
+            if record["state"] != "DISABLED":
+                raise Rejected(f"Cannot delete, compute environment {name} is ENABLED: disable "
+                               "it with UpdateComputeEnvironment first")
+            if any(name in self.queues.environments(q) for q in self.queues.names()):
+                raise Rejected(computeenvs.IN_USE)
+            self.computeenvs.delete(name, record)
+            self._control_plane_changed()
+        return {}
 
     # -- scheduling policies -----------------------------------------------------------------
     @_api("CreateSchedulingPolicy")
@@ -427,6 +612,7 @@ class BatchEmulator:
             check_environment(properties.get("environment"))
             resolve_resources(properties, {})
         check_common(params.get("retryStrategy"), params.get("timeout"))
+        self._check_consumables(params.get("consumableResourceProperties"))
         problem = check_tags(params.get("tags"))
         if problem:
             raise Rejected(problem)
@@ -553,6 +739,130 @@ class BatchEmulator:
                 return
         self.table.retag(job.job_id, tags)  # its owner is gone (or closed): nobody writes it
 
+    # -- consumable resources ----------------------------------------------------------------
+    def _consumable(self, reference: str) -> str:
+        name = self.consumables.resolve(reference)
+        if name is None:
+            raise Rejected(f"Consumable resource {reference} does not exist")
+        return name
+
+    def _check_consumables(self, properties: Optional[Dict[str, Any]]) -> None:
+        """Rejected when a job (definition) names a consumable resource that does not exist or
+        asks for less than one unit of it."""
+        for item in (properties or {}).get("consumableResourceList") or []:
+            quantity = item.get("quantity")
+            if quantity is None or quantity < 1:
+                raise Rejected(f"consumableResource {item.get('consumableResource')}: quantity "
+                               f"must be at least 1, got {quantity}")
+        for name, _ in requirements(properties):
+            self._consumable(name)
+
+    @_api("CreateConsumableResource")
+    def create_consumable_resource(self, params: Dict[str, Any]) -> Dict[str, Any]:
+        from .consumables import check_create
+
+        name = params["consumableResourceName"]
+        problem = (check_create(name, params.get("totalQuantity"), params.get("resourceType"))
+                   or check_tags(params.get("tags")))
+        if problem:
+            raise Rejected(problem)
+        if not self.consumables.create(name, int(params.get("totalQuantity") or 0),
+                                       params.get("resourceType") or "REPLENISHABLE",
+                                       params.get("tags")):
+            raise Rejected(f"Object already exists: consumable resource {name}")
+        return {"consumableResourceName": name,
+                "consumableResourceArn": consumable_resource_arn(name)}
+
+    @_api("DescribeConsumableResource")
+    def describe_consumable_resource(self, params: Dict[str, Any]) -> Dict[str, Any]:
+        with self._lock:
+            found = self.consumables.summary(self._consumable(params["consumableResource"]))
+        assert found is not None  # it was just resolved
+        return found
+
+    @_api("ListConsumableResources")
+    def list_consumable_resources(self, params: Dict[str, Any]) -> Dict[str, Any]:
+        size = _page_size(params.get("maxResults"))
+        match = name_filter(params.get("filters"), "CONSUMABLE_RESOURCE_NAME")
+        names = [n for n in self.consumables.names() if match(n)]
+        start = int(untoken(params.get("nextToken")) or 0)
+        page: List[Dict[str, Any]] = []
+        with self._lock:
+            for name in names[start:start + size]:
+                found = self.consumables.summary(name)
+                if found is not None:
+                    page.append({key: found[key] for key in (
+                        "consumableResourceArn", "consumableResourceName", "totalQuantity",
+                        "inUseQuantity", "resourceType")})
+        response: Dict[str, Any] = {"consumableResources": page}
+        if start + size < len(names):
+            response["nextToken"] = token(start + size)
+        return response
+
+    @_api("UpdateConsumableResource")
+    def update_consumable_resource(self, params: Dict[str, Any]) -> Dict[str, Any]:
+        with self._lock:
+            name = self._consumable(params["consumableResource"])
+            record = self.consumables.load(name)
+            assert record is not None
+            total, problem = updated_total(record["totalQuantity"], params.get("operation"),
+                                           params.get("quantity"))
+            if problem:
+                raise Rejected(problem)
+            self.consumables.write(name, dict(record, totalQuantity=total))
+            self.scheduler.wake()  # a job waiting for more units may start now
+        return {"consumableResourceName": name, "consumableResourceArn": consumable_resource_arn(name),
+                "totalQuantity": total}
+
+    @_api("DeleteConsumableResource")
+    def delete_consumable_resource(self, params: Dict[str, Any]) -> Dict[str, Any]:
+        with self._lock:
+            self.consumables.delete(self._consumable(params["consumableResource"]))
+        return {}
+
+    @_api("ListJobsByConsumableResource")
+    def list_jobs_by_consumable_resource(self, params: Dict[str, Any]) -> Dict[str, Any]:
+        """This folder's jobs (plain jobs and array parents) that need the resource, oldest
+        first, with the quantity each needs."""
+        name = self._consumable(params["consumableResource"])
+        size = _page_size(params.get("maxResults"))
+        statuses: Optional[Set[str]] = None
+        names_match = name_filter(params.get("filters"), "JOB_NAME")
+        for item in params.get("filters") or []:
+            if item.get("name") == "JOB_STATUS":
+                statuses = set(item.get("values") or [])
+        found: List[Tuple[Tuple[int, str], Dict[str, Any]]] = []
+        for queue in self.queues.names():
+            for job in self.table.in_queue(queue):
+                with self._lock:
+                    needs = dict(job.spec.consumables or [])
+                    if name not in needs or not names_match(job.spec.name):
+                        continue
+                    if statuses is not None and job.status not in statuses:
+                        continue
+                    entry: Dict[str, Any] = {
+                        "jobArn": job_arn(job.job_id), "jobQueueArn": queue_arn(queue),
+                        "jobName": job.spec.name, "jobStatus": str(job.status),
+                        "quantity": int(needs[name]), "createdAt": job.spec.created,
+                        "consumableResourceProperties": consumable_properties(job.spec.consumables or []),
+                    }
+                    if job.spec.definition_arn:
+                        entry["jobDefinitionArn"] = job.spec.definition_arn
+                    if job.spec.share_identifier:
+                        entry["shareIdentifier"] = job.spec.share_identifier
+                    shown = describe(job, None)
+                    if shown.get("statusReason"):
+                        entry["statusReason"] = shown["statusReason"]
+                    if shown.get("startedAt"):
+                        entry["startedAt"] = shown["startedAt"]
+                    found.append(((job.spec.created, job.job_id), entry))
+        found.sort(key=lambda item: item[0])
+        start = int(untoken(params.get("nextToken")) or 0)
+        response: Dict[str, Any] = {"jobs": [entry for _, entry in found[start:start + size]]}
+        if start + size < len(found):
+            response["nextToken"] = token(start + size)
+        return response
+
     # -- GetJobQueueSnapshot -----------------------------------------------------------------
     @_api("GetJobQueueSnapshot")
     def get_job_queue_snapshot(self, params: Dict[str, Any]) -> Dict[str, Any]:
@@ -579,10 +889,13 @@ class BatchEmulator:
                                        unit.job_id, unit.created or job.spec.created))
             others.sort(key=lambda item: item[0])
             front += [(job_id, since) for _, job_id, since in others[:FRONT_OF_QUEUE - len(front)]]
+        with self._lock:
+            usage = self.scheduler.runnable.usage(queue)
+            fair_share = self.queues.policy(queue) is not None
         return {"frontOfQueue": {
             "jobs": [{"jobArn": job_arn(job_id), "earliestTimeAtPosition": since}
                      for job_id, since in front],
-            "lastUpdatedAt": now}}
+            "lastUpdatedAt": now}, "queueUtilization": queue_utilization(usage, fair_share, now)}
 
     # -- SubmitJob ---------------------------------------------------------------------------
     @_api("SubmitJob")
@@ -612,6 +925,7 @@ class BatchEmulator:
         if definition is None:
             raise Rejected(f"Job definition {params['jobDefinition']} does not exist or is not ACTIVE")
         array_size = check_array_size(params)
+        self._check_consumables(params.get("consumableResourcePropertiesOverride"))
         targets = self._dependency_targets(params.get("dependsOn") or [], array_size)
         job_id = str(uuid.uuid4())
         spec = build_spec(params, definition, job_id=job_id, queue=queue, created=now_ms(),
@@ -880,6 +1194,30 @@ def _page_size(value: Optional[int], most: int = 100) -> int:
     if not 1 <= value <= most:
         raise Rejected(f"maxResults must be between 1 and {most}, got {value}")
     return value
+
+
+def _missing_environment(reference: str) -> str:
+    """Batch's refusal of a compute environment that does not exist: its ARN ... does not exist."""
+    name = arn_resource(reference, "compute-environment") or reference
+    return f"{compute_environment_arn(name)} does not exist"
+
+
+def queue_utilization(usage: Dict[Optional[str], float], fair_share: bool,
+                      now: int) -> Dict[str, Any]:
+    """GetJobQueueSnapshot's queueUtilization: the vCPUs the queue's starting and running jobs
+    hold (this instance's), and on a fair-share queue the top 20 shares by use."""
+    total = float(sum(usage.values()))
+    detail: Dict[str, Any] = {"totalCapacityUsage": [{"capacityUnit": "VCPU", "quantity": total}],
+                              "lastUpdatedAt": now}
+    if fair_share:
+        shares = sorted(((share, used) for share, used in usage.items() if share and used > 0),
+                        key=lambda item: (-item[1], item[0]))
+        detail["fairshareUtilization"] = {
+            "activeShareCount": len(shares),
+            "topCapacityUtilization": [
+                {"shareIdentifier": share, "capacityUsage": [{"capacityUnit": "VCPU", "quantity": used}]}
+                for share, used in shares[:20]]}
+    return detail
 
 
 def _check_reason(reason: str) -> None:

@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Optional
 
 from ..batchlimits import MAX_ARRAY_SIZE, MAX_SUBMIT_PAYLOAD, MIN_ARRAY_SIZE
 from .catalog import Rejected, resolve_resources
+from .consumables import requirements
 from .jobstate import MAX_TAGS, JobSpec
 from .retries import check_strategy, normalized
 from .tagging import check_tags
@@ -133,7 +134,19 @@ def build_spec(params: Dict[str, Any], definition: Dict[str, Any], *, job_id: st
         array_size=(params.get("arrayProperties") or {}).get("size"), created=created, seq=seq,
         platform_capabilities=definition.get("platformCapabilities") or ["EC2"],
         tag_total=len(tags), num_nodes=num_nodes, main_node=main_node, nodes=nodes,
-        node_ranges=node_ranges, **own)
+        node_ranges=node_ranges,
+        consumables=consumables_of(definition.get("consumableResourceProperties"),
+                                   params.get("consumableResourcePropertiesOverride")),
+        **own)
+
+
+def consumables_of(defined: Optional[Dict[str, Any]],
+                   override: Optional[Dict[str, Any]]) -> Optional[List[List[Any]]]:
+    """A job's [name, quantity] pairs: its definition's consumable resources, each resource
+    SubmitJob's override names taking the override's quantity."""
+    needs = dict(requirements(defined))
+    needs.update(requirements(override))
+    return [[name, quantity] for name, quantity in sorted(needs.items())] or None
 
 
 def _nodes(definition: Dict[str, Any], params: Dict[str, Any], parameters: Dict[str, str]) -> Any:

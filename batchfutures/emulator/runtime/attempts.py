@@ -48,6 +48,7 @@ class KillReason(enum.Enum):
     SHUTDOWN = "shutdown"      # the emulator closes
     MEMORY = "memory"          # the sampling monitor saw it over its limit (no cgroup)
     HOST_LOST = "host-lost"    # a fault: the instance it ran on went away
+    SPOT_RECLAIM = "spot-reclaim"  # a fault: Spot takes its capacity back, after a notice
 
 
 @dataclass
@@ -150,21 +151,24 @@ class AttemptHandle:
 
     graceful = True  # TerminateJob sends SIGTERM first (a thread cannot be signalled)
 
-    def kill(self, reason: KillReason) -> None:
+    def kill(self, reason: KillReason, grace: Optional[float] = None) -> None:
         """End the attempt; the first reason given is kept. TerminateJob: SIGTERM to the main
-        process, then SIGKILL to every process after STOP_GRACE; any other reason: SIGKILL now."""
+        process, then SIGKILL to every process after STOP_GRACE; a Spot reclaim: the same after
+        `grace` seconds (its interruption notice); any other reason: SIGKILL now."""
         with self._lock:
             if self.returncode is not None:
                 return
             first = self.kill_reason is None
             if first:
                 self.kill_reason = reason
-        if reason is KillReason.TERMINATE and first and self.graceful:
+        notice = reason in (KillReason.TERMINATE, KillReason.SPOT_RECLAIM)
+        if notice and first and self.graceful:
             try:
                 os.kill(self.pid, signal.SIGTERM)
             except OSError:
                 pass
-            timer = threading.Timer(STOP_GRACE, self._kill_if_running)
+            seconds = STOP_GRACE if reason is KillReason.TERMINATE or grace is None else grace
+            timer = threading.Timer(seconds, self._kill_if_running)
             timer.daemon = True
             timer.start()
             return

@@ -82,13 +82,13 @@ def array_end(failed: bool, stop_reason: Optional[str],
 
 
 def end_of(handle: Optional[AttemptHandle], start_error: Optional[str],
-           stop_reason: Optional[str]) -> AttemptEnd:
+           stop_reason: Optional[str], spot_platform: Optional[str] = None) -> AttemptEnd:
     """What is known of an attempt's end from its handle (None: it never got a process)."""
     if handle is None:
         return AttemptEnd(start_error=start_error, stop_reason=stop_reason)
     return AttemptEnd(exit_code=handle.exit_code(), killed=handle.kill_reason,
                       memory_exceeded=handle.memory_exceeded, start_error=start_error,
-                      stop_reason=stop_reason)
+                      stop_reason=stop_reason, spot_platform=spot_platform)
 
 
 def record_end(unit: Unit, attempt: Dict[str, Any], end: AttemptEnd, *, now: int,

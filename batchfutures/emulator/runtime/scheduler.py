@@ -50,7 +50,7 @@ from .cgroups import Cgroups
 from .deadlines import attempt_deadlines, kill_due, sleep_for
 from .endings import Endings, end_of, record_end
 from .placement import Host
-from .runqueue import RunQueue
+from .runqueue import Gate, RunQueue
 from .stopping import abandon_attempt, kill_for_shutdown, stop, wait_for_exits
 
 logger = logging.getLogger("batchfutures")
@@ -74,7 +74,11 @@ class Scheduler:
                  cgroups: Optional[Cgroups] = None,
                  scratch: Optional[container.Scratch] = None, inherit_client_path: bool = False,
                  faults: Optional[FaultInjector] = None,
-                 queue_actions: Callable[[str], List[Dict[str, Any]]] = lambda queue: []) -> None:
+                 queue_actions: Callable[[str], List[Dict[str, Any]]] = lambda queue: [],
+                 lane_of: Callable[[Unit], str] = lambda unit: "",
+                 lane_limit: Callable[[str], Tuple[Optional[float], bool]] = lambda lane: (None, True),
+                 gate: Optional[Gate] = None,
+                 spot_type: Callable[[str], Optional[str]] = lambda lane: None) -> None:
         self.lock = lock
         self.launcher = launcher
         self.monitor = monitor
@@ -85,7 +89,9 @@ class Scheduler:
         self._queue_actions = queue_actions
         self.max_vcpus = float(max_vcpus)
         self.runnable = RunQueue(Host(max_vcpus=self.max_vcpus, memory_mib=host_memory_mib,
-                                      gpus=host_gpus))
+                                      gpus=host_gpus), lane_of=lane_of, lane_limit=lane_limit,
+                                 gate=gate)
+        self._spot_type = spot_type  # a compute environment's Spot type (None: not Spot)
         self.compute_environment = compute_environment
         self.logs_folder = Path(logs_folder)
         self._on_change = on_change
@@ -138,7 +144,8 @@ class Scheduler:
     def _next_wait(self) -> float:
         """How long the thread may sleep: TICK while a step is due, else until a deadline."""
         step_due = bool(self._new or self._ready or self._launched) or self.runnable.head_fits()
-        deadlines = (d for u in self._running for d in (u.deadline, u.host_loss_at) if d is not None)
+        deadlines = (d for u in self._running for d in (u.deadline, u.host_loss_at, u.reclaim_at)
+                     if d is not None)
         return sleep_for(step_due, deadlines, time.monotonic())
 
     def _run(self) -> None:
@@ -247,6 +254,11 @@ class Scheduler:
             unit.job.move(unit, JobStatus.STARTING, now, None)
             unit.tick = self._tick_no
             unit.host_loss_in = self.faults.host_loss_delay()
+            lane = unit.lane or ""
+            spot = self._spot_type(lane)
+            reclaim = self.faults.spot_reclaim(unit.job.spec.queue, spot, on_demand=(
+                spot is None and lane not in ("", self.compute_environment)))
+            unit.reclaim_in, unit.spot_platform = reclaim if reclaim else (None, None)
             self.changed = True
             python_path, cwd = container.import_path_and_directory(self.inherit_client_path,
                                                                    self.launcher.in_processes)
@@ -297,6 +309,8 @@ class Scheduler:
         unit.tick = self._tick_no
         unit.deadline, unit.host_loss_at = attempt_deadlines(
             unit.job.spec.timeout, unit.host_loss_in, time.monotonic())
+        unit.reclaim_at = (time.monotonic() + unit.reclaim_in
+                           if unit.reclaim_in is not None else None)
         self.changed = True
 
     # -- the end of an attempt ---------------------------------------------------------------
@@ -307,6 +321,9 @@ class Scheduler:
             assert handle is not None  # a running unit has its handle (_launch)
             if not handle.running:
                 self._end_attempt(unit)
+            elif unit.reclaim_at is not None and now >= unit.reclaim_at:
+                unit.reclaim_at = None  # SIGTERM now, SIGKILL after the interruption notice
+                handle.kill(KillReason.SPOT_RECLAIM, grace=self.faults.spot_notice)
             elif (due := kill_due(unit.deadline, unit.host_loss_at, now)) is not None:
                 handle.kill(due)  # its exit wakes the thread (no tick until then)
                 if due is KillReason.TIMEOUT:
@@ -320,6 +337,8 @@ class Scheduler:
         self._running.discard(unit)
         unit.handle, unit.deadline, unit.kill_pending = None, None, None
         unit.host_loss_in = unit.host_loss_at = None
+        platform, unit.spot_platform = unit.spot_platform, None
+        unit.reclaim_in = unit.reclaim_at = None
         if handle is not None:
             self.monitor.unwatch(handle)
         self.runnable.release(unit)
@@ -328,7 +347,8 @@ class Scheduler:
         stream = attempt["container"].get("logStreamName")
         if stream:
             container.close_log(container.log_file(self.logs_folder, stream))
-        status, reason = record_end(unit, attempt, end_of(handle, start_error, unit.stop_reason),
+        status, reason = record_end(unit, attempt,
+                                    end_of(handle, start_error, unit.stop_reason, platform),
                                     now=now, stopping=self._stopping)
         if status == JobStatus.RUNNABLE:
             self._queue(unit)  # a retry
