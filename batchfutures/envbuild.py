@@ -202,10 +202,14 @@ def resolve(setting: requirements.RequirementsSetting, target: Target,
         given = ["-r", setting]
     else:
         given = list(setting or ())
+        if not given:
+            return []
     with tempfile.TemporaryDirectory(prefix="batchfutures-resolve-") as folder:
         report = os.path.join(folder, "report.json")
         _run_pip(["install", "--dry-run", "--ignore-installed", "--quiet", "--report", report,
-                  *target.pip_options(), *given], target, "resolve the requirements")
+                  # --target: pip takes platform options only with it (nothing is written)
+                  "--target", os.path.join(folder, "unused"), *target.pip_options(), *given],
+                 target, "resolve the requirements")
         with open(report, encoding="utf-8") as handle:
             data = json.load(handle)
     return requirements.pins_from_report(data, requirements.image_distributions(markers))
