@@ -4,6 +4,8 @@
     (a node of a multi-node job: i = AWS_BATCH_JOB_NODE_INDEX; it runs child 0's items and
      writes results/<i>; the main node then waits for every node's result before it exits)
       -> <job_url>/results/<i> already there?  an earlier attempt finished: keep it, exit 0
+      -> BATCHFUTURES_ENVIRONMENT (requirements=)?  its archive, seal checked, unpacked once per
+         host and put first on sys.path (envs.py)
       -> read the header and child i's byte range of <job_url>/inputs, checking their MACs
          (a retry_on_oom retry's header names, per child, the first job's inputs to read instead)
       -> read the functions its items call (the blob names them outside its pickle), the
@@ -74,7 +76,7 @@ from .. import serialization, wire
 from ..batchlimits import OOM_EXIT_STATUS
 from ..dependencies import Resolver
 from ..errors import ConfigurationError, IntegrityError
-from . import calls, oomguard, pool
+from . import calls, envs, oomguard, pool
 from .storagelib import check_storage_library
 
 if TYPE_CHECKING:
@@ -290,6 +292,8 @@ def run_child(job_url: str, index: int, attempt: Optional[str] = None,
         logger.info("child %d: a result is already written (an earlier attempt finished); "
                     "keeping it, not running again", index)
     else:
+        if context.fork:  # requirements=: the job's environment first on sys.path, before any
+            envs.activate(storage, context.environ)  # payload is unpickled (not in a thread)
         _run_and_record(storage, job_url, index, attempt, 0 if node is not None else index,
                         context)
     if node is not None and node.is_main:
