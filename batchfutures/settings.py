@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 from .errors import ConfigurationError
+from .retrypolicy import Retries
 
 MAX_ATTEMPTS = 10
 _UNITS = {
@@ -31,7 +32,7 @@ _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 SETTING_NAMES = ("vcpus", "memory", "gpus", "timeout", "retries", "tags", "share_id", "priority",
                  "environment", "secrets", "retry_on_oom", "nodes", "runnable_timeout", "keepalive",
-                 "requirements")
+                 "requirements", "consumes", "spot_attempts", "fallback_queue")
 MAX_NODES = 1000  # Batch's numNodes limit for a multi-node parallel job
 # A secret's value source: a Secrets Manager secret or an SSM Parameter Store parameter.
 _SECRET_ARN_RE = re.compile(
@@ -89,6 +90,11 @@ class JobSettings:
     keepalive: float = 0  # > 0: calls run on warm workers idle this long before they exit (warmpool.py)
     # None, "auto", requirement strings or a requirements file's path (requirements.py, envbuild.py)
     requirements: Union[None, str, Tuple[str, ...]] = None
+    # retries=Retries(n, on=...): the policy (retrypolicy.py); ``retries`` is then its attempts
+    retry_policy: Optional[Retries] = None
+    consumes: Tuple[Tuple[str, int], ...] = ()  # Batch's consumable resources: name -> quantity
+    spot_attempts: int = 0  # > 0: after that many Spot reclaims a call goes on demand (spot.py)
+    fallback_queue: Optional[str] = None  # that on-demand queue (else the stack's)
 
     @classmethod
     def from_kwargs(cls, base: Optional["JobSettings"] = None, **kwargs: Any) -> "JobSettings":
@@ -107,7 +113,12 @@ class JobSettings:
         if "timeout" in kwargs:
             values["timeout"] = _check_timeout(kwargs["timeout"])
         if "retries" in kwargs:
-            values["retries"] = _check_retries(kwargs["retries"])
+            if isinstance(kwargs["retries"], Retries):
+                values["retries"] = kwargs["retries"].attempts
+                values["retry_policy"] = kwargs["retries"]
+            else:
+                values["retries"] = _check_retries(kwargs["retries"])
+                values["retry_policy"] = None
         if "tags" in kwargs:
             values["tags"] = _check_pairs("tags", kwargs["tags"])
         if "share_id" in kwargs:
@@ -158,6 +169,21 @@ class JobSettings:
             from .requirements import check_setting
 
             values["requirements"] = check_setting(kwargs["requirements"])
+        if "consumes" in kwargs:
+            values["consumes"] = _check_consumes(kwargs["consumes"])
+        if "spot_attempts" in kwargs:
+            values["spot_attempts"] = 0 if kwargs["spot_attempts"] is None else _check_int(
+                "spot_attempts", kwargs["spot_attempts"], minimum=0)
+            if values["spot_attempts"] > MAX_ATTEMPTS:
+                raise ConfigurationError(
+                    f"spot_attempts={values['spot_attempts']}: a Batch job has at most "
+                    f"{MAX_ATTEMPTS} attempts")
+        if "fallback_queue" in kwargs:
+            queue = kwargs["fallback_queue"]
+            if queue is not None and (not isinstance(queue, str) or not queue):
+                raise ConfigurationError(
+                    f"fallback_queue must be a job queue's name or ARN, not {_kind(queue)}")
+            values["fallback_queue"] = queue
         settings = replace(base or cls(), **values)
         if settings.requirements is not None and settings.keepalive:
             raise ConfigurationError("requirements= is not available with keepalive= (warm "
@@ -183,6 +209,11 @@ class JobSettings:
             "runnable_timeout": self.runnable_timeout,
             **({"keepalive": self.keepalive} if self.keepalive else {}),
             **({"requirements": self.requirements} if self.requirements is not None else {}),
+            **({"retry_on": [kind.__qualname__ for kind in self.retry_policy.on]}
+               if self.retry_policy is not None and self.retry_policy.on else {}),
+            **({"consumes": dict(self.consumes)} if self.consumes else {}),
+            **({"spot_attempts": self.spot_attempts} if self.spot_attempts else {}),
+            **({"fallback_queue": self.fallback_queue} if self.fallback_queue else {}),
         }
 
 
@@ -214,6 +245,24 @@ def _check_retries(value: Any) -> int:
             f"{shown}: retries counts attempts (Batch's retryStrategy.attempts), from 1 "
             f"(run once, no retry) to {MAX_ATTEMPTS}")
     return value
+
+
+def _check_consumes(value: Any) -> Tuple[Tuple[str, int], ...]:
+    """consumes={"licence": 1}: Batch's consumableResourceList (a resource's name or ARN and a
+    quantity of at least 1)."""
+    if value is None:
+        return ()
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(
+            f"consumes must be a mapping of consumable resource names to quantities, not "
+            f"{type(value).__name__}")
+    pairs = []
+    for name, quantity in value.items():
+        if not isinstance(name, str) or not name:
+            raise ConfigurationError(f"consumes: each key must be a resource's name or ARN, not "
+                                     f"{_kind(name)}")
+        pairs.append((name, _check_int(f"consumes[{name!r}]", quantity, minimum=1)))
+    return tuple(sorted(pairs))
 
 
 def _check_timeout(value: Any, *, name: str = "timeout") -> Optional[float]:
