@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 __all__ = ["checkpoint", "restored", "interrupted", "attempt", "CHECKPOINT_KIND",
            "checkpoint_url", "begin_call", "at_item", "end_call", "on_sigterm",
-           "install_sigterm_handler"]
+           "install_sigterm_handler", "request_retry", "retry_requested"]
 
 CHECKPOINT_KIND = "checkpoint"
 _NOT_READ = object()
@@ -55,6 +55,7 @@ class _Call:
         self.attempt, self.stopping = attempt, stopping
         self.item = 0
         self.restored: Any = _NOT_READ
+        self.retry_after: Optional[float] = None  # retrypolicy: end this attempt for a retry
 
 
 _local = threading.local()
@@ -90,6 +91,23 @@ def at_item(position: int) -> None:
 
 def end_call() -> None:
     _local.call = None
+
+
+def request_retry(delay: float) -> bool:
+    """retrypolicy.Retrying: the call raised a listed exception with attempts left; the worker
+    ends this attempt after ``delay`` seconds without a result, for Batch to retry it. False
+    outside a worker (nothing to retry: the exception is the outcome)."""
+    call = _current()
+    if call is None:
+        return False
+    call.retry_after = max(call.retry_after or 0.0, delay)
+    return True
+
+
+def retry_requested() -> Optional[float]:
+    """The worker: the delay before this attempt ends for a retry, None when none was asked."""
+    call = _current()
+    return call.retry_after if call is not None else None
 
 
 def attempt() -> int:

@@ -5,8 +5,9 @@ and no `evaluateOnExit` rule says EXIT (submission.RETRY_RULES: out of memory, t
 aborts). So everything here rides on Batch's own retries, attempt by attempt:
 
     a listed exception raised by the call, attempts remain (AWS_BATCH_JOB_ATTEMPT < n)
-        -> the worker waits `delay_after(attempt)` and exits RETRY_EXIT_STATUS without writing
-           a result: Batch starts the child's next attempt
+        -> `Retrying` (the function as sent) asks for a retry (checkpoints.request_retry); the
+           worker waits `delay_after(attempt)` and exits RETRY_EXIT_STATUS without writing the
+           child's result: Batch starts that child's next attempt (its other items run again)
     a listed exception on the last attempt, or any exception not listed
         -> the call's outcome, as always (the worker exits 0; the future raises it)
     a start failure with no exit code (`is_start_failure`: the image not pulled, the task's
@@ -29,8 +30,7 @@ from . import checkpoints
 from .errors import ConfigurationError
 
 __all__ = ["Retries", "RETRY_EXIT_STATUS", "START_FAILURE_PREFIXES", "is_start_failure",
-           "delay_after", "retry_in_worker", "attempts_of", "MAX_ATTEMPTS", "RetryAttempt",
-           "Retrying", "wrap"]
+           "delay_after", "retry_in_worker", "attempts_of", "MAX_ATTEMPTS", "Retrying", "wrap"]
 
 MAX_ATTEMPTS = 10  # Batch's retryStrategy.attempts: 1 to 10
 # EX_TEMPFAIL (sysexits.h): "temporary failure, the user is invited to retry"; a listed exception
@@ -105,15 +105,6 @@ def is_start_failure(reason: Optional[str], exit_code: Optional[int]) -> bool:
     return exit_code is None and bool(reason) and str(reason).lower().startswith(_START_FAILURES)
 
 
-class RetryAttempt(BaseException):
-    """Raised by a `Retrying` call for a listed exception with attempts left: the worker ends the
-    attempt (RETRY_EXIT_STATUS, no result) after ``delay`` seconds; ``__cause__`` is the error."""
-
-    def __init__(self, delay: float, attempt: int) -> None:
-        super().__init__(f"attempt {attempt} raised a listed exception; retrying in {delay:g} s")
-        self.delay, self.attempt = delay, attempt
-
-
 class Retrying:
     """The user's function under a Retries policy with listed exceptions (what is pickled and
     sent). Its name is the function's, so job names and logs do not change."""
@@ -125,10 +116,10 @@ class Retrying:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return self.fn(*args, **kwargs)
-        except BaseException as error:
+        except BaseException as error:  # the outcome stays the error; the worker may retry it
             attempt = checkpoints.attempt()
             if retry_in_worker(self.policy, error, attempt):
-                raise RetryAttempt(delay_after(self.policy, attempt), attempt) from error
+                checkpoints.request_retry(delay_after(self.policy, attempt))
             raise
 
 

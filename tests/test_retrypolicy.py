@@ -71,19 +71,25 @@ def test_a_policy_is_hashable_picklable_and_takes_one_class():
     assert retrypolicy.attempts_of(policy) == 3 and retrypolicy.attempts_of(4) == 4
 
 
-def test_wrap_raises_retry_attempt_for_a_listed_error_and_keeps_the_name(tmp_path):
-    def fetch(x):
-        raise Flaky(x)
+@pytest.mark.parametrize("attempt, raised, delay", [
+    ("1", Flaky, 1.5), ("2", Flaky, 3.0),
+    ("3", Flaky, None),  # the last attempt: the error is the outcome
+    ("1", ValueError, None),  # not listed
+])
+def test_wrap_asks_the_worker_to_retry_a_listed_error_and_keeps_the_name(attempt, raised, delay):
+    def fetch(kind):
+        raise kind("no")
 
     assert retrypolicy.wrap(fetch, 3) is fetch and retrypolicy.wrap(fetch, Retries(3)) is fetch
     wrapped = retrypolicy.wrap(fetch, Retries(3, on=(Flaky,), backoff=1.5))
     assert wrapped.__name__ == "fetch" and wrapped.__qualname__ == fetch.__qualname__
-    with pytest.raises(retrypolicy.RetryAttempt) as raised:  # attempt 1 outside a worker
-        wrapped(7)
-    assert raised.value.delay == 1.5 and isinstance(raised.value.__cause__, Flaky)
-    checkpoints.begin_call(None, "file:///x/runs/r/jobs/k", 0, "3")  # the last attempt
+    with pytest.raises(raised):  # outside a worker: nothing to retry
+        wrapped(raised)
+    checkpoints.begin_call(None, "file:///x/runs/r/jobs/k", 0, attempt)
     try:
-        with pytest.raises(Flaky):
-            wrapped(7)
+        with pytest.raises(raised):  # the outcome is still the error
+            wrapped(raised)
+        assert checkpoints.retry_requested() == delay
     finally:
         checkpoints.end_call()
+    assert checkpoints.retry_requested() is None
