@@ -8,6 +8,9 @@
                                     [--host-loss-after S] [--fault-operations A,B]
                                     [--fault-seed N] [--account-tps R] [--account-burst N]
                                     [--item-throttle-rate F] [--child-stops-refused A,B]
+                                    [--spot-reclaim-rate F] [--spot-reclaim-after S]
+                                    [--spot-notice S] [--spot-platform SPOT|FARGATE_SPOT]
+                                    [--spot-queues A,B] [--control-plane-delay S]
                                     [--access-key-id ID --secret-access-key-file PATH]
 
 The fault flags set the emulator's FaultProfile (faults.py); all are off by default.
@@ -112,6 +115,21 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     faults.add_argument("--child-stops-refused", default=None, metavar="A,B",
                         help="refuse these actions (CancelJob,TerminateJob) on an array child, "
                              "as the stack's client policy may on AWS (a child has no tags)")
+    faults.add_argument("--spot-reclaim-rate", type=float, default=0.0, metavar="F",
+                        help="Spot reclaims fraction F of attempts: SIGTERM, then SIGKILL after "
+                             "the notice, with AWS's Spot reason")
+    faults.add_argument("--spot-reclaim-after", type=float, default=0.5, metavar="S",
+                        help="a reclaimed attempt gets its notice within S seconds of RUNNING")
+    faults.add_argument("--spot-notice", type=float, default=120.0, metavar="S",
+                        help="seconds from SIGTERM to SIGKILL (AWS: two minutes)")
+    faults.add_argument("--spot-platform", choices=["SPOT", "FARGATE_SPOT"], default="FARGATE_SPOT",
+                        help="whose reason a reclaim ends with, outside a created Spot "
+                             "environment (default FARGATE_SPOT)")
+    faults.add_argument("--spot-queues", default=None, metavar="A,B",
+                        help="reclaim only jobs of these queues (default: every queue)")
+    parser.add_argument("--control-plane-delay", type=float, default=0.5, metavar="S",
+                        help="seconds a compute environment or job queue stays CREATING, "
+                             "UPDATING or DELETING")
     access = parser.add_argument_group(
         "access", "the credentials a request must be signed with (SigV4, as boto3 signs)")
     access.add_argument("--access-key-id", default=None, metavar="ID",
@@ -216,7 +234,12 @@ def fault_profile(args: argparse.Namespace) -> FaultProfile:
                         item_throttle_rate=args.item_throttle_rate,
                         child_stops_refused=frozenset(
                             p.strip() for p in (args.child_stops_refused or "").split(",")
-                            if p.strip()))
+                            if p.strip()),
+                        spot_reclaim_rate=args.spot_reclaim_rate,
+                        spot_reclaim_after=args.spot_reclaim_after, spot_notice=args.spot_notice,
+                        spot_platform=args.spot_platform,
+                        spot_queues=None if args.spot_queues is None else frozenset(
+                            p.strip() for p in args.spot_queues.split(",") if p.strip()))
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -259,7 +282,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         folder = args.folder or default_folder()
         emulator = BatchEmulator(folder, isolation=args.isolation,
                                  inherit_client_path=args.inherit_client_path,
-                                 faults=fault_profile(args), launcher=args.launcher, **options)
+                                 faults=fault_profile(args), launcher=args.launcher,
+                                 control_plane_delay=args.control_plane_delay, **options)
     except (ValueError, TypeError, OSError) as error:  # a bad option or an unusable folder
         print(f"batchfutures emulator: {error}", file=sys.stderr)
         return 2
