@@ -33,27 +33,8 @@ computed chunk by chunk as it arrives (``_Verifying``): no second copy of the ob
 and an object over ``max_object_size`` (MAX_OBJECT_SIZE, or BATCHFUTURES_MAX_OBJECT_SIZE) is
 refused with ObjectTooLargeError, an IntegrityError, before a byte of its body is read.
 
-Inputs object (``<job>/inputs``), so a child reads its own byte range and nothing else:
-
-    offset 0      8 bytes         magic b"BFINPUT3"
-    offset 8      uint64 LE       H, the length of the JSON header
-    offset 16     H bytes         JSON header (UTF-8); "children" holds n. It is the writer's JSON
-                                  text B with one more field appended, ``,"hmac":"<64 hex>"}``:
-                                  the MAC of exactly B (the bytes up to that field, with "}"), so
-                                  a reader checks and parses the very bytes that were signed
-    offset 16+H   (n+1) uint64 LE offsets from the start of the object:
-                                  child i's range is bytes [offset[i], offset[i+1]); offset[n] = size
-                  zero padding    when n > 1, up to PREFIX_READ, so the first read (the prefix)
-                                  never holds another child's blob
-    offset[0]     the child ranges in order, each a 32-byte tag then the child's blob; the tag is
-                  the MAC of (the object's name, i, the header MAC, the blob), so a child checks
-                  its own range without reading any other, and a range moved to another child,
-                  job or header fails
-
-A child's first read is the fixed prefix [0, PREFIX_READ): the header and, unless there are more
-than ~8,000 children, its index entries. Its second read is its blob. (A header longer than the
-prefix, or an index entry past it, costs one more read each.) A plain job (n = 1) is not padded:
-its one read usually holds its blob too.
+The inputs object's bytes (a header, an index, a tagged range per child) are wire.py's; Storage
+writes it and reads a child's prefix and range, checking each MAC as it goes.
 
 Writes are atomic from a reader's view. A local file is written under a temporary name in the
 same folder (``.<name>.<random>.tmp``) and renamed over the target (os.replace), or, for an
@@ -74,9 +55,7 @@ import inspect
 import json
 import logging
 import os
-import re
 import stat
-import struct
 import threading
 import time
 import uuid
@@ -87,6 +66,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
+from . import wire
 from .awsclients import CLIENT_CONFIG
 from .errors import ConfigurationError, IntegrityError
 from .layout import (
@@ -103,14 +83,9 @@ from .layout import (
 from .signing import SEAL_MAGIC, TAG_SIZE, Signer, check_digest, default_signer
 from .workdir import make_private_dirs, open_private
 
-__all__ = ["Storage", "INPUTS_MAGIC", "PREFIX_READ", "MAX_OBJECT_SIZE", "SIZE_VARIABLE",
+__all__ = ["Storage", "MAX_OBJECT_SIZE", "SIZE_VARIABLE",
            "ObjectTooLargeError", "size_limit"]
 
-INPUTS_MAGIC = b"BFINPUT3"
-HEADER_MAC_FIELD = "hmac"
-# the header's last field: ,"hmac":"<64 hex>"} (the "," is absent when it is the only field)
-_HEADER_MAC_SUFFIX = re.compile(rb'"hmac":"([0-9a-f]{64})"\}\Z')
-PREFIX_READ = 64 * 1024
 # The largest signed object (or inputs range) a reader accepts, checked before its body is read:
 # whoever can write the bucket could otherwise make a worker or the client allocate any size.
 MAX_OBJECT_SIZE = 2 * 1024 ** 3
@@ -118,8 +93,6 @@ SIZE_VARIABLE = "BATCHFUTURES_MAX_OBJECT_SIZE"  # bytes; overrides MAX_OBJECT_SI
 READ_CHUNK = 1024 * 1024  # bytes fed to the MAC (and copied into the buffer) at a time
 OOM_KIND = "oom"  # an out-of-memory marker's seal (layout.oom_marker_url says where)
 _MARKER_GETS = 8  # the poller reads this many markers one GET each; more: one LIST first
-_U64 = struct.Struct("<Q")
-_PAIR = struct.Struct("<2Q")
 _T = TypeVar("_T")
 logger = logging.getLogger("batchfutures")
 _OPENED: Dict[str, "Storage"] = {}  # root URL -> the Storage from_url last made for it
@@ -702,28 +675,13 @@ class Storage:
         ``header["children"]`` is set to ``len(child_blobs)``; the header and every blob are
         signed with this Storage's key.
         """
-        if HEADER_MAC_FIELD in header:
-            raise ValueError(f"the inputs header field {HEADER_MAC_FIELD!r} is the signature's")
         url = self.inputs_url(job_url)
         name = self.name_of(url)
-        header = dict(header, children=len(child_blobs))
-        body = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+        body = wire.inputs_header_body(header, len(child_blobs))
         header_mac = self.signer.mac("inputs-header", name, body, root=self.mac_root)
-        header_bytes = b"".join([body[:-1], b"," if body != b"{}" else b"",
-                                 b'"%s":"%s"}' % (HEADER_MAC_FIELD.encode(), header_mac.hex().encode())])
-        table_end = 16 + len(header_bytes) + 8 * (len(child_blobs) + 1)
-        data_start = max(table_end, PREFIX_READ) if len(child_blobs) > 1 else table_end
-        offsets = [data_start]
-        ranges: List[bytes] = []
-        for index, blob in enumerate(child_blobs):
-            ranges.append(self.signer.mac("inputs-child", name, _U64.pack(index), header_mac, blob,
-                                          root=self.mac_root))
-            ranges.append(blob)
-            offsets.append(offsets[-1] + TAG_SIZE + len(blob))
-        data = b"".join([INPUTS_MAGIC, _U64.pack(len(header_bytes)), header_bytes,
-                         struct.pack(f"<{len(offsets)}Q", *offsets),
-                         bytes(data_start - table_end), *ranges])
-        self.put_bytes(url, data)
+        tags = [self.signer.mac("inputs-child", name, wire.child_number(index), header_mac, blob,
+                                root=self.mac_root) for index, blob in enumerate(child_blobs)]
+        self.put_bytes(url, wire.pack_inputs(body, header_mac, tags, child_blobs))
         return url
 
     def read_header(self, job_url: str) -> Dict[str, Any]:
@@ -733,31 +691,29 @@ class Storage:
     def _read_prefix(self, job_url: str) -> Tuple[Dict[str, Any], bytes, int, bytes]:
         """(checked header, the bytes read so far from offset 0, index table offset, header MAC)."""
         url = self.inputs_url(job_url)
-        prefix = self.get_bytes(url, 0, PREFIX_READ)
+        prefix = self.get_bytes(url, 0, wire.PREFIX_READ)
         if prefix is None:
             raise FileNotFoundError(f"the inputs of {job_url} are missing")
-        if len(prefix) < 16 or prefix[:8] != INPUTS_MAGIC:
+        table = wire.index_offset(prefix)
+        if table is None:
             raise IntegrityError(f"{url} is not a batchfutures inputs object signed as this "
-                                 f"version writes them ({INPUTS_MAGIC!r}); refusing it, nothing "
-                                 f"was unpickled")
-        (length,) = _U64.unpack_from(prefix, 8)
-        if 16 + length > self.max_object_size:
-            raise ObjectTooLargeError(url, 16 + length, self.max_object_size)
-        if 16 + length > len(prefix):  # a header longer than the prefix: one more read
-            prefix += self._range(url, len(prefix), 16 + length)
-        header, header_mac = self._checked_header(url, prefix[16:16 + length])
-        return header, prefix, 16 + length, header_mac
+                                 f"version writes them ({wire.INPUTS_MAGIC!r}); refusing it, "
+                                 f"nothing was unpickled")
+        if table > self.max_object_size:
+            raise ObjectTooLargeError(url, table, self.max_object_size)
+        if table > len(prefix):  # a header longer than the prefix: one more read
+            prefix += self._range(url, len(prefix), table)
+        header, header_mac = self._checked_header(url, prefix[wire.INPUTS_PREAMBLE:table])
+        return header, prefix, table, header_mac
 
     def _checked_header(self, url: str, stored: bytes) -> Tuple[Dict[str, Any], bytes]:
         """Check the header's MAC over the exact bytes it covers, then parse those bytes."""
         name = self.name_of(url)
-        match = _HEADER_MAC_SUFFIX.search(stored)
-        before = stored[:match.start()] if match else b""
-        if match is None or not (before == b"{" or before.endswith(b",")):
+        signed = wire.split_signed_header(stored)
+        if signed is None:
             raise IntegrityError(f"the inputs object {name} has an unsigned header; refusing it, "
                                  f"nothing was unpickled")
-        body = before[:-1] + b"}" if before != b"{" else b"{}"
-        header_mac = bytes.fromhex(match.group(1).decode())
+        body, header_mac = signed
         self.signer.check(header_mac, "inputs-header", name, body, root=self.mac_root)
         return json.loads(body), header_mac
 
@@ -777,11 +733,11 @@ class Storage:
         children = int(header["children"])
         if not 0 <= index < children:
             raise IndexError(f"child {index} is out of range: the job has {children} children")
-        entry = table + 8 * index
-        if entry + 16 <= len(prefix):
-            start, stop = _PAIR.unpack_from(prefix, entry)
+        entry = wire.index_entry(table, index)
+        if entry + wire.INDEX_ENTRY <= len(prefix):
+            start, stop = wire.child_range(prefix, entry)
         else:  # more children than the prefix has index entries for
-            start, stop = _PAIR.unpack(self._range(url, entry, entry + 16))
+            start, stop = wire.child_range(self._range(url, entry, entry + wire.INDEX_ENTRY), 0)
         if not (table < start and start + TAG_SIZE <= stop):
             raise IntegrityError(f"the inputs object {self.name_of(url)} has a corrupt index entry "
                                  f"for child {index}; refusing it")
@@ -789,7 +745,7 @@ class Storage:
         if stop <= len(prefix):  # a plain job: the prefix already holds its range
             blob = bytearray(memoryview(prefix)[start + TAG_SIZE:stop])
             self.signer.check(prefix[start:start + TAG_SIZE], "inputs-child", name,
-                              _U64.pack(index), header_mac, blob, root=self.mac_root)
+                              wire.child_number(index), header_mac, blob, root=self.mac_root)
             return header, blob
         if stop - start > self.max_object_size:
             raise ObjectTooLargeError(f"{url} (child {index})", stop - start, self.max_object_size)
@@ -797,7 +753,7 @@ class Storage:
         def make() -> _Verifying:
             return _Verifying(
                 url, self.max_object_size, TAG_SIZE,
-                lambda size: self.signer.mac_stream("inputs-child", name, _U64.pack(index),
+                lambda size: self.signer.mac_stream("inputs-child", name, wire.child_number(index),
                                                     header_mac, root=self.mac_root, tail=size),
                 f"{url} is truncated", expected=stop - start)
         sink = self._read_verified(url, make, start, stop)

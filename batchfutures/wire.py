@@ -1,7 +1,7 @@
-"""The two wire formats between client and worker: a child's items (in the inputs object) and
-a child's result object (its items' outcomes). Pickling itself (cloudpickle, the client's own
-modules by value, the version stamp) is serialization.py's; the signed objects that carry these
-bytes are storage.py's.
+"""The two wire formats between client and worker: a job's inputs object (a header and each
+child's items) and a child's result object (its items' outcomes). Pickling itself (cloudpickle,
+the client's own modules by value, the version stamp) is serialization.py's; storage.py writes
+and reads these bytes, sealing and checking them; layout.py names them.
 
     client                                       worker
     ------                                       ------
@@ -29,6 +29,29 @@ fetches those functions and checks their seals before it unpickles anything, the
 included (item_functions; "args" and "arg" items all call function 0):
 
     b"BFCALLS1" | uint64 LE n | n uint64 LE function indices, ascending | the pickle
+
+Inputs object (``<job>/inputs``), so a child reads its own byte range and nothing
+else (the MACs are computed and checked by storage.Storage with its key):
+
+    offset 0      8 bytes         magic b"BFINPUT3"
+    offset 8      uint64 LE       H, the length of the JSON header
+    offset 16     H bytes         JSON header (UTF-8); "children" holds n. It is the writer's JSON
+                                  text B with one more field appended, ``,"hmac":"<64 hex>"}``:
+                                  the MAC of exactly B (the bytes up to that field, with "}"), so
+                                  a reader checks and parses the very bytes that were signed
+    offset 16+H   (n+1) uint64 LE offsets from the start of the object:
+                                  child i's range is bytes [offset[i], offset[i+1]); offset[n] = size
+                  zero padding    when n > 1, up to PREFIX_READ, so the first read (the prefix)
+                                  never holds another child's blob
+    offset[0]     the child ranges in order, each a 32-byte tag then the child's blob; the tag is
+                  the MAC of (the object's name, i, the header MAC, the blob), so a child checks
+                  its own range without reading any other, and a range moved to another child,
+                  job or header fails
+
+A child's first read is the fixed prefix [0, PREFIX_READ): the header and, unless there are more
+than ~8,000 children, its index entries. Its second read is its blob. (A header longer than the
+prefix, or an index entry past it, costs one more read each.) A plain job (n = 1) is not padded:
+its one read usually holds its blob too.
 
 Result object (``results/<i>``), one per child, one outcome per item:
 
@@ -69,6 +92,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 import struct
 import sys
 import traceback
@@ -84,13 +108,15 @@ from .errors import (
     add_note,
 )
 from .serialization import PROTOCOL, Buffer, argument_error, describe, reason, try_dumps
+from .signing import TAG_SIZE
 
 __all__ = [
     "RemoteTraceback", "pack_items", "pack_arguments", "unpack_items", "item_functions", "CALLS",
     "ARGS", "ARG", "encode_ok", "encode_error", "encode_unpicklable", "encode_mismatch",
     "encode_dependency_failure", "encode_initializer_failure", "pack_result", "unpack_result",
     "outcome_result", "decode_outcome", "outcome_kind", "result_output", "result_usage",
-    "echo_output",
+    "echo_output", "INPUTS_MAGIC", "PREFIX_READ", "inputs_header_body", "pack_inputs",
+    "index_offset", "split_signed_header", "index_entry", "child_range", "child_number",
 ]
 
 RESULT_MAGIC = b"BFRESLT1"
@@ -100,6 +126,15 @@ CALLS, ARGS, ARG = "calls", "args", "arg"  # child blob encodings (the header's 
 CALLS_MAGIC = b"BFCALLS1"
 REPR_LIMIT = 2000
 _U64 = struct.Struct("<Q")
+_PAIR = struct.Struct("<2Q")
+
+INPUTS_MAGIC = b"BFINPUT3"
+INPUTS_PREAMBLE = 16  # the magic, then the header's length
+HEADER_MAC_FIELD = "hmac"
+# the header's last field: ,"hmac":"<64 hex>"} (the "," is absent when it is the only field)
+_HEADER_MAC_SUFFIX = re.compile(rb'"hmac":"([0-9a-f]{64})"\}\Z')
+PREFIX_READ = 64 * 1024  # a child's first read of the inputs object: bytes [0, PREFIX_READ)
+INDEX_ENTRY = 16  # a child's two offsets in the index: where its range starts and ends
 
 
 class RemoteTraceback(Exception):
@@ -111,6 +146,70 @@ class RemoteTraceback(Exception):
 
     def __str__(self) -> str:
         return self.tb
+
+
+# -- the inputs object ------------------------------------------------------------------------
+def inputs_header_body(header: Dict[str, Any], children: int) -> bytes:
+    """The header's JSON as signed: ``header`` with "children" set, keys sorted, no spaces."""
+    if HEADER_MAC_FIELD in header:
+        raise ValueError(f"the inputs header field {HEADER_MAC_FIELD!r} is the signature's")
+    return json.dumps(dict(header, children=children), sort_keys=True,
+                      separators=(",", ":")).encode()
+
+
+def child_number(index: int) -> bytes:
+    """Child ``index`` as its range's tag binds it."""
+    return _U64.pack(index)
+
+
+def pack_inputs(body: bytes, header_mac: bytes, tags: Sequence[bytes],
+                blobs: Sequence[bytes]) -> bytes:
+    """The inputs object: ``body`` (inputs_header_body) with its MAC appended, the index, and
+    each child's range (its tag, then its blob); the layout is in the module docstring."""
+    header_bytes = b"".join([body[:-1], b"," if body != b"{}" else b"",
+                             b'"%s":"%s"}' % (HEADER_MAC_FIELD.encode(), header_mac.hex().encode())])
+    table_end = INPUTS_PREAMBLE + len(header_bytes) + 8 * (len(blobs) + 1)
+    data_start = max(table_end, PREFIX_READ) if len(blobs) > 1 else table_end
+    offsets = [data_start]
+    ranges: List[bytes] = []
+    for tag, blob in zip(tags, blobs):
+        assert len(tag) == TAG_SIZE
+        ranges += (tag, blob)
+        offsets.append(offsets[-1] + TAG_SIZE + len(blob))
+    return b"".join([INPUTS_MAGIC, _U64.pack(len(header_bytes)), header_bytes,
+                     struct.pack(f"<{len(offsets)}Q", *offsets),
+                     bytes(data_start - table_end), *ranges])
+
+
+def index_offset(prefix: bytes) -> Optional[int]:
+    """Where the index starts (the header ends), from the object's first bytes; None when they
+    are not an inputs object's."""
+    if len(prefix) < INPUTS_PREAMBLE or prefix[:len(INPUTS_MAGIC)] != INPUTS_MAGIC:
+        return None
+    (length,) = _U64.unpack_from(prefix, len(INPUTS_MAGIC))
+    return INPUTS_PREAMBLE + int(length)
+
+
+def split_signed_header(stored: bytes) -> Optional[Tuple[bytes, bytes]]:
+    """(the exact JSON bytes the header's MAC covers, that MAC) of a stored header; None when
+    the header carries no MAC as its last field."""
+    match = _HEADER_MAC_SUFFIX.search(stored)
+    before = stored[:match.start()] if match else b""
+    if match is None or not (before == b"{" or before.endswith(b",")):
+        return None
+    body = before[:-1] + b"}" if before != b"{" else b"{}"
+    return body, bytes.fromhex(match.group(1).decode())
+
+
+def index_entry(index_start: int, child: int) -> int:
+    """Where child ``child``'s index entry (INDEX_ENTRY bytes) starts."""
+    return index_start + 8 * child
+
+
+def child_range(data: bytes, entry: int) -> Tuple[int, int]:
+    """[start, stop) of a child's range (its tag, then its blob), from its index entry."""
+    start, stop = _PAIR.unpack_from(data, entry)
+    return int(start), int(stop)
 
 
 # -- a child's items (the inputs object's child blobs) ------------------------------------------

@@ -18,7 +18,8 @@ import s3server
 
 from batchfutures import IntegrityError, serialization, wire
 from batchfutures.signing import TAG_SIZE
-from batchfutures.storage import INPUTS_MAGIC, PREFIX_READ, Storage, _transient
+from batchfutures.storage import Storage, _transient
+from batchfutures.wire import INPUTS_MAGIC, PREFIX_READ
 
 # moto S3 fixtures (tests/s3server.py), registered for this module
 moto_server, aws_env, s3_bucket, s3_root = (
