@@ -517,7 +517,7 @@ class Storage:
 
         if self.local:
             return local()
-        from fsspec.asyn import sync
+        from fsspec.asyn import sync  # start-up: ~60 ms that a file:// worker never needs
 
         bucket, key, _ = self.fs.split_path(path)
         extra = {"Range": f"bytes={start or 0}-{'' if end is None else end - 1}"} if ranged else {}
@@ -612,7 +612,7 @@ class Storage:
     def _names_after(self, url: str, after: str) -> List[str]:
         """The names in a folder that sort after ``after``: ListObjectsV2 with StartAfter, through
         s3fs's own paging and retries (its ``ls`` has no StartAfter)."""
-        from fsspec.asyn import sync  # s3fs has imported it already; the worker's file:// need not
+        from fsspec.asyn import sync  # start-up, as in _read_verified (s3fs has imported it here)
 
         list_pages = getattr(self.fs, "_list_pages", None)
         if list_pages is None:  # an s3fs without it: the whole folder
@@ -670,7 +670,7 @@ class Storage:
 
     # -- inputs ------------------------------------------------------------------------------
     def write_inputs(self, job_url: str, header: Dict[str, Any], child_blobs: List[bytes]) -> str:
-        """Write a Batch job's inputs object (format in the module docstring); returns its URL.
+        """Write a Batch job's inputs object (its bytes: wire.pack_inputs); returns its URL.
 
         ``header["children"]`` is set to ``len(child_blobs)``; the header and every blob are
         signed with this Storage's key.

@@ -219,7 +219,7 @@ class PendingJob:
 
     settings: JobSettings
     function_pickles: List[bytes]
-    blobs: List[bytes]  # each child's items (serialization's ``encoding``)
+    blobs: List[bytes]  # each child's items (wire's ``encoding``)
     item_counts: List[int]
     futures: List[List[Any]]  # per child: one future per item, or with ``per_child`` one
     chunksize: int

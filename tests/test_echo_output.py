@@ -192,7 +192,7 @@ def test_the_output_section_travels_apart_from_the_outcomes():
     meta, back = wire.unpack_result(data)
     assert back == outcomes and meta["index"] == 0 and meta["output"] > 0
     assert wire.result_output(data) == printed
-    # written before issue 18 (no output section), or by a worker that kept none: no output
+    # written before echo_output existed (no output section), or by a worker that kept none: no output
     for old in (wire.pack_result(outcomes, {"index": 0}),
                 wire.pack_result(outcomes, {"index": 0}, {})):
         assert wire.unpack_result(old)[1] == outcomes

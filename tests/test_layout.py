@@ -1,4 +1,4 @@
-"""The package's rooms and what each may import (issue 21; docs/architecture.md draws them).
+"""The package's rooms and what each may import (docs/architecture.md draws them).
 
     core               batchfutures/*.py: the executor, its job-state core, storage, errors
     worker/            what runs in the container: it needs no executor, poller or emulator

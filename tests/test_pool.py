@@ -68,8 +68,8 @@ def prepare(storage: Storage, calls: Sequence[Call], *, initializer: Optional[Ca
     """The header and unpacked items worker.run_items would hold, payloads in storage.
 
     With an initializer, as the client pickles it: in each function's pickle, the initargs
-    apart (header "initargs"); ``legacy``: as before issue 18, one pickle of both (header
-    "initializer") and the functions alone."""
+    apart (header "initargs"); ``legacy``: as written before the initializer travelled in each
+    function's pickle, one pickle of both (header "initializer") and the functions alone."""
     run_id = "run-" + uuid.uuid4().hex[:8]
     functions: List[Callable] = []
     items = []
@@ -219,7 +219,8 @@ def test_the_initializer_and_the_calls_share_one_namespace(local, monkeypatch, p
         outcomes = pool.run_items(local, header, items, 0, processes=2)
     assert decoded(outcomes) == [(True, 0), (True, 10), (True, 20), (True, 30)]
     assert _scale is None  # this process's module is not theirs
-    # before issue 18 (one pickle of the initializer and its initargs, the functions apart),
+    # before the initializer travelled in each function's pickle (one pickle of the initializer
+    # and its initargs, the functions apart),
     # the calls had a namespace of their own: still run as it was
     legacy, items = prepare(local, [(_scaled, (x,), {}) for x in range(2)],
                             initializer=_set_scale, initargs=(10,), legacy=True)

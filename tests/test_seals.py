@@ -92,8 +92,9 @@ def markers(folder: Path) -> List[str]:
 # -- every seal before any code: real workers ---------------------------------------------------
 def make_job(storage: Storage, folder: Path, items: int, *, legacy: bool = False) -> str:
     """A job of ``items`` calls of work in one child, with an executor initializer: in its
-    own object (header "initializer", as written before issue 18) when ``legacy``, else in
-    the function's pickle with the initargs apart (header "initargs")."""
+    own object (header "initializer", as written before the initializer travelled in each
+    function's pickle) when ``legacy``, else in the function's pickle with the initargs apart
+    (header "initargs")."""
     run_id, job_key = "run-" + uuid.uuid4().hex[:8], uuid.uuid4().hex
     work = make_work(str(folder))
     header: Dict[str, Any] = {"items": items, "chunksize": items, "run_id": run_id,

@@ -68,7 +68,7 @@ class LocalReads:
             self.reads.append((start, end, len(data)))
             return data
         monkeypatch.setattr(storage.fs, "cat_file", cat_file)
-        plain = storage._local_bytes  # local reads: opened without following links (issue 29)
+        plain = storage._local_bytes  # local reads: opened without following links
 
         def local_bytes(url: str, path: str, start: Optional[int], end: Optional[int]) -> Any:
             data = plain(url, path, start, end)
@@ -86,7 +86,7 @@ class LocalReads:
 
 
 def parse_inputs(data: bytes) -> Tuple[Dict[str, Any], List[int]]:
-    """The inputs object read the way the module docstring describes it."""
+    """The inputs object read the way wire.py's docstring describes it."""
     assert data[:8] == INPUTS_MAGIC
     (length,) = struct.unpack_from("<Q", data, 8)
     import json

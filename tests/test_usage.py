@@ -219,7 +219,7 @@ def test_the_result_object_carries_usage_in_its_meta_and_older_objects_have_none
     meta, unpacked = wire.unpack_result(data)
     assert unpacked == outcomes and meta["usage"][0] == [0.5, 0.25, 300.0]
 
-    older = wire.pack_result(outcomes, {"index": 0})  # written before issue 22
+    older = wire.pack_result(outcomes, {"index": 0})  # written before usage was measured
     assert wire.result_usage(older) is None
     assert wire.unpack_result(older)[1] == outcomes
     assert wire.result_usage(b"not a result") is None
