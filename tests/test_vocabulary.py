@@ -72,6 +72,10 @@ ABORTED = f"{errors.ABORT_REASON_PREFIX} cancelled by the user"
      {"TIMEOUT_REASON"}),
     (AttemptEnd(killed=KillReason.HOST_LOST), errors.HostTerminatedError, True,
      {"HOST_TERMINATED"}),
+    (AttemptEnd(exit_code=137, killed=KillReason.SPOT_RECLAIM, spot_platform="FARGATE_SPOT"),
+     errors.HostTerminatedError, True, {"SPOT_TASK_INTERRUPTED"}),
+    (AttemptEnd(exit_code=137, killed=KillReason.SPOT_RECLAIM, spot_platform="SPOT"),
+     errors.HostTerminatedError, True, {"HOST_TERMINATED"}),
     (AttemptEnd(start_error="OSError: no such file"), errors.JobFailedError, True,
      {"START_FAILED"}),
     (AttemptEnd(exit_code=143, killed=KillReason.TERMINATE, stop_reason=ABORTED),
@@ -113,6 +117,7 @@ def test_a_queue_time_limit_the_emulator_writes_reads_back_as_unplaceable():
 def test_every_reason_constant_of_the_emulator_is_read_back_above():
     """A new reason in emulator/jobstate.py needs a row above (and a decision in errors)."""
     tested = {"EXITED", "OOM_REASON", "TIMEOUT_REASON", "HOST_TERMINATED", "START_FAILED",
+              "SPOT_TASK_INTERRUPTED",
               "DEPENDENCY_FAILED", "CHILD_FAILED", "MAIN_NODE_EXITED", "MISCONFIGURED",
               "TIME_LIMIT_CANCELLED"}
     written = {name for name, value in vars(jobstate).items()

@@ -118,8 +118,8 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     faults.add_argument("--spot-reclaim-rate", type=float, default=0.0, metavar="F",
                         help="Spot reclaims fraction F of attempts: SIGTERM, then SIGKILL after "
                              "the notice, with AWS's Spot reason")
-    faults.add_argument("--spot-reclaim-after", type=float, default=0.5, metavar="S",
-                        help="a reclaimed attempt gets its notice within S seconds of RUNNING")
+    faults.add_argument("--spot-reclaim-after", type=float, default=1.0, metavar="S",
+                        help="a reclaimed attempt gets its notice S seconds after RUNNING")
     faults.add_argument("--spot-notice", type=float, default=120.0, metavar="S",
                         help="seconds from SIGTERM to SIGKILL (AWS: two minutes)")
     faults.add_argument("--spot-platform", choices=["SPOT", "FARGATE_SPOT"], default="FARGATE_SPOT",

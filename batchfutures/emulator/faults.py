@@ -100,12 +100,12 @@ class FaultProfile:
     child_stops_refused: FrozenSet[str] = frozenset()
     # Spot reclaims: fraction of attempts (of the queues in `spot_queues`, None: every queue,
     # and never on a created on-demand compute environment) whose capacity Spot takes back
-    # within `spot_reclaim_after` seconds of RUNNING: SIGTERM, then SIGKILL `spot_notice`
+    # `spot_reclaim_after` seconds after RUNNING: SIGTERM, then SIGKILL `spot_notice`
     # seconds later (AWS: the two-minute interruption notice), the attempt ending with the
     # reason of `spot_platform` (SPOT: "Host EC2 (instance i-...) terminated.", FARGATE_SPOT:
     # "Your Spot Task was interrupted."; a created Spot environment's own type wins)
     spot_reclaim_rate: float = 0.0
-    spot_reclaim_after: float = 0.5
+    spot_reclaim_after: float = 1.0
     spot_notice: float = SPOT_NOTICE
     spot_platform: str = "FARGATE_SPOT"
     spot_queues: Optional[FrozenSet[str]] = None
@@ -285,7 +285,7 @@ class FaultInjector:
             if self._spot.random() >= profile.spot_reclaim_rate:
                 return None
             self.spot_reclaims += 1
-            return self._spot.uniform(0, profile.spot_reclaim_after), spot_type or profile.spot_platform
+            return profile.spot_reclaim_after, spot_type or profile.spot_platform
 
     @property
     def spot_notice(self) -> float:
