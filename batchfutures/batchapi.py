@@ -53,7 +53,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Protocol, runtime_checkable
 
 from botocore.exceptions import (
     ClientError,
@@ -84,6 +84,26 @@ SERVER_STATUSES = frozenset({500, 502, 503, 504})
 SUBMISSION_TAG = "batchfutures:submission"  # one unique value per submission (exactly-once)
 JOB_NAME_LIMIT = 128
 _NAME_SUFFIX = 9  # "-" and 8 hex digits of the submission token
+
+
+@runtime_checkable
+class BatchAPI(Protocol):
+    """The Batch seam: boto3's ``batch`` client as far as batchfutures calls it (keyword
+    arguments and answers as boto3's). Implemented by boto3's client (environments, through
+    `budget.BudgetedClient`), the emulator (`emulator.BatchEmulator`) and the dry run's recorder
+    (`dryrun.RecordingBatch`); mypy checks each against this list."""
+
+    def submit_job(self, **params: Any) -> Dict[str, Any]: ...
+    def describe_jobs(self, **params: Any) -> Dict[str, Any]: ...
+    def list_jobs(self, **params: Any) -> Dict[str, Any]: ...
+    def cancel_job(self, **params: Any) -> Dict[str, Any]: ...
+    def terminate_job(self, **params: Any) -> Dict[str, Any]: ...
+    def cancel_jobs(self, **params: Any) -> Dict[str, Any]: ...
+    def terminate_jobs(self, **params: Any) -> Dict[str, Any]: ...
+    def describe_job_queues(self, **params: Any) -> Dict[str, Any]: ...
+    def describe_compute_environments(self, **params: Any) -> Dict[str, Any]: ...
+    def describe_job_definitions(self, **params: Any) -> Dict[str, Any]: ...
+    def register_job_definition(self, **params: Any) -> Dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -264,7 +284,7 @@ LOOKUP_MAX_WAIT = 8.0  # seconds between two ListJobs of the look-up, at most
 DUPLICATE_REASON = f"{ABORT_REASON_PREFIX} duplicate of an ambiguous SubmitJob"
 
 
-def submit_exactly_once(client: Any, request: Dict[str, Any], *, grace: float,
+def submit_exactly_once(client: BatchAPI, request: Dict[str, Any], *, grace: float,
                         budget: RetryBudget = SUBMIT_BUDGET,
                         token: Optional[str] = None,
                         keep_waiting: Optional[Callable[[], bool]] = None) -> Dict[str, Any]:
@@ -346,14 +366,14 @@ def _retry_state(attempt: int) -> RetryCallState:
     return state
 
 
-def _look_again_later(client: Any, request: Dict[str, Any], keep: str, grace: float) -> None:
+def _look_again_later(client: BatchAPI, request: Dict[str, Any], keep: str, grace: float) -> None:
     """`remove_duplicates` once more after ``grace``: an earlier try's job, listed late."""
     timer = threading.Timer(grace, remove_duplicates, (client, request), {"keep": keep})
     timer.daemon = True
     timer.start()
 
 
-def submission_jobs(client: Any, request: Dict[str, Any]) -> List[Dict[str, Any]]:
+def submission_jobs(client: BatchAPI, request: Dict[str, Any]) -> List[Dict[str, Any]]:
     """The summaries of the jobs this marked request created, oldest first.
 
     A ListJobs hit of the exact name is accepted even when DescribeJobs does not show the job
@@ -373,7 +393,7 @@ def submission_jobs(client: Any, request: Dict[str, Any]) -> List[Dict[str, Any]
     return sorted(ours, key=lambda s: (s.get("createdAt") or 0, s["jobId"]))
 
 
-def look_up(client: Any, request: Dict[str, Any], grace: float) -> Optional[Dict[str, Any]]:
+def look_up(client: BatchAPI, request: Dict[str, Any], grace: float) -> Optional[Dict[str, Any]]:
     """The job an ambiguous SubmitJob of ``request`` created, looked for during ``grace``
     seconds; None when none showed. Of several (an earlier resubmission's), the oldest is
     kept and the others are terminated."""
@@ -400,7 +420,7 @@ def look_up(client: Any, request: Dict[str, Any], grace: float) -> Optional[Dict
         time.sleep(pause)
 
 
-def remove_duplicates(client: Any, request: Dict[str, Any], *, keep: str) -> List[str]:
+def remove_duplicates(client: BatchAPI, request: Dict[str, Any], *, keep: str) -> List[str]:
     """Terminate every job of this marked request but ``keep``; the ids terminated."""
     try:
         extras = [s["jobId"] for s in submission_jobs(client, request) if s["jobId"] != keep]
@@ -411,7 +431,7 @@ def remove_duplicates(client: Any, request: Dict[str, Any], *, keep: str) -> Lis
     return _terminate(client, extras, keep)
 
 
-def _terminate(client: Any, job_ids: List[str], kept: str) -> List[str]:
+def _terminate(client: BatchAPI, job_ids: List[str], kept: str) -> List[str]:
     done = []
     for job_id in job_ids:
         logger.warning("batchfutures: job %s duplicates job %s (an ambiguous SubmitJob was sent "
@@ -464,7 +484,7 @@ class StopFailed(str):
         return cls("", str(error))
 
 
-def stop_jobs(client: Any, how: Stop, job_ids: List[str], reason: str,
+def stop_jobs(client: BatchAPI, how: Stop, job_ids: List[str], reason: str,
               **narrower: Any) -> Dict[str, StopFailed]:
     """CancelJob or TerminateJob (``how``) for each job,
     in calls of up to 50 jobs (CancelJobs / TerminateJobs) where the client has them,
@@ -546,7 +566,7 @@ def _stop_chunk(method: Callable[..., Dict[str, Any]], jobs: List[str], reason: 
     return failed
 
 
-def describe_jobs(client: Any, job_ids: List[str], *,
+def describe_jobs(client: BatchAPI, job_ids: List[str], *,
                   budget: RetryBudget = DEFAULT_BUDGET) -> List[Dict[str, Any]]:
     """DescribeJobs in batches of 100 (Batch's limit); ids Batch no longer knows are left out."""
     found: List[Dict[str, Any]] = []
@@ -557,7 +577,7 @@ def describe_jobs(client: Any, job_ids: List[str], *,
     return found
 
 
-def list_children(client: Any, job_id: str, status: str, *, multinode: bool = False,
+def list_children(client: BatchAPI, job_id: str, status: str, *, multinode: bool = False,
                   budget: RetryBudget = DEFAULT_BUDGET,
                   max_pages: Optional[int] = None) -> Iterator[Dict[str, Any]]:
     """Every child of an array job (or node of a multi-node job) in one status, following

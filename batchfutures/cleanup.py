@@ -46,11 +46,17 @@ import os
 import stat
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from . import batchapi, workdir
+from .batchapi import BatchAPI
 from .errors import ConfigurationError
+from .sqsapi import SQSAPI
 from .statuses import FINISHED
+
+if TYPE_CHECKING:
+    from .environments import Environment
+    from .storage import Storage
 
 __all__ = ["JobState", "Decision", "RunReport", "decide", "job_state", "survey", "remove",
            "remove_finished_runs", "local_retention_seconds", "RETENTION_VARIABLE",
@@ -142,18 +148,18 @@ class RunReport:
                 "reason": self.decision.reason}
 
 
-def _read_pointers(storage: Any, job_ids: Sequence[str]) -> Dict[str, Optional[str]]:
+def _read_pointers(storage: Storage, job_ids: Sequence[str]) -> Dict[str, Optional[str]]:
     if storage.local or len(job_ids) < 2:
         return {job_id: storage.read_job_pointer(job_id) for job_id in job_ids}
     with concurrent.futures.ThreadPoolExecutor(_POINTER_READERS) as pool:
         return dict(zip(job_ids, pool.map(storage.read_job_pointer, job_ids)))
 
 
-def _statuses(batch: Any, job_ids: Sequence[str]) -> Dict[str, str]:
+def _statuses(batch: BatchAPI, job_ids: Sequence[str]) -> Dict[str, str]:
     return {job["jobId"]: job.get("status", "") for job in batchapi.describe_jobs(batch, list(job_ids))}
 
 
-def survey(storage: Any, batch: Any, *, horizon_seconds: float, all_finished: bool = False,
+def survey(storage: Storage, batch: BatchAPI, *, horizon_seconds: float, all_finished: bool = False,
            now: Optional[float] = None) -> List[RunReport]:
     """Every stored run with its decision. Only runs that could be removed are asked about.
 
@@ -220,7 +226,7 @@ def _no_symlink_below(root: str, *parts: str) -> bool:
     return workdir.inside(root, path)
 
 
-def _removable(storage: Any, run_id: str, job_ids: Sequence[str]) -> bool:
+def _removable(storage: Storage, run_id: str, job_ids: Sequence[str]) -> bool:
     """Only a run id of the run-id shape, and on local disk only through no symlink."""
     if not workdir.is_run_id(run_id):
         logger.warning("batchfutures: cleanup skips %r: not a run id (%s)", run_id, workdir.RUN_ID.pattern)
@@ -235,7 +241,7 @@ def _removable(storage: Any, run_id: str, job_ids: Sequence[str]) -> bool:
     return True
 
 
-def remove(storage: Any, reports: Iterable[RunReport]) -> List[str]:
+def remove(storage: Storage, reports: Iterable[RunReport]) -> List[str]:
     """Delete the runs decided removable (payloads, results, job pointers); their ids.
 
     Only names of the run-id shape are removed, and on local disk never through a symbolic link
@@ -269,7 +275,7 @@ def local_retention_seconds(environ: Mapping[str, str] = os.environ) -> Optional
     return days * 86400
 
 
-def remove_finished_runs(env: Any, older_than_seconds: Optional[float] = None) -> List[str]:
+def remove_finished_runs(env: Environment, older_than_seconds: Optional[float] = None) -> List[str]:
     """Remove the runs of ``env``'s storage that are finished and older than the horizon.
 
     ``older_than_seconds`` None reads BATCHFUTURES_LOCAL_RETENTION_DAYS (default 7 days; "off"
@@ -349,7 +355,7 @@ def decide_queue(run_id: Optional[str], run_decision: Optional[Decision],
                            f"than {_age_text(wait)} ago")
 
 
-def list_queue_urls(sqs: Any, prefix: str) -> List[str]:
+def list_queue_urls(sqs: SQSAPI, prefix: str) -> List[str]:
     """Every queue URL whose name starts with ``prefix`` (ListQueues, page by page)."""
     urls: List[str] = []
     params: Dict[str, Any] = {"QueueNamePrefix": prefix, "MaxResults": _QUEUE_PAGE}
@@ -362,7 +368,7 @@ def list_queue_urls(sqs: Any, prefix: str) -> List[str]:
         params["NextToken"] = token
 
 
-def survey_queues(sqs: Any, reports: Sequence[RunReport], *, prefix: str,
+def survey_queues(sqs: SQSAPI, reports: Sequence[RunReport], *, prefix: str,
                   horizon_seconds: float, now: Optional[float] = None) -> List[QueueReport]:
     """Every warm queue named ``prefix``... with its decision, from the runs' ``reports``."""
     from .sqsapi import is_queue_gone
@@ -385,7 +391,7 @@ def survey_queues(sqs: Any, reports: Sequence[RunReport], *, prefix: str,
     return found
 
 
-def remove_queues(sqs: Any, reports: Iterable[QueueReport]) -> List[str]:
+def remove_queues(sqs: SQSAPI, reports: Iterable[QueueReport]) -> List[str]:
     """DeleteQueue for each queue decided removable; their URLs (one gone already counts)."""
     from .sqsapi import is_queue_gone
 
@@ -402,9 +408,9 @@ def remove_queues(sqs: Any, reports: Iterable[QueueReport]) -> List[str]:
     return removed
 
 
-def sqs_client_for(env: Any) -> Any:
+def sqs_client_for(env: Environment) -> SQSAPI:
     """The SQS client ``env``'s warm pools use (the local emulator's folder, or the Region's)."""
     from . import sqsapi
     from .warmpool import sqs_spec_for
 
-    return sqsapi.client_for(sqs_spec_for(env), session=getattr(env, "session", None))
+    return sqsapi.client_for(sqs_spec_for(env), session=env.session)

@@ -27,7 +27,21 @@ import os
 import re
 import threading
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    List,
+    Mapping,
+    Optional,
+    Protocol,
+    Sequence,
+    Tuple,
+    Union,
+    cast,
+    runtime_checkable,
+)
 
 from . import batchapi, signing
 from .awsclients import (
@@ -37,16 +51,23 @@ from .awsclients import (
     OWNER_VARIABLE,
     AWSClients,
 )
+from .batchapi import BatchAPI
 from .errors import BatchError, ConfigurationError
 from .jobdetail import resources
+from .logs import LogsAPI
 from .settings import JobSettings
 from .storage import Storage
 from .workdir import default_workdir
 
-__all__ = ["Environment", "LocalEnvironment", "AWSBatchEnvironment", "resolve_environment",
+if TYPE_CHECKING:
+    from .emulator import BatchEmulator
+    from .oomretry import Placement
+
+__all__ = ["Environment", "BaseEnvironment", "LocalEnvironment", "AWSBatchEnvironment", "resolve_environment",
            "default_workdir"]
 
 LOG_GROUP = "/aws/batch/job"
+LOCAL_IMAGE = "batchfutures-local"  # the image named in the emulator's multinode definitions
 # Options of a job definition registered from `image=` (see jobdefinitions.definition_properties).
 DEFINITION_OPTIONS = ("job_role_arn", "execution_role_arn", "platform", "privileged", "ulimits",
                       "mounts", "shm_size", "log_configuration")
@@ -72,26 +93,183 @@ STACK_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,127}")
 STACK_TAG = "batchfutures:stack"
 
 
-class Environment:
-    """What every environment shares: queue checks and job-definition reads through the Batch API."""
+@runtime_checkable
+class Environment(Protocol):
+    """The environment seam: every capability the core (the session, submitter, poller, views,
+    checks, cleanup, warm pools) asks of an environment, declared. `LocalEnvironment`,
+    `AWSBatchEnvironment` (both through `BaseEnvironment`) and `dryrun.DryRunEnvironment`
+    implement it; mypy proves each does (`_seams_hold` below, and dryrun.py's), and
+    tests/test_seams.py that no `getattr` probe of an environment is left.
+
+    ``isinstance(x, Environment)`` only checks names (and reads each property): to tell an
+    environment from a mapping, `resolve_environment` asks `BaseEnvironment`."""
+
+    # -- the parts -------------------------------------------------------------------------
+    @property
+    def batch(self) -> BatchAPI:
+        """The Batch API: the emulator, or boto3's client behind the process's budget."""
+        ...
+
+    @property
+    def logs(self) -> LogsAPI:
+        """CloudWatch Logs' API: the emulator's log service, or boto3's client."""
+        ...
+
+    @property
+    def storage(self) -> Storage:
+        """Where payloads and results live (file:// locally, s3:// on AWS)."""
+        ...
+
+    @property
+    def job_queue(self) -> str: ...
+
+    @property
+    def job_definition(self) -> str:
+        """The definition every job of one node uses (registered from ``image=`` on first use)."""
+        ...
+
+    @property
+    def log_group(self) -> str: ...
+
+    @property
+    def poll_intervals(self) -> Tuple[float, float]:
+        """The poller's shortest and longest wait between rounds (seconds)."""
+        ...
+
+    @property
+    def describe_grace(self) -> float:
+        """How long DescribeJobs may miss a job after SubmitJob (seconds)."""
+        ...
+
+    # -- facts and flags -------------------------------------------------------------------
+    @property
+    def is_local(self) -> bool:
+        """Jobs run on this machine: they end with this process, and `workdir` holds them."""
+        ...
+
+    @property
+    def workdir(self) -> Optional[Path]:
+        """The local workdir (storage, emulator, signing key); None on AWS."""
+        ...
+
+    @property
+    def gpus(self) -> Optional[int]:
+        """The GPUs jobs can use at once; None when the environment cannot say (AWS)."""
+        ...
+
+    @property
+    def stack(self) -> Optional[str]:
+        """The batchfutures CloudFormation stack whose policies the requests must fit; None."""
+        ...
+
+    @property
+    def given_definition(self) -> Optional[str]:
+        """The job definition the user named (used as it is), None when it is the library's."""
+        ...
+
+    @property
+    def session(self) -> Any:
+        """The boto3 Session the AWS clients come from (boto3 is untyped); None locally."""
+        ...
+
+    @property
+    def region_name(self) -> Optional[str]: ...
+
+    @property
+    def region_source(self) -> str:
+        """Where `region_name` came from, in words (`choose_region`); "" locally."""
+        ...
+
+    @property
+    def signing_secret(self) -> Optional[str]:
+        """The Secrets Manager secret of the payload signing key; None."""
+        ...
+
+    # -- what it does ----------------------------------------------------------------------
+    def worker_command(self, job_url: str) -> List[str]: ...
+
+    def validate_settings(self, settings: JobSettings) -> None:
+        """Refuse settings this environment cannot run (before anything is uploaded)."""
+        ...
+
+    def max_vcpus_at_once(self) -> float: ...
+
+    def max_memory_mib(self) -> Optional[int]:
+        """The most memory (MiB) a job can be placed with; None when unknown."""
+        ...
+
+    def oom_placement(self) -> "Placement":
+        """How retry_on_oom sizes a retry here (oomretry.Placement)."""
+        ...
+
+    def check_queue(self) -> None: ...
+
+    def definition_memory(self) -> Optional[int]: ...
+
+    def definition_tags(self) -> Dict[str, str]: ...
+
+    def describe_definition(self) -> Optional[Dict[str, Any]]:
+        """DescribeJobDefinitions of `job_definition` (highest ACTIVE revision); None: absent."""
+        ...
+
+    def multinode_definition(self, nodes: int) -> str:
+        """The definition of a ``nodes=N`` job (registered when it is the library's)."""
+        ...
+
+    def planned_definition(self, nodes: int = 1) -> str:
+        """The definition a job of ``nodes`` would use, named without a request (a dry run's,
+        the cache's key)."""
+        ...
+
+    def job_tags(self) -> Dict[str, str]:
+        """Tags every job must carry (the stack's)."""
+        ...
+
+    def worker_environment(self) -> Dict[str, str]:
+        """Variables every job needs (the S3 guards on AWS)."""
+        ...
+
+    def client(self, service: str) -> Any:
+        """boto3's client of an AWS ``service`` (boto3 is untyped); ConfigurationError locally."""
+        ...
+
+    def subscribe(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` when a job changes (the emulator does; AWS says nothing)."""
+        ...
+
+    def unsubscribe(self, callback: Callable[[], None]) -> None: ...
+
+
+class BaseEnvironment:
+    """What every environment shares: queue checks and job-definition reads through the Batch
+    API, and the defaults of the capabilities an environment may not have (no stack, no AWS
+    session, no GPUs known, no change notices)."""
 
     job_queue: str
     log_group: str = LOG_GROUP
     poll_intervals: Tuple[float, float] = (1.0, 10.0)
     describe_grace: float = 60.0  # DescribeJobs may miss a job this long after SubmitJob
+    is_local = False
+    workdir: Optional[Path] = None
+    stack: Optional[str] = None
+    session: Any = None  # a boto3 Session (untyped)
+    region_name: Optional[str] = None
+    region_source = ""
+    signing_secret: Optional[str] = None
 
     def __init__(self) -> None:
         self._definition_memory: Optional[int] = None
+        self._definition_tags: Dict[str, str] = {}
         self._definition_read = False
         self._lock = threading.Lock()
 
     # the parts each environment provides
     @property
-    def batch(self) -> Any:  # pragma: no cover - abstract
+    def batch(self) -> BatchAPI:  # pragma: no cover - abstract
         raise NotImplementedError
 
     @property
-    def logs(self) -> Any:  # pragma: no cover - abstract
+    def logs(self) -> LogsAPI:  # pragma: no cover - abstract
         raise NotImplementedError
 
     @property
@@ -101,6 +279,14 @@ class Environment:
     @property
     def job_definition(self) -> str:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    @property
+    def gpus(self) -> Optional[int]:
+        return None
+
+    @property
+    def given_definition(self) -> Optional[str]:
+        return None
 
     def worker_command(self, job_url: str) -> List[str]:
         return ["python", "-m", "batchfutures.worker", job_url]
@@ -114,6 +300,36 @@ class Environment:
         from .emulator.runtime import host
 
         return float(host.cpu_count())
+
+    def max_memory_mib(self) -> Optional[int]:
+        return None
+
+    def oom_placement(self) -> "Placement":
+        """Sized as on one machine: doubled up to `max_memory_mib` (when known)."""
+        from .oomretry import Placement
+
+        return Placement("LOCAL", self.max_memory_mib())
+
+    def multinode_definition(self, nodes: int) -> str:
+        raise ConfigurationError(f"nodes={nodes}: {self!r} cannot run multi-node parallel jobs")
+
+    def planned_definition(self, nodes: int = 1) -> str:
+        return self.job_definition if nodes == 1 else self.multinode_definition(nodes)
+
+    def job_tags(self) -> Dict[str, str]:
+        return {}
+
+    def worker_environment(self) -> Dict[str, str]:
+        return {}
+
+    def client(self, service: str) -> Any:
+        raise ConfigurationError(f"{self!r} has no AWS {service} client")
+
+    def subscribe(self, callback: Callable[[], None]) -> None:
+        """Nothing to subscribe to: the poller polls."""
+
+    def unsubscribe(self, callback: Callable[[], None]) -> None:
+        """Nothing was subscribed."""
 
     # shared behaviour
     def check_queue(self) -> None:
@@ -141,33 +357,35 @@ class Environment:
                 return self._definition_memory
         memory = None
         try:
-            definition = self._describe_definition()
+            definition = self.describe_definition()
         except Exception as error:  # the default memory then ignores the definition
             if batchapi.is_retryable(error):  # throttled or a 5xx: read again next time, not never
                 logger.info("batchfutures: the job definition's memory is unread for now (%s)",
                             error)
                 return None
             definition = None  # refused or absent: SubmitJob still checks
-        self._definition_tags = dict((definition or {}).get("tags") or {})
+        tags = dict((definition or {}).get("tags") or {})
         if definition:
             memory = resources(definition.get("containerProperties") or {}).memory_mib
         with self._lock:
-            self._definition_memory, self._definition_read = memory, True
+            self._definition_memory, self._definition_tags = memory, tags
+            self._definition_read = True
         return memory
 
     def definition_tags(self) -> Dict[str, str]:
         """The job definition's tags (read with its memory, once): they count toward Batch's
         limit of 50 on the job's task."""
         self.definition_memory()
-        return dict(getattr(self, "_definition_tags", {}) or {})
+        with self._lock:
+            return dict(self._definition_tags)
 
-    def _describe_definition(self) -> Optional[Dict[str, Any]]:
+    def describe_definition(self) -> Optional[Dict[str, Any]]:
         from .jobdefinitions import describe_job_definition  # without a revision: highest ACTIVE
 
         return describe_job_definition(self.batch, self.job_definition)
 
 
-class LocalEnvironment(Environment):
+class LocalEnvironment(BaseEnvironment):
     """The embedded default: the Batch emulator running jobs as local processes, storage on disk.
 
     `max_vcpus` (default: the CPU count) bounds the vCPUs of jobs running at once, `gpus` (default:
@@ -183,6 +401,8 @@ class LocalEnvironment(Environment):
     job_queue = "batchfutures"
     poll_intervals = (0.02, 0.5)  # the emulator also wakes the poller on every change
     describe_grace = 5.0
+    is_local = True
+    workdir: Path
 
     def __init__(self, workdir: Union[str, os.PathLike, None] = None, *,
                  max_vcpus: Optional[float] = None, gpus: Optional[int] = None,
@@ -207,8 +427,8 @@ class LocalEnvironment(Environment):
 
         self.request_rate = None if request_rate is None else parse_rate(request_rate,
                                                                          "request_rate")
-        self._budgeted: Any = None
-        self._emulator: Any = None
+        self._budgeted: Optional[BatchAPI] = None
+        self._emulator: Optional["BatchEmulator"] = None
         self._storage: Optional[Storage] = None
         self._multinode: Dict[int, str] = {}
         self._secured = False
@@ -243,7 +463,7 @@ class LocalEnvironment(Environment):
         return self._gpus
 
     @property
-    def emulator(self) -> Any:
+    def emulator(self) -> "BatchEmulator":
         if self._emulator is None:
             from .emulator import BatchEmulator  # the emulator starts threads: only when used
 
@@ -257,7 +477,7 @@ class LocalEnvironment(Environment):
         return self._emulator
 
     @property
-    def batch(self) -> Any:
+    def batch(self) -> BatchAPI:
         if self.request_rate is None:
             return self.emulator
         if self._budgeted is None:  # one budget per emulator folder, as one per AWS endpoint
@@ -268,7 +488,7 @@ class LocalEnvironment(Environment):
         return self._budgeted
 
     @property
-    def logs(self) -> Any:
+    def logs(self) -> LogsAPI:
         return self.emulator.logs
 
     @property
@@ -293,8 +513,17 @@ class LocalEnvironment(Environment):
             known = self._multinode.get(nodes)
             if known is None:
                 known = self._multinode[nodes] = ensure_job_definition(
-                    batch, "batchfutures-local", nodes=nodes)
+                    batch, LOCAL_IMAGE, nodes=nodes)
         return known
+
+    def planned_definition(self, nodes: int = 1) -> str:
+        """The emulator's definition, or the multinode one `multinode_definition` registers
+        (named by content), named without a request."""
+        if nodes == 1:
+            return self.job_definition
+        from .jobdefinitions import definition_name, definition_properties
+
+        return definition_name(definition_properties(LOCAL_IMAGE, nodes=nodes))
 
     def max_memory_mib(self) -> Optional[int]:
         """The most memory a job can be placed with here: the machine's (validate_settings
@@ -347,7 +576,7 @@ class LocalEnvironment(Environment):
                 f"gpus={self._gpus!r})")
 
 
-class AWSBatchEnvironment(Environment):
+class AWSBatchEnvironment(BaseEnvironment):
     """Real AWS Batch through boto3, payloads in S3 through s3fs, all from one boto3 Session.
 
     ``signing_secret``: the Secrets Manager secret (ARN, or name) of the payload signing key
@@ -401,7 +630,7 @@ class AWSBatchEnvironment(Environment):
             raise ConfigurationError(f"stack={stack!r} is not a CloudFormation stack name")
         self.stack = stack
         self.max_memory = _max_memory(max_memory)
-        self._placement: Any = None  # oomretry.Placement, learned once
+        self._placement: Optional["Placement"] = None  # learned once
         self._owner_lock = threading.Lock()
         self._given_definition = job_definition
         self._registered_definition: Optional[str] = None
@@ -433,7 +662,7 @@ class AWSBatchEnvironment(Environment):
         else:
             self.request_rate = parse_rate(
                 DEFAULT_REQUEST_RATE if request_rate is None else request_rate, "request_rate")
-        self._budgeted: Any = None
+        self._budgeted: Optional[BatchAPI] = None
 
     # -- clients -----------------------------------------------------------------------------
     def client(self, service: str) -> Any:
@@ -450,18 +679,26 @@ class AWSBatchEnvironment(Environment):
                                      f"{explain_aws_error(error)}") from error
 
     @property
-    def batch(self) -> Any:
+    def batch(self) -> BatchAPI:
         """The Batch client behind the process's request budget for its endpoint and Region
         (`budget.budgeted_client`): every Batch request of the process passes it."""
         if self._budgeted is None:
             from .budget import budgeted_client
 
-            self._budgeted = budgeted_client(self.client("batch"), self.request_rate)
+            # boto3's clients are untyped: the one place its Batch client is taken as the seam
+            self._budgeted = budgeted_client(cast(BatchAPI, self.client("batch")),
+                                             self.request_rate)
         return self._budgeted
 
     @property
-    def logs(self) -> Any:
-        return self.client("logs")
+    def logs(self) -> LogsAPI:
+        # boto3's clients are untyped: the one place its Logs client is taken as the seam
+        return cast(LogsAPI, self.client("logs"))
+
+    @property
+    def given_definition(self) -> Optional[str]:
+        """``job_definition=`` as given (None: registered from ``image=``)."""
+        return self._given_definition
 
     @property
     def expected_bucket_owner(self) -> str:
@@ -566,6 +803,18 @@ class AWSBatchEnvironment(Environment):
                         f"{explain_aws_error(error)}") from error
         return known
 
+    def planned_definition(self, nodes: int = 1) -> str:
+        """The definition `job_definition` or `multinode_definition` would use, named without
+        a request: the given one, else the content-addressed name of the one registered from
+        ``image=`` (with the stack's defaults, as `jobdefinitions.ensure_job_definition`)."""
+        if self._given_definition:
+            return self._given_definition
+        from .jobdefinitions import definition_name, definition_properties, with_stack_defaults
+
+        properties = definition_properties(self.image or "", nodes=nodes, **self.definition_options)
+        return definition_name(with_stack_defaults(properties, self.stack, self.region_name),
+                               self.stack)
+
     _queue_vcpus: Optional[float] = None
 
     def max_vcpus_at_once(self) -> float:
@@ -594,7 +843,7 @@ class AWSBatchEnvironment(Environment):
         from . import jobdefinitions
 
         try:
-            return jobdefinitions.definition_platform(self._describe_definition())
+            return jobdefinitions.definition_platform(self.describe_definition())
         except Exception:  # unreadable here: SubmitJob still checks
             return None
 
@@ -604,7 +853,7 @@ class AWSBatchEnvironment(Environment):
         ``oom_placement``); None when unknown."""
         return self.oom_placement().max_mib
 
-    def oom_placement(self) -> Any:
+    def oom_placement(self) -> "Placement":
         """How retry_on_oom sizes a retry here (an oomretry.Placement), learned once: the job
         definition's platform, and ``max_memory=`` or what the queue's compute environments can
         place (DescribeJobQueues, DescribeComputeEnvironments, then EC2 DescribeInstanceTypes of
@@ -639,7 +888,7 @@ class AWSBatchEnvironment(Environment):
         platform = str(self.definition_options.get("platform", "EC2")).upper() if self.image else None
         if platform is None and settings.vcpus < 1:
             try:  # under 1 vCPU is a Fargate size: only then is the definition read
-                platform = jobdefinitions.definition_platform(self._describe_definition())
+                platform = jobdefinitions.definition_platform(self.describe_definition())
             except Exception:  # unreadable here: SubmitJob still checks
                 platform = None
         if platform == "FARGATE":
@@ -681,7 +930,7 @@ class AWSBatchEnvironment(Environment):
                 f"job_definition={self._given_definition or self.image!r})")
 
 
-def queue_compute_environments(batch: Any, job_queue: str) -> List[Dict[str, Any]]:
+def queue_compute_environments(batch: BatchAPI, job_queue: str) -> List[Dict[str, Any]]:
     """The compute environments of ``job_queue`` as DescribeComputeEnvironments describes them
     (DescribeJobQueues first); ConfigurationError when the queue or its environments are none."""
     queues = batchapi.call(batch.describe_job_queues, jobQueues=[job_queue]).get("jobQueues")
@@ -695,7 +944,7 @@ def queue_compute_environments(batch: Any, job_queue: str) -> List[Dict[str, Any
                               computeEnvironments=names).get("computeEnvironments") or [])
 
 
-def queue_max_vcpus(batch: Any, job_queue: str) -> float:
+def queue_max_vcpus(batch: BatchAPI, job_queue: str) -> float:
     """The sum of ``maxvCpus`` over the ENABLED compute environments of ``job_queue``
     (DescribeJobQueues, then DescribeComputeEnvironments); ConfigurationError when the queue
     has none that says (an unmanaged compute environment has no maxvCpus)."""
@@ -708,7 +957,7 @@ def queue_max_vcpus(batch: Any, job_queue: str) -> float:
     return total
 
 
-def queue_max_memory(batch: Any, job_queue: str, ec2: Callable[[], Any]
+def queue_max_memory(batch: BatchAPI, job_queue: str, ec2: Callable[[], Any]
                      ) -> Tuple[str, Optional[int]]:
     """The platform of ``job_queue``'s compute environments and the most container memory one
     of them can place (oomretry.queue_max_memory_mib; None: some cannot say). ``ec2()``: the EC2
@@ -908,12 +1157,12 @@ def explain_aws_error(error: BaseException) -> str:
     return str(error) or type(error).__name__
 
 
-EnvironmentLike = Union[Environment, Mapping[str, Any], None]
+EnvironmentLike = Union[BaseEnvironment, Mapping[str, Any], None]
 
 
-def resolve_environment(env: EnvironmentLike) -> Environment:
+def resolve_environment(env: EnvironmentLike) -> BaseEnvironment:
     """An environment from what the user passed: itself, a mapping, or None (the process env)."""
-    if isinstance(env, Environment):
+    if isinstance(env, BaseEnvironment):
         return env
     if env is None:
         values = {key: os.environ[var] for key, var in ENV_VARS.items() if os.environ.get(var)}
@@ -929,7 +1178,7 @@ def resolve_environment(env: EnvironmentLike) -> Environment:
 
 
 def _aws_from_mapping(values: Dict[str, Any], *, source: str,
-                     names: Optional[Mapping[str, str]] = None) -> Environment:
+                     names: Optional[Mapping[str, str]] = None) -> BaseEnvironment:
     """An AWSBatchEnvironment from keys (or variables: ``names`` maps a key to its variable)."""
     label = (lambda key: names.get(key, key)) if names else (lambda key: key)
     missing = [label(key) for key in ("job_queue", "io_bucket") if not values.get(key)]
@@ -949,3 +1198,17 @@ def _aws_from_mapping(values: Dict[str, Any], *, source: str,
         return AWSBatchEnvironment(**values)
     except TypeError as error:
         raise ConfigurationError(f"{source} has an unknown key: {error}") from error
+
+
+if TYPE_CHECKING:
+    from .budget import BudgetedClient
+    from .emulator.logservice import LogsService
+
+    def _seams_hold(local: LocalEnvironment, aws: AWSBatchEnvironment, emulator: BatchEmulator,
+                    budgeted: BudgetedClient, emulator_logs: LogsService) -> None:
+        """Never run: mypy proves here that each implementation satisfies its seam (boto3's
+        clients are untyped: they are taken as the seam by a cast, in AWSBatchEnvironment)."""
+        environments: List[Environment] = [local, aws]
+        batches: List[BatchAPI] = [emulator, budgeted]
+        logs: LogsAPI = emulator_logs
+        del environments, batches, logs

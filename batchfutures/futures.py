@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import concurrent.futures
 import threading
-from typing import Any, List, Optional, Protocol, Sequence, Tuple
+from typing import Any, List, NamedTuple, Optional, Protocol, Sequence, Tuple
 
-__all__ = ["BatchFuture", "FutureCore", "BoundJob", "ShownStatuses"]
+__all__ = ["BatchFuture", "FutureCore", "BoundJob", "Binding", "ShownStatuses"]
 
 # One lock for every future's (job, child) pair: a rebind (an OOM retry moves a call to a new job)
 # is rare, and a lock per future would cost ~100 bytes each, times a million futures.
@@ -70,6 +70,17 @@ class BoundJob(Protocol):
         """A usage.Usage of the item at ``position`` in ``child``, None when not measured."""
         ...
 
+    def log_text(self, position: int) -> Optional[str]:
+        """The call's output as its runner kept it (a warm call's); None: read the job's log."""
+        ...
+
+
+class Binding(NamedTuple):
+    """Where a future is: its job and the child of that job (read together, under the lock)."""
+
+    job: BoundJob
+    child: int
+
 
 class _Rare:
     """What only some futures have: a cache key and its verdict (cache=True), the futures given
@@ -99,7 +110,9 @@ class BatchFuture(concurrent.futures.Future):
         # first ones no longer shares its keys with the others (~700 bytes more per future).
         # What few calls have (cache=True, futures as arguments) shares one slot (_Rare).
         self._core = core
-        self._job: Optional[Any] = None  # the BoundJob, set once submitted
+        # its binding, set once submitted and moved by a rebind: read and written only through
+        # _bound() and _bind(), under _BIND_LOCK
+        self._job: Optional[BoundJob] = None
         self._child: Optional[int] = None
         self._item: Optional[int] = None  # its position in its child's items
         self._rare: Optional[_Rare] = None
@@ -108,11 +121,8 @@ class BatchFuture(concurrent.futures.Future):
     @property
     def job_id(self) -> Optional[str]:
         """The Batch job id; ``"<array job id>:<index>"`` for an array child; None before submission."""
-        with _BIND_LOCK:
-            job, child = self._job, self._child
-        if job is None:
-            return None
-        return job.child_id(child)
+        bound = self._bound()
+        return None if bound is None else bound.job.child_id(bound.child)
 
     @property
     def status(self) -> Optional[str]:
@@ -121,21 +131,21 @@ class BatchFuture(concurrent.futures.Future):
         Known for this child (it started, ended, or was listed), else its job's status for the
         children not known one by one: held once per job, not written into every future at
         every poll."""
-        job, child = self._bound()
-        if job is None:
+        bound = self._bound()
+        if bound is None:
             return self._unbound_shown()[0]
-        known = job.statuses.status(child)
-        return known if known is not None else job.default_status
+        known = bound.job.statuses.status(bound.child)
+        return known if known is not None else bound.job.default_status
 
     @property
     def status_reason(self) -> Optional[str]:
-        job, child = self._bound()
-        return job.statuses.reason(child) if job is not None else self._unbound_shown()[1]
+        bound = self._bound()
+        return bound.job.statuses.reason(bound.child) if bound else self._unbound_shown()[1]
 
     @property
     def exit_code(self) -> Optional[int]:
-        job, child = self._bound()
-        return job.statuses.exit_code(child) if job is not None else self._unbound_shown()[2]
+        bound = self._bound()
+        return bound.job.statuses.exit_code(bound.child) if bound else self._unbound_shown()[2]
 
     @property
     def cached(self) -> bool:
@@ -152,10 +162,10 @@ class BatchFuture(concurrent.futures.Future):
         result object was written before usage was recorded."""
         if not self.done():
             return None
-        job, child = self._bound()
-        if job is None:
+        bound = self._bound()
+        if bound is None:
             return None
-        return job.item_usage(child, self._item or 0)
+        return bound.job.item_usage(bound.child, self._item or 0)
 
     def log(self) -> str:
         """The job's console output: CloudWatch Logs on AWS, the attempt's log file locally."""
@@ -188,24 +198,26 @@ class BatchFuture(concurrent.futures.Future):
             self._core.on_cancelled(self)
         return cancelled
 
-    # -- used by the poller -----------------------------------------------------------------
+    # -- the binding: the core (jobs, poller, session, warm pools) reads and moves it only here
     def _bind(self, job: BoundJob, child: int) -> None:
+        """Bind to ``child`` of ``job`` (submitted, or moved by an OOM retry or a rerun)."""
         with _BIND_LOCK:
             self._job = job
             self._child = child
 
-    def _bound(self) -> Tuple[Optional[BoundJob], int]:
-        """Its job and child, read together: a rebind (OOM retry, rerun) moves both."""
+    def _bound(self) -> Optional[Binding]:
+        """Its job and child, read together (a rebind moves both); None before submission."""
         with _BIND_LOCK:
-            return self._job, self._child or 0
+            job, child = self._job, self._child
+        return None if job is None else Binding(job, child or 0)
 
     def _update(self, status: Optional[str], reason: Optional[str] = None,
                 exit_code: Optional[int] = None) -> None:
         """Show these on its child (so on every future of the child), or on this future when no
         job holds it (resolved from the cache); None keeps what was."""
-        job, child = self._bound()
-        if job is not None:
-            job.statuses.show(child, status, reason, exit_code)
+        bound = self._bound()
+        if bound is not None:
+            bound.job.statuses.show(bound.child, status, reason, exit_code)
             return
         rare = self._rare_fields()
         was = rare.shown

@@ -352,6 +352,10 @@ class TrackedJob:
         """What the item at ``position`` of ``child`` used (future.usage); None if not measured."""
         return self.usage.at(child, position)
 
+    def log_text(self, position: int) -> Optional[str]:
+        """None: a Batch job's output is its log (CloudWatch Logs, the emulator's files)."""
+        return None
+
     def futures(self) -> List[BatchFuture]:
         return [future for futures in self.children for future in futures]
 

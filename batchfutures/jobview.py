@@ -24,16 +24,20 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from botocore.exceptions import ClientError
 
 from . import batchapi, jobdetail, wire
 from . import logs as logreader
+from .batchapi import BatchAPI
 from .errors import JobMetadataExpired
-from .logs import log_group_of
+from .logs import LogsAPI, log_group_of
 from .statuses import FINISHED, STATUS_ORDER
 from .usage import JobUsage, Totals, run_seconds
+
+if TYPE_CHECKING:
+    from .environments import Environment
 
 __all__ = ["JobInfo", "ChildInfo", "FailedCall", "CallFailures", "describe", "describe_in",
            "failed_calls", "job_usage", "not_found"]
@@ -205,7 +209,7 @@ def _child(summary: Dict[str, Any], parent_id: str) -> ChildInfo:
                      stopped_at=_seconds(summary.get("stoppedAt")))
 
 
-def describe(batch_client: Any, job_id: str, *, logs: Any = None,
+def describe(batch_client: BatchAPI, job_id: str, *, logs: Optional[LogsAPI] = None,
              log_group: str = DEFAULT_LOG_GROUP, children: bool = True) -> JobInfo:
     """The job ``job_id`` (a plain job, an array job, or ``"<array id>:<index>"``) as a whole.
 
@@ -267,17 +271,16 @@ def _attempt_spans(description: Dict[str, Any]) -> List[Tuple[Optional[float], O
     return spans
 
 
-def describe_in(env: Any, job_id: str, *, children: bool = True) -> JobInfo:
+def describe_in(env: Environment, job_id: str, *, children: bool = True) -> JobInfo:
     """`describe` with an environment's clients (what `BatchExecutor.job` returns); its
     ``usage`` reads the environment's storage."""
     info = describe(env.batch, job_id, logs=env.logs, log_group=env.log_group, children=children)
-    storage = getattr(env, "storage", None)
-    if storage is not None:
-        info._usage_reader = lambda: job_usage(storage, info)
+    storage = env.storage
+    info._usage_reader = lambda: job_usage(storage, info)
     return info
 
 
-def _log_reader(batch_client: Any, logs_client: Any, info: JobInfo,
+def _log_reader(batch_client: BatchAPI, logs_client: LogsAPI, info: JobInfo,
                 default_group: str) -> Callable[[Optional[int]], str]:
     def read(index: Optional[int]) -> str:
         target = info.job_id if index is None else f"{info.parent_id}:{int(index)}"

@@ -29,17 +29,26 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, runtime_checkable
 
 from . import batchapi, jobdetail
 from .statuses import FINISHED
 
 logger = logging.getLogger("batchfutures")
 
-__all__ = ["log_stream", "log_group_of", "tail", "read_all", "iter_all", "lines_after", "Cursor",
+__all__ = ["LogsAPI", "log_stream", "log_group_of", "tail", "read_all", "iter_all", "lines_after", "Cursor",
            "follow", "follow_job", "job_log_tail", "job_log"]
 
 NOT_FOUND = "ResourceNotFoundException"
+
+
+@runtime_checkable
+class LogsAPI(Protocol):
+    """The CloudWatch Logs seam: boto3's ``logs`` client as far as batchfutures calls it.
+    Implemented by boto3's client (AWSBatchEnvironment) and the emulator's
+    `emulator.logservice.LogsService` (LocalEnvironment); mypy checks both against it."""
+
+    def get_log_events(self, **params: Any) -> Dict[str, Any]: ...
 
 
 # -- where a job's log is --------------------------------------------------------------------
@@ -57,7 +66,7 @@ def log_group_of(description: Dict[str, Any], default: str) -> str:
 
 
 # -- reading a stream ------------------------------------------------------------------------
-def _page(logs_client: Any, group: str, stream: str, **params: Any) -> Dict[str, Any]:
+def _page(logs_client: LogsAPI, group: str, stream: str, **params: Any) -> Dict[str, Any]:
     return batchapi.call(logs_client.get_log_events, logGroupName=group, logStreamName=stream,
                          **params)
 
@@ -66,7 +75,7 @@ def _messages(page: Dict[str, Any]) -> List[str]:
     return [event.get("message", "") for event in page.get("events", [])]
 
 
-def tail(logs_client: Any, group: str, stream: str, *, lines: int = 20) -> List[str]:
+def tail(logs_client: LogsAPI, group: str, stream: str, *, lines: int = 20) -> List[str]:
     """The last ``lines`` lines of a stream (fewer only when the stream holds fewer)."""
     found: List[str] = []
     token: Optional[str] = None
@@ -93,7 +102,7 @@ class Cursor:
         self.token = token
 
 
-def lines_after(logs_client: Any, group: str, stream: str, cursor: Optional[Cursor] = None, *,
+def lines_after(logs_client: LogsAPI, group: str, stream: str, cursor: Optional[Cursor] = None, *,
                 end_time_ms: Optional[int] = None) -> Iterator[str]:
     """The lines written after ``cursor`` (up to ``end_time_ms``), yielded page by page as they
     are read (one page is held at a time, never the stream); ``cursor`` moves past each page.
@@ -122,13 +131,13 @@ def lines_after(logs_client: Any, group: str, stream: str, cursor: Optional[Curs
         cursor.token = forward
 
 
-def read_all(logs_client: Any, group: str, stream: str, *,
+def read_all(logs_client: LogsAPI, group: str, stream: str, *,
              end_time_ms: Optional[int] = None) -> List[str]:
     """Every line of a stream written until now (or ``end_time_ms``), from its start."""
     return list(iter_all(logs_client, group, stream, end_time_ms=end_time_ms))
 
 
-def iter_all(logs_client: Any, group: str, stream: str, *,
+def iter_all(logs_client: LogsAPI, group: str, stream: str, *,
              end_time_ms: Optional[int] = None) -> Iterator[str]:
     """`read_all` as a generator: lines as their pages are read."""
     # The emulator stamps events with its file's time in milliseconds: a second of margin
@@ -142,7 +151,7 @@ def iter_all(logs_client: Any, group: str, stream: str, *,
 SETTLE_READS = 5
 
 
-def follow(logs_client: Any, group: str, stream: str, *, poll: float = 1.0,
+def follow(logs_client: LogsAPI, group: str, stream: str, *, poll: float = 1.0,
            until: Optional[Callable[[], bool]] = None,
            sleep: Callable[[float], None] = time.sleep) -> Iterator[str]:
     """Lines of a stream as they are written, from its start.
@@ -176,7 +185,7 @@ def follow(logs_client: Any, group: str, stream: str, *, poll: float = 1.0,
 # -- a job's log -----------------------------------------------------------------------------
 
 
-def follow_job(batch_client: Any, logs_client: Any, job_id: str, default_group: str, *,
+def follow_job(batch_client: batchapi.BatchAPI, logs_client: LogsAPI, job_id: str, default_group: str, *,
                poll: float = 1.0, sleep: Callable[[float], None] = time.sleep,
                on_new_stream: Optional[Callable[[Dict[str, Any], bool], None]] = None
                ) -> Iterator[str]:
@@ -212,7 +221,7 @@ def follow_job(batch_client: Any, logs_client: Any, job_id: str, default_group: 
         sleep(poll)
 
 
-def job_log_tail(logs_client: Any, description: Dict[str, Any], default_group: str, *,
+def job_log_tail(logs_client: LogsAPI, description: Dict[str, Any], default_group: str, *,
                  lines: int = 20) -> Optional[str]:
     """The last lines of a job's log for an error message; None when there is none."""
     stream = log_stream(description)
@@ -226,7 +235,7 @@ def job_log_tail(logs_client: Any, description: Dict[str, Any], default_group: s
     return "\n".join(found) or None
 
 
-def job_log(logs_client: Any, description: Dict[str, Any], default_group: str) -> str:
+def job_log(logs_client: LogsAPI, description: Dict[str, Any], default_group: str) -> str:
     """A job's whole log so far (a note when its first attempt has not started)."""
     stream = log_stream(description)
     if not stream:

@@ -42,11 +42,28 @@ import enum
 import logging
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict, Iterable, List, Literal, Mapping, Optional, Sequence, Tuple, Union
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    Literal,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
 
 from .errors import JobUnplaceableError, MemoryLimitExceeded
 from .jobdefinitions import FARGATE_MEMORY
 from .settings import JobSettings
+
+if TYPE_CHECKING:
+    from .batchapi import BatchAPI
+    from .environments import Environment
 
 __all__ = ["Verdict", "Decision", "Try", "ChildHistory", "OomRetry", "Placement", "decide",
            "final_error", "unplaceable_error", "placeable_memory_mib", "placement_of",
@@ -300,7 +317,7 @@ def read_fargate_quotas(service_quotas: Any, kinds: Iterable[str]) -> Dict[str, 
     return found
 
 
-def learn_fargate_vcpus(batch: Any, job_queue: str, service_quotas: Callable[[], Any]
+def learn_fargate_vcpus(batch: BatchAPI, job_queue: str, service_quotas: Callable[[], Any]
                         ) -> Optional[float]:
     """``fargate_vcpu_cap`` of ``job_queue``: DescribeJobQueues, DescribeComputeEnvironments,
     then GetServiceQuota for each kind of Fargate environment it has (``service_quotas()``:
@@ -350,22 +367,18 @@ def unplaceable_error(tries: Sequence[Try], memory_mib: Optional[int],
     return error
 
 
-def placement_of(env: Any) -> Placement:
-    """How ``env``'s queue sizes jobs: an environment's ``oom_placement()`` when it offers one
-    (AWSBatchEnvironment), else LOCAL capped at its ``max_memory_mib()`` (a LocalEnvironment:
-    the machine's memory, what validate_settings allows)."""
-    offered = getattr(env, "oom_placement", None)
-    if callable(offered):
-        try:
-            found = offered()
-            if isinstance(found, Placement):
-                return with_fargate_vcpus(found, env)
-        except Exception as error:  # unknown then: the doubling is not capped
-            logger.debug("batchfutures: oom_placement() failed: %r", error)
+def placement_of(env: Environment) -> Placement:
+    """How ``env``'s queue sizes jobs: its ``oom_placement()`` (AWSBatchEnvironment: learned
+    from the queue; a LocalEnvironment: LOCAL capped at the machine's memory, what
+    validate_settings allows), else LOCAL capped at its ``max_memory_mib()``."""
+    try:
+        return with_fargate_vcpus(env.oom_placement(), env)
+    except Exception as error:  # unknown then: the doubling is not capped
+        logger.debug("batchfutures: oom_placement() failed: %r", error)
     return Placement("LOCAL", placeable_memory_mib(env))
 
 
-def with_fargate_vcpus(placement: Placement, env: Any) -> Placement:
+def with_fargate_vcpus(placement: Placement, env: Environment) -> Placement:
     """A Fargate placement with ``max_vcpus`` learned once from ``env``'s queue and account
     (``learn_fargate_vcpus``: its ``batch``, ``job_queue`` and ``client("service-quotas")``);
     as it is when that cannot be read (then no vCPU cap but Fargate's own)."""
@@ -379,16 +392,13 @@ def with_fargate_vcpus(placement: Placement, env: Any) -> Placement:
     return replace(placement, max_vcpus=most)
 
 
-def placeable_memory_mib(env: Any) -> Optional[int]:
+def placeable_memory_mib(env: Environment) -> Optional[int]:
     """The largest memory (MiB) a job of ``env``'s queue can be placed with; None: unknown."""
-    offered = getattr(env, "max_memory_mib", None)
-    if callable(offered):
-        try:
-            return offered()
-        except Exception as error:  # unknown then: the doubling is not capped
-            logger.debug("batchfutures: max_memory_mib() failed: %r", error)
-            return None
-    return None
+    try:
+        return env.max_memory_mib()
+    except Exception as error:  # unknown then: the doubling is not capped
+        logger.debug("batchfutures: max_memory_mib() failed: %r", error)
+        return None
 
 
 # Submitter.resubmit(source job, its children, memory MiB, their histories, retry): the new job

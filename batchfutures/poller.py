@@ -59,7 +59,7 @@ from typing import (
 )
 
 from . import batchapi
-from .batchapi import Stop
+from .batchapi import BatchAPI, Stop
 from .batchlimits import MAX_DESCRIBE_JOBS
 from .childstops import is_child, parent_of, refused_alone, stop_calls
 from .errors import (
@@ -122,7 +122,7 @@ _Answer = TypeVar("_Answer")
 class Poller:
     """Resolves the futures of every tracked job from Batch and from storage."""
 
-    def __init__(self, owner: PollerOwner, *, batch: Callable[[], Any], storage: Any,
+    def __init__(self, owner: PollerOwner, *, batch: Callable[[], BatchAPI], storage: Any,
                  log_tail: Optional[Callable[[Mapping[str, Any]], Optional[str]]] = None,
                  min_interval: float, max_interval: float, grace: float,
                  check_interval: float = CHECK_INTERVAL) -> None:
@@ -200,9 +200,9 @@ class Poller:
         The CancelJob calls are made on the poller thread, in bulk: when every unfinished child
         of a job is cancelled, one call on the job itself replaces one per child.
         """
-        job, index = future._job, future._child
-        if not isinstance(job, TrackedJob) or index is None:
-            return  # still buffered: the flush skips it
+        job, index = future._bound() or (None, 0)
+        if not isinstance(job, TrackedJob):
+            return  # still buffered (or a warm call): the flush skips it
         if all(f.cancelled() for f in job.children[index]):
             self._queue(StopRequest(Stop.CANCEL, job, index,
                                     f"{ABORT_REASON_PREFIX} cancelled by the client"))
@@ -215,8 +215,8 @@ class Poller:
         if future.done():
             return False
         text = f"{ABORT_REASON_PREFIX} {reason}"
-        job, index = future._job, future._child
-        if not isinstance(job, TrackedJob) or index is None:
+        job, index = future._bound() or (None, 0)
+        if not isinstance(job, TrackedJob):
             return settle(future, False, JobAbortedError(
                 f"the call was aborted before it was submitted: {reason}", status_reason=text))
         child_id = job.child_id(index)
@@ -325,7 +325,7 @@ class Poller:
         except BaseException:  # noqa: B036 - a later submit or result() starts one anyway
             pass
 
-    def _batch(self) -> Any:
+    def _batch(self) -> BatchAPI:
         getter = self._batch_getter()
         if getter is None:
             raise PollerStoppedError("the executor that owned this poller is gone")
@@ -372,7 +372,7 @@ class Poller:
                 alone_refused=job.job_id in self._alone_refused)
         self._stop(batch, calls)
 
-    def _stop(self, batch: Any, calls: List[Tuple[Stop, str, str]]) -> None:
+    def _stop(self, batch: BatchAPI, calls: List[Tuple[Stop, str, str]]) -> None:
         """CancelJob/TerminateJob of each (how, job id, reason): one CancelJobs or
         TerminateJobs per 50 jobs of one reason where Batch has them, not one call each.
 
@@ -475,7 +475,7 @@ class Poller:
         job.rerun_sent(ready)
         return True
 
-    def examine(self, job: TrackedJob, description: Optional[Mapping[str, Any]], batch: Any, *,
+    def examine(self, job: TrackedJob, description: Optional[Mapping[str, Any]], batch: BatchAPI, *,
                 now: Optional[float] = None) -> bool:
         """Reconcile one job with Batch and storage, reading what reconcile asks for.
 
@@ -499,7 +499,7 @@ class Poller:
         self._apply(job, actions)
         return actions.changed
 
-    def _read(self, job: TrackedJob, needs: Needs, reads: Reads, batch: Any) -> None:
+    def _read(self, job: TrackedJob, needs: Needs, reads: Reads, batch: BatchAPI) -> None:
         for status in needs.listings:
             listed = batchapi.list_children(batch, job.job_id, status.value,
                                             budget=batchapi.POLL_BUDGET)

@@ -45,6 +45,7 @@ import types
 import weakref
 from typing import IO, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, TypeVar, Union
 
+from .futures import BatchFuture
 from .statuses import FINISHED, STATUS_ORDER, JobStatus
 
 __all__ = ["progress", "render_counts", "render_line"]
@@ -78,11 +79,12 @@ def _counts_of(futures: Iterable[Any]) -> Dict[str, int]:
     job: Any = None
     children: Dict[Any, Any] = {}
     for future in futures:
-        owner = getattr(future, "_job", None)  # a Future of another executor: counted as unsent
-        if owner is None:
+        bound = future._bound() if isinstance(future, BatchFuture) else None
+        if bound is None:  # unsent, or a plain Future (another executor's): counted as unsent
             if not future.done():
                 counts[UNSENT] += 1
             continue
+        owner: Any = bound.job  # a TrackedJob, or a warm call
         if getattr(owner, "pool", None) is not None and not hasattr(owner, "summary"):
             # a warm call (warmpool.WarmCall): counted from its pool's own state
             warm.setdefault(id(owner.pool), (owner.pool, {}))[1][id(owner)] = owner
@@ -91,7 +93,7 @@ def _counts_of(futures: Iterable[Any]) -> Dict[str, int]:
             job = owner
             children = jobs.setdefault(id(job), (job, {}))[1]
         # map_futures gives one future per item: a child of several items is counted once
-        children.setdefault(future._child, future)
+        children.setdefault(bound.child, future)
     for job, children in jobs.values():
         summary = job.summary
         # Batch's counts may lag what the poller settled from results (a child's result is read

@@ -92,10 +92,10 @@ def redirects_of(futures: Sequence[Any]) -> List[Tuple[str, int, str, int]]:
         pairs = zip(getattr(future, "_upstream", None) or (),
                     getattr(future, "_upstream_at", None) or ())
         for upstream, (first_url, first_child) in pairs:
-            job = getattr(upstream, "_job", None)
-            if job is None:
+            bound = upstream._bound()
+            if bound is None:
                 continue
-            now = (job.job_url, upstream._child)
+            now = (bound.job.job_url, bound.child)
             if now != (first_url, first_child):
                 moved.add((first_url, first_child) + now)
     return sorted(moved)

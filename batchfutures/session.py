@@ -26,7 +26,7 @@ import threading
 import time
 import uuid
 import weakref
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from . import batchapi, logs, serialization, wire
 from .batchlimits import MAX_ARRAY_SIZE
@@ -52,6 +52,9 @@ from .submission import (
     fail_all,
     job_name_for,
 )
+
+if TYPE_CHECKING:
+    from .environments import Environment
 
 __all__ = ["Session", "RETRY_RULES", "job_name_for"]
 
@@ -85,7 +88,8 @@ else:  # pragma: no cover - Python without threading._register_atexit
     atexit.register(_at_interpreter_exit)
 
 
-def _weak_wake(poller: Poller, unsubscribe: Optional[Callable[[Any], None]]) -> Callable[[], None]:
+def _weak_wake(poller: Poller, unsubscribe: Callable[[Callable[[], None]], None]
+               ) -> Callable[[], None]:
     """The process-wide emulator's callback: wakes the poller while it lives, then removes
     itself, so an executor no longer used is not kept alive (nor woken) by the emulator."""
     reference = weakref.ref(poller)
@@ -94,7 +98,7 @@ def _weak_wake(poller: Poller, unsubscribe: Optional[Callable[[Any], None]]) -> 
         target = reference()
         if target is not None:
             target.wake()
-        elif unsubscribe is not None:
+        else:
             unsubscribe(wake)
 
     return wake
@@ -104,13 +108,11 @@ _cleaned_workdirs: set = set()
 _cleaned_lock = threading.Lock()
 
 
-def _clean_local_storage_once(env: Any) -> None:
+def _clean_local_storage_once(env: Environment) -> None:
     """Local payloads stay bounded: once per process and workdir, in the background, finished
     runs older than BATCHFUTURES_LOCAL_RETENTION_DAYS (default 7) are removed (cleanup.py).
     On AWS the template's lifecycle rule expires them instead."""
-    from .environments import LocalEnvironment
-
-    if not isinstance(env, LocalEnvironment):
+    if not env.is_local or env.workdir is None:
         return
     with _cleaned_lock:
         if env.workdir in _cleaned_workdirs:
@@ -128,6 +130,20 @@ def settle_cached(future: BatchFuture, outcome: Tuple[bool, Any]) -> None:
     if outcome[0]:
         future._update(JobStatus.SUCCEEDED)
     settle(future, *outcome)
+
+
+def _where(future: BatchFuture) -> Tuple[str, Optional[int]]:
+    """Where a future's result is: its Batch job's URL and its child ("" before submission)."""
+    bound = future._bound()
+    if bound is None or not isinstance(bound.job, TrackedJob):
+        return "", None
+    return bound.job.job_url, bound.child
+
+
+def _job_id(future: BatchFuture) -> Optional[str]:
+    """The id of the Batch job (the array's, not the child's) a future is bound to."""
+    bound = future._bound()
+    return bound.job.job_id if bound is not None and isinstance(bound.job, TrackedJob) else None
 
 
 def _forget_upstream(future: "concurrent.futures.Future[Any]") -> None:
@@ -159,32 +175,36 @@ class Upstream:
         if value._core is not self._session:
             raise ConfigurationError("a future passed as an argument must come from the same "
                                      "executor (or one of its with_settings views)")
-        if value._job is None and not value.done():
+        if value._bound() is None and not value.done():
             self._session.flush_for(value)  # buffered: send it now, it needs a job id
-        job = value._job
+        bound = value._bound()  # job and child read together: a rebind moves both
         if value.cancelled():
             self.cancelled = True
         elif value.done() and value.exception() is not None:
             self.failed = self.failed or value
-        if job is None:
+        if bound is None:
             if self.cancelled or self.failed is not None:
                 return FutureRef("", 0, 0, "")
             raise ConfigurationError(
                 "a future passed as an argument was not submitted yet (held back by "
                 "max_workers); wait for its job_id before passing it on")
+        job, child = bound
+        if not isinstance(job, TrackedJob):
+            raise ConfigurationError(
+                "a future of a warm call (keepalive=) was passed to a call that runs as a Batch "
+                "job of its own: pass its result() instead, or run both on warm workers")
         self.futures_by_child.setdefault(self.child, []).append(value)
-        self.pairs.add((job.job_id, value._child))
+        self.pairs.add((job.job_id, child))
         if self.child is not None:
-            self.pairs_by_child.setdefault(self.child, set()).add(value._child)
+            self.pairs_by_child.setdefault(self.child, set()).add(child)
         if not value.done():
             self.unfinished[job.job_id] = job
             if len(self.unfinished) > MAX_DEPENDENCIES:
                 raise ConfigurationError(
                     f"a call may depend on at most {MAX_DEPENDENCIES} Batch jobs (Batch's limit); "
                     f"gather the inputs in one map_futures call, or wait for some first")
-        child = value._child if value._child is not None else 0  # bound with its job
         return FutureRef(job.job_url, child, value._item or 0, job.child_id(child),
-                         nodes=getattr(job, "nodes", 1))
+                         nodes=job.nodes)
 
     def settle_dependent(self, future: BatchFuture) -> None:
         """The dependent's fate when an argument already failed or was cancelled."""
@@ -218,8 +238,7 @@ class Upstream:
         upstream = self.futures_by_child.get(child)
         if upstream:
             # where each one's result is as its FutureRef says: a rerun redirects moved ones
-            future._set_upstream(upstream, [(u._job.job_url if u._job is not None else "", u._child)
-                                            for u in upstream])
+            future._set_upstream(upstream, [_where(u) for u in upstream])
             future.add_done_callback(_forget_upstream)
 
     def depends_on(self, size: int) -> List[Dict[str, str]]:
@@ -242,7 +261,7 @@ THREADS_REFUSED_AT_EXIT = (3, 12, 0) <= sys.version_info[:3] < (3, 12, 3)
 class Session:
     """What an executor and its views share: environment, storage, run, the three parts."""
 
-    def __init__(self, env: Any, *, max_workers: Optional[int] = None,
+    def __init__(self, env: Environment, *, max_workers: Optional[int] = None,
                  initializer: Optional[Callable[..., Any]] = None, initargs: tuple = (),
                  ship_local_modules: bool = True, dry_run: bool = False,
                  echo_output: bool = True, cache: bool = False) -> None:
@@ -264,27 +283,26 @@ class Session:
                 by_value=ship_local_modules)
         min_interval, max_interval = env.poll_intervals
         # the poller holds this session weakly; its other collaborators are given to it
-        self.poller = Poller(self, batch=functools.partial(getattr, env, "batch"),
+        self.poller = Poller(self, batch=lambda: env.batch,  # made at the first round
                              storage=self.storage, log_tail=self.log_tail,
                              min_interval=min_interval, max_interval=max_interval,
                              grace=env.describe_grace)
         self.coalescer = Coalescer(MAX_ARRAY_SIZE)
+        submit_env: Environment = env
+        track: Callable[[TrackedJob], None] = self.poller.track
         if dry_run:  # the same submission path, recorded: nothing reaches Batch or storage
             from .dryrun import DryRunEnvironment, DryRunTracker, RecordingStorage
 
-            submit_env, self.storage = DryRunEnvironment(env), RecordingStorage(self.storage.root_url)
-            track = DryRunTracker(submit_env, self.storage).track
-        else:
-            submit_env, track = env, self.poller.track
+            dry_env, recording = DryRunEnvironment(env), RecordingStorage(self.storage.root_url)
+            submit_env, self.storage = dry_env, recording
+            track = DryRunTracker(dry_env, recording).track
         self.submitter = Submitter(submit_env, self.storage, self.run_id, track=track,
                                    wake=self.poller.wake, max_workers=max_workers,
                                    initargs=pickled_initargs, echo_output=echo_output)
         self.cache: Optional[CallCache] = None
         if cache:
-            from .dryrun import planned_definition
-
             # reads from the real storage, also in a dry run (what would come from the cache)
-            self.cache = CallCache(env.storage, definition=planned_definition(env),
+            self.cache = CallCache(env.storage, definition=env.planned_definition(),
                                    by_value=ship_local_modules, initargs=pickled_initargs,
                                    dry_run=dry_run)
             self.submitter.before_submit = self.cache.write_index
@@ -295,9 +313,8 @@ class Session:
         _live_sessions.add(self)
         if not dry_run:
             _clean_local_storage_once(env)
-        subscribe = None if dry_run else getattr(env, "subscribe", None)
-        if subscribe is not None:
-            subscribe(_weak_wake(self.poller, getattr(env, "unsubscribe", None)))
+        if not dry_run:  # the emulator wakes the poller at every change; AWS says nothing
+            env.subscribe(_weak_wake(self.poller, env.unsubscribe))
 
     @property
     def submitted_jobs(self) -> List[str]:
@@ -311,12 +328,10 @@ class Session:
     # -- submit and coalescing ---------------------------------------------------------------
     def submit(self, settings: JobSettings, fn: Callable, args: tuple, kwargs: dict) -> BatchFuture:
         self._check_open()
-        if self._warm(settings) and not any(has_future(v) for v in (*args, *kwargs.values())):
-            future = BatchFuture(self)
-            blob = wire.pack_items([(0, args, kwargs)], by_value=self.by_value)
-            self.warm_pool(settings).add(self.pickle_function(fn), wire.CALLS, [blob],
-                                         [1], [[future]])
-            return future
+        if self._warm(settings):  # futures among the arguments: awaited on the client
+            from .warmpool import submit_warm
+
+            return submit_warm(self, settings, fn, args, kwargs)
         upstream = Upstream(self)
         cacheable = self.cache is not None and settings.nodes == 1 and not any(
             has_future(value) for value in (*args, *kwargs.values()))
@@ -393,8 +408,11 @@ class Session:
 
     def _warm(self, settings: JobSettings) -> bool:
         """keepalive > 0 runs calls on warm workers (warmpool.py), except what needs jobs."""
-        return bool(settings.keepalive) and settings.nodes == 1 and not self.dry_run \
-            and not settings.retry_on_oom
+        if not settings.keepalive:
+            return False
+        from .warmpool import runs_warm
+
+        return runs_warm(settings)
 
     def warm_pool(self, settings: JobSettings) -> Any:
         """The warm workers of ``settings`` (made at their first call)."""
@@ -402,9 +420,10 @@ class Session:
             self._check_open()
             pool = self.warm_pools.get(settings)
             if pool is None:
-                from .warmpool import WarmPool
+                from .warmpool import WarmDryRun, WarmPool
 
-                pool = self.warm_pools[settings] = WarmPool(self, settings)
+                pool = self.warm_pools[settings] = (WarmDryRun if self.dry_run
+                                                    else WarmPool)(self, settings)
             return pool
 
     def _warm_unfinished(self) -> List[BatchFuture]:
@@ -446,7 +465,7 @@ class Session:
 
     def flush_for(self, future: BatchFuture) -> None:
         """Send the buffer holding ``future`` now: its caller is waiting for it."""
-        if future._job is not None:
+        if future._bound() is not None:
             return
         key = self.coalescer.holding(future)
         if key is not None:
@@ -514,9 +533,10 @@ class Session:
         return found[0] if found else description
 
     def read_log(self, future: BatchFuture) -> str:
-        log_text = getattr(future._job, "log_text", None)
-        if log_text is not None:  # a warm call: its own output, as its worker kept it
-            return str(log_text(future._item or 0))
+        bound = future._bound()
+        kept = bound.job.log_text(future._item or 0) if bound is not None else None
+        if kept is not None:  # a warm call: its own output, as its worker kept it
+            return kept
         job_id = future.job_id
         if job_id is None:
             return ""
@@ -667,12 +687,10 @@ class Session:
         # the calls this session sent (not the jobs it only attached to and observes)
         submitted = set(self.submitter.submitted_jobs)
         unfinished = [f for f in self._unfinished_futures()
-                      if f._job is None or f._job.job_id in submitted]
+                      if _job_id(f) is None or _job_id(f) in submitted]
         if not unfinished:
             return
-        from .environments import LocalEnvironment
-
-        if isinstance(self.env, LocalEnvironment):
+        if self.env.is_local:
             if THREADS_REFUSED_AT_EXIT:
                 logger.warning(
                     "batchfutures: %d call(s) are unfinished at interpreter exit, and Python %s "
@@ -683,7 +701,7 @@ class Session:
             # the emulator's jobs die with this process, so wait, as ProcessPoolExecutor does
             concurrent.futures.wait(unfinished)
             return
-        jobs = sorted({f._job.job_id for f in unfinished if f._job is not None})
+        jobs = sorted({job_id for job_id in map(_job_id, unfinished) if job_id is not None})
         logger.warning(
             "batchfutures: the interpreter exits while %d Batch job(s) still run; they go on in "
             "Batch. Collect their results later with BatchExecutor(env).attach(job_id): %s",

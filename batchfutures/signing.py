@@ -74,10 +74,13 @@ import struct
 import threading
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple, Union
 
 from .errors import ConfigurationError, IntegrityError
 from .workdir import check_private_file, default_workdir, make_private_dirs, open_private
+
+if TYPE_CHECKING:
+    from .environments import Environment
 
 __all__ = [
     "Signer", "mac", "mac_stream", "check", "check_digest", "seal", "unseal", "read_key_file",
@@ -373,14 +376,14 @@ def local_signer(workdir: Union[str, os.PathLike]) -> Signer:
     return Signer.from_key_file(Path(workdir) / KEY_FILE_NAME, create=True)
 
 
-def aws_signer(env: Any) -> Signer:
+def aws_signer(env: Environment) -> Signer:
     """AWSBatchEnvironment's key: its ``signing_secret`` ARN, else BATCHFUTURES_SIGNING_KEY.
 
     With neither, the first payload written raises ConfigurationError saying how to give one.
     """
-    secret_arn = getattr(env, "signing_secret", None)
+    secret_arn = env.signing_secret
     if secret_arn:
-        return Signer.from_secrets_manager(secret_arn, lambda: _client_secretsmanager(env))
+        return Signer.from_secrets_manager(secret_arn, lambda: env.client("secretsmanager"))
     if os.environ.get(KEY_VARIABLE):
         return Signer.from_environment()
 
@@ -394,12 +397,3 @@ def aws_signer(env: Any) -> Signer:
     return Signer(missing, "env")
 
 
-def _client_secretsmanager(env: Any) -> Any:
-    make = getattr(env, "client", None)
-    if callable(make):  # the public env.client(service) of the awsclient branch
-        return make("secretsmanager")
-    from botocore.config import Config
-
-    config = Config(retries={"mode": "standard", "max_attempts": 8})
-    return env.session.client("secretsmanager", region_name=getattr(env, "region_name", None),
-                              config=config)

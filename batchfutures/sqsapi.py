@@ -14,7 +14,7 @@ made and no others.
 from __future__ import annotations
 
 import collections
-from typing import Any, Callable, Dict, Mapping, Protocol, cast
+from typing import Any, Callable, Dict, Mapping, Protocol, cast, runtime_checkable
 
 __all__ = ["SQSAPI", "client_for", "is_queue_gone", "QUEUE_GONE_CODES", "Counted", "counted"]
 
@@ -22,12 +22,17 @@ __all__ = ["SQSAPI", "client_for", "is_queue_gone", "QUEUE_GONE_CODES", "Counted
 QUEUE_GONE_CODES = frozenset({"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"})
 
 
+@runtime_checkable
 class SQSAPI(Protocol):
-    """boto3's SQS client, as far as batchfutures uses it (keyword arguments as boto3's)."""
+    """boto3's SQS client, as far as batchfutures uses it (keyword arguments as boto3's):
+    warmpool.py and worker/warm.py send, receive and complete calls, cleanup.py lists and
+    deletes a dead client's queues. Implemented by boto3's client and the emulator's
+    `emulator.sqs.LocalSQS` (`client_for` returns either: mypy checks LocalSQS against this)."""
 
     def create_queue(self, **params: Any) -> Dict[str, Any]: ...
     def get_queue_url(self, **params: Any) -> Dict[str, Any]: ...
     def delete_queue(self, **params: Any) -> Dict[str, Any]: ...
+    def list_queues(self, **params: Any) -> Dict[str, Any]: ...
     def tag_queue(self, **params: Any) -> Dict[str, Any]: ...
     def list_queue_tags(self, **params: Any) -> Dict[str, Any]: ...
     def send_message(self, **params: Any) -> Dict[str, Any]: ...

@@ -35,7 +35,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from . import batchapi, reruns, serialization, wire
 from ._version import __version__
@@ -50,6 +50,10 @@ from .errors import (
 from .jobdefinitions import check_tags, definition_with_secrets, multinode_definition_from
 from .jobs import TrackedJob, settle
 from .settings import JobSettings
+
+if TYPE_CHECKING:
+    from .environments import Environment
+    from .storage import Storage
 
 logger = logging.getLogger("batchfutures")
 
@@ -275,9 +279,10 @@ def fail_all(futures: List[List[Any]], error: BaseException) -> None:
 class Submitter:
     """Uploads and submits a session's jobs; paces them under ``max_workers``."""
 
-    def __init__(self, env: Any, storage: Any, run_id: str, *, track: Callable[[TrackedJob], None],
-                 wake: Callable[[], None], max_workers: Optional[int] = None,
-                 initargs: Optional[bytes] = None, echo_output: bool = False) -> None:
+    def __init__(self, env: Environment, storage: Storage, run_id: str, *,
+                 track: Callable[[TrackedJob], None], wake: Callable[[], None],
+                 max_workers: Optional[int] = None, initargs: Optional[bytes] = None,
+                 echo_output: bool = False) -> None:
         """``initargs``: the executor initializer's arguments, pickled (the functions' pickles
         hold the initializer itself); ``echo_output``: the workers keep what each call prints
         and the client writes it to its sys.stdout/sys.stderr as the future resolves."""
@@ -389,11 +394,10 @@ class Submitter:
                                 memory_mib=memory, run_id=self._run_id, user=user_tag(),
                                 depends_on=job.depends_on,
                                 signing_environment=self._job_environment(),
-                                environment_tags=getattr(self._env, "job_tags", dict)())
+                                environment_tags=self._env.job_tags())
         # before anything is uploaded: tags Batch would refuse, or fail the job for; a request
         # over SubmitJob's size limits
-        definition_tags: Dict[str, str] = getattr(self._env, "definition_tags", dict)()
-        check_tags({**request["tags"], batchapi.SUBMISSION_TAG: "x"}, definition_tags)
+        check_tags({**request["tags"], batchapi.SUBMISSION_TAG: "x"}, self._env.definition_tags())
         check_request_size(batchapi.with_submission_token(request, uuid.uuid4().hex))
         try:
             function_urls = [storage.put_function(self._run_id, data)  # content-addressed
@@ -517,37 +521,27 @@ class Submitter:
         """The job definition, with ``secrets=`` added (SubmitJob cannot carry secrets)."""
         definition = self._env.job_definition
         if settings.nodes > 1:  # a multinode definition (environments' multinode_definition)
-            multinode_definition = getattr(self._env, "multinode_definition", None)
-            if multinode_definition is None:
-                raise ConfigurationError(f"nodes={settings.nodes}: {self._env!r} cannot run "
-                                         f"multi-node parallel jobs")
-            definition = multinode_definition(settings.nodes)
-            if definition == getattr(self._env, "_given_definition", None):
+            definition = self._env.multinode_definition(settings.nodes)
+            if definition == self._env.given_definition:
                 # the user's (the stack's -worker, say): a container one takes no nodeOverrides
                 definition = multinode_definition_from(self._env.batch, definition,
-                                                       stack=getattr(self._env, "stack", None))
+                                                       stack=self._env.stack)
         if settings.secrets:
             definition = definition_with_secrets(self._env.batch, definition, settings.secrets,
-                                                 stack=getattr(self._env, "stack", None))
+                                                 stack=self._env.stack)
         return definition
 
     def _queue_for(self, settings: JobSettings) -> str:
         """The job queue; a multi-node job goes to the multi-node queue when there is one."""
         if settings.nodes > 1:
-            given = getattr(self._env, "multinode_job_queue", None)
-            if given:
-                return str(given)
-            return multinode_queue(self._env.job_queue, getattr(self._env, "stack", None))
+            return multinode_queue(self._env.job_queue, self._env.stack)
         return self._env.job_queue
 
     def _job_environment(self) -> Dict[str, str]:
         """What the worker must know and the settings cannot change: where the signing key is
         (never the key), and on AWS the bucket owner and KMS key its S3 requests must carry."""
-        signer = getattr(self._storage, "signer", None)
-        variables = dict(signer.job_environment()) if signer is not None else {}
-        worker_environment = getattr(self._env, "worker_environment", None)
-        if worker_environment is not None:
-            variables.update(worker_environment())
+        variables = dict(self._storage.signer.job_environment())
+        variables.update(self._env.worker_environment())
         return variables
 
     def _check_queue_once(self) -> None:
@@ -593,7 +587,7 @@ def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
 
 
-def storage_error(storage: Any, error: BaseException) -> ConfigurationError:
+def storage_error(storage: Storage, error: BaseException) -> ConfigurationError:
     return ConfigurationError(
         f"cannot write job payloads to {storage.root_url}: {error}. Check that the bucket (or "
         f"folder) exists and that these credentials may write to it.")

@@ -94,7 +94,7 @@ class _Job:
 def moved_upstream(first, now):
     """An upstream future whose FutureRef said ``first`` (job_url, child); now at ``now``."""
     upstream = BatchFuture()
-    upstream._job, upstream._child = _Job(now[0]), now[1]
+    upstream._bind(_Job(now[0]), now[1])
     return upstream, first
 
 

@@ -4,10 +4,14 @@ finished runs), `check` (the environment end to end), `template` and `image` (se
 from __future__ import annotations
 
 import argparse
-from typing import Any, List, Tuple
+from typing import TYPE_CHECKING, Any, List, Optional, Tuple
 
 from .envargs import environment
 from .output import ExitCode, OutputFormat, note, out, print_json
+
+if TYPE_CHECKING:
+    from ..environments import Environment
+    from ..sqsapi import SQSAPI
 
 
 # -- cleanup ------------------------------------------------------------------------------------
@@ -39,14 +43,15 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def _warm_queues(env: Any, reports: Any, horizon_seconds: float) -> Tuple[List[Any], Any]:
+def _warm_queues(env: Environment, reports: Any, horizon_seconds: float
+                 ) -> Tuple[List[Any], Optional[SQSAPI]]:
     """The warm pools' queues with their decisions, and the SQS client; none when SQS cannot
     be asked (no permission for it, say): the runs are cleaned up all the same."""
     from .. import cleanup
 
     try:
         sqs = cleanup.sqs_client_for(env)
-        prefix = cleanup.warm_queue_prefix(getattr(env, "stack", None))
+        prefix = cleanup.warm_queue_prefix(env.stack)
         return cleanup.survey_queues(sqs, reports, prefix=prefix,
                                      horizon_seconds=horizon_seconds), sqs
     except Exception as error:  # the queues are a bonus: never fail the runs' cleanup for them

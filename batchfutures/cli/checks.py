@@ -25,9 +25,12 @@ import re
 import sys
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from ..environments import Environment
 
 Verdict = Tuple[str, bool, str]
 STEP_2 = "docs/aws.md step 2"
@@ -38,13 +41,9 @@ class CheckFailed(Exception):
     """A part is wrong: the message says what, and how to fix it."""
 
 
-def _is_local(env: Any) -> bool:
-    return getattr(env, "session", None) is None
-
-
 # -- credentials, region ------------------------------------------------------------------------
-def _credentials(env: Any) -> str:
-    if _is_local(env):
+def _credentials(env: Environment) -> str:
+    if env.is_local:
         return "not needed (local emulator)"
     credentials = env.session.get_credentials()
     if credentials is None:
@@ -54,8 +53,8 @@ def _credentials(env: Any) -> str:
     return f"found ({method})"
 
 
-def _region(env: Any) -> str:
-    if _is_local(env):
+def _region(env: Environment) -> str:
+    if env.is_local:
         return "not needed (local emulator)"
     if not env.region_name:
         raise CheckFailed("no AWS region: export AWS_DEFAULT_REGION=<the stack's region> (boto3 "
@@ -65,7 +64,7 @@ def _region(env: Any) -> str:
 
 
 # -- job queue ----------------------------------------------------------------------------------
-def _queue(env: Any) -> str:
+def _queue(env: Environment) -> str:
     try:
         env.check_queue()
     except ConfigurationError as error:
@@ -81,22 +80,22 @@ def queue_fix(message: str, hint: str) -> str:
     return message
 
 
-def _variable_hint(env: Any, variable: str, output: str) -> str:
-    if _is_local(env):
+def _variable_hint(env: Environment, variable: str, output: str) -> str:
+    if env.is_local:
         return "the local emulator always has it: is --workdir an emulator folder?"
-    region = getattr(env, "region_name", None)
+    region = env.region_name
     return (f"{variable} must be the stack's {output} output"
             + (f", and the stack in {region}" if region else "") + f" ({STEP_3})")
 
 
 # -- signing key --------------------------------------------------------------------------------
-def _signing_key(env: Any) -> str:
+def _signing_key(env: Environment) -> str:
     signer = env.storage.signer
     try:
         _ = signer.key  # loads it (GetSecretValue, a variable, a file); never printed
     except ConfigurationError as error:
-        raise CheckFailed(signing_key_fix(str(error), getattr(env, "signing_secret", None),
-                                          _is_local(env))) from error
+        raise CheckFailed(signing_key_fix(str(error), env.signing_secret,
+                                          env.is_local)) from error
     return describe_key_source(signer.source)
 
 
@@ -140,7 +139,7 @@ def signing_key_fix(message: str, secret: Optional[str], local: bool) -> str:
 
 
 # -- bucket -------------------------------------------------------------------------------------
-def _bucket(env: Any) -> str:
+def _bucket(env: Environment) -> str:
     storage = env.storage
     try:
         signed = bool(storage.signer.key)
@@ -164,7 +163,7 @@ def _bucket(env: Any) -> str:
     except CheckFailed:
         raise
     except Exception as error:
-        raise CheckFailed(bucket_fix(error, storage.root_url, _is_local(env))) from error
+        raise CheckFailed(bucket_fix(error, storage.root_url, env.is_local)) from error
     how = "a signed object written, read back, deleted" if signed else \
         "an unsigned object written, read back, deleted: no signing key, see its line"
     return f"{storage.root_url} is writable and readable ({how})"
@@ -188,9 +187,9 @@ def bucket_fix(error: BaseException, root_url: str, local: bool) -> str:
 
 
 # -- job definition, image ----------------------------------------------------------------------
-def _definition(env: Any) -> str:
+def _definition(env: Environment) -> str:
     name = env.job_definition
-    definition = env._describe_definition()
+    definition = env.describe_definition()
     if definition is None:
         raise CheckFailed(f"job definition {name} does not exist or is not ACTIVE: "
                           + _variable_hint(env, "BATCHFUTURES_JOB_DEFINITION", "JobDefinition"))
@@ -271,11 +270,11 @@ def image_fix(code: str, image: EcrImage, uri: str) -> str:
     return f"{uri}: ECR DescribeImages failed ({code})"
 
 
-def _image(env: Any) -> str:
-    if _is_local(env):
+def _image(env: Environment) -> str:
+    if env.is_local:
         return "not needed (local emulator: the jobs run this Python)"
     try:
-        definition = env._describe_definition()
+        definition = env.describe_definition()
     except Exception as error:
         raise CheckFailed(f"not checked: the job definition cannot be read ({error})") from error
     uri = definition_image(definition) if definition else None
@@ -304,7 +303,7 @@ def _image(env: Any) -> str:
     return f"{uri} is in ECR, {found}"
 
 
-def _ecr_client(env: Any, region: str) -> Any:
+def _ecr_client(env: Environment, region: str) -> Any:
     if region == env.region_name:
         return env.client("ecr")
     from botocore.config import Config
@@ -314,7 +313,7 @@ def _ecr_client(env: Any, region: str) -> Any:
     return env.session.client("ecr", region_name=region, config=Config(**CLIENT_CONFIG))
 
 
-CHECKS: List[Tuple[str, Callable[[Any], str]]] = [
+CHECKS: List[Tuple[str, Callable[[Environment], str]]] = [
     ("credentials", _credentials),
     ("region", _region),
     ("job queue", _queue),
@@ -325,7 +324,7 @@ CHECKS: List[Tuple[str, Callable[[Any], str]]] = [
 ]
 
 
-def run_checks(env: Any) -> List[Verdict]:
+def run_checks(env: Environment) -> List[Verdict]:
     verdicts = []
     for name, check in CHECKS:
         try:

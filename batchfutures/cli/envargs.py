@@ -6,13 +6,16 @@ from __future__ import annotations
 import argparse
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..workdir import make_private_dirs
 from .output import CLIError, ExitCode
 
+if TYPE_CHECKING:
+    from ..environments import BaseEnvironment
 
-def environment(args: argparse.Namespace) -> Any:
+
+def environment(args: argparse.Namespace) -> BaseEnvironment:
     """The settings' environment, or the local emulator in --workdir (made with --create)."""
     from ..environments import LocalEnvironment, resolve_environment
 
