@@ -110,9 +110,9 @@ def scale_environment(endpoint: str, workdir: Path, latency: float) -> Any:
 
     from batchfutures import signing
     from batchfutures.awsclients import CLIENT_CONFIG
-    from batchfutures.environments import Environment
+    from batchfutures.environments import BaseEnvironment
 
-    class ScaleEnvironment(Environment):
+    class ScaleEnvironment(BaseEnvironment):
         """The emulator's endpoint through stock boto3, storage on local files with latency."""
 
         job_queue = "batchfutures"

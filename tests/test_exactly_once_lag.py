@@ -22,7 +22,7 @@ from batchfutures import AWSBatchEnvironment, BatchExecutor
 from batchfutures.awsclients import CLIENT_CONFIG
 from batchfutures.batchapi import DUPLICATE_REASON, submit_exactly_once
 from batchfutures.emulator.faults import FaultProfile
-from batchfutures.environments import Environment
+from batchfutures.environments import BaseEnvironment
 
 REGION = "us-east-1"
 QUEUE = "batchfutures"
@@ -65,10 +65,10 @@ def first_submit_answers_500():
 
 
 def test_the_look_up_lasts_the_pollers_grace():
-    """One definition: AWSBatchEnvironment's describe_grace is the poller's (Environment's)."""
+    """One definition: AWSBatchEnvironment's describe_grace is the poller's (BaseEnvironment's)."""
     env = AWSBatchEnvironment(job_queue=QUEUE, io_bucket="some-bucket",
                               job_definition="batchfutures-worker", region_name=REGION)
-    assert env.describe_grace == Environment.describe_grace == 60.0
+    assert env.describe_grace == BaseEnvironment.describe_grace == 60.0
 
 
 @pytest.mark.slow
