@@ -226,7 +226,7 @@ class Actions:
 
 
 @dataclass(frozen=True)
-class JobView:
+class JobFacts:
     """A TrackedJob's committed facts, read-only, for one reconcile step."""
 
     job_id: str
@@ -366,8 +366,8 @@ class TrackedJob:
 
     # -- the poller thread's side ------------------------------------------------------------
     def view(self, now: float, *, grace: float = 60.0,
-             check_interval: float = 30.0) -> JobView:
-        return JobView(
+             check_interval: float = 30.0) -> JobFacts:
+        return JobFacts(
             job_id=self.job_id, array=self.array, size=self.size, open=frozenset(self._open),
             started=frozenset(self._started & self._open), status=self.status,
             summary=dict(self.summary), submitted_at=self.submitted_at, now=now, grace=grace,

@@ -1,6 +1,6 @@
 """The poller's reasoning, as a pure function: what Batch and storage said -> what to do.
 
-    JobView (committed facts) + Reads (what was read so far this poll)
+    JobFacts (committed facts) + Reads (what was read so far this poll)
         └─> reconcile ─> Step(needs=...)   more reads wanted: the poller makes them, adds them
                                            to Reads and calls again (a failed read ends the
                                            poll for this job with nothing committed)
@@ -54,7 +54,7 @@ from .errors import (
     wants_oom_marker,
 )
 from .jobdetail import last_container, resources
-from .jobs import Actions, JobView, Shown, default_child_status
+from .jobs import Actions, JobFacts, Shown, default_child_status
 from .results import Arrival, ReadFailed
 from .statuses import ACTIVE, FINISHED, QUEUED, JobStatus
 
@@ -112,7 +112,7 @@ def arrived(arrivals: Mapping[int, Arrival], *, array: bool, open_: AbstractSet[
     No object: a plain job is read only once Batch said SUCCEEDED, so it succeeded without
     writing one; an array child is `missing` until a listing of storage names it (a finished job
     then asks ListJobs whether it succeeded). A read that failed is made again by the next step.
-    ``open_``: the job's open children (only read; a JobView's copy would cost O(children) at
+    ``open_``: the job's open children (only read; a JobFacts's copy would cost O(children) at
     every arrival).
     """
     actions = Actions(read_done=tuple(arrivals))
@@ -133,7 +133,7 @@ def arrived(arrivals: Mapping[int, Arrival], *, array: bool, open_: AbstractSet[
     return actions
 
 
-def reconcile(view: JobView, reads: Reads) -> Step:
+def reconcile(view: JobFacts, reads: Reads) -> Step:
     """The next reads to make for one job, or, once none is wanted, the actions to take."""
     if not view.open:
         return Step()
@@ -145,7 +145,7 @@ def reconcile(view: JobView, reads: Reads) -> Step:
 
 
 # -- a job Batch does not know ----------------------------------------------------------------
-def _forgotten(view: JobView, reads: Reads) -> Step:
+def _forgotten(view: JobFacts, reads: Reads) -> Step:
     """DescribeJobs may miss a job for a while after SubmitJob; after that, storage decides."""
     if view.now - view.submitted_at < view.grace:
         return Step()
@@ -168,7 +168,7 @@ def _forgotten(view: JobView, reads: Reads) -> Step:
 
 
 # -- a plain job ---------------------------------------------------------------------------------
-def _plain(view: JobView, reads: Reads) -> Step:
+def _plain(view: JobFacts, reads: Reads) -> Step:
     description = reads.description or {}
     status = JobStatus.of(description.get("status"))
     reason = description.get("statusReason")
@@ -222,7 +222,7 @@ def _as_main_node(parent: Mapping[str, Any], main: Mapping[str, Any]) -> Mapping
             "container": main.get("container") or parent.get("container") or {}}
 
 
-def _failed_node(view: JobView, reads: Reads, actions: Actions,
+def _failed_node(view: JobFacts, reads: Reads, actions: Actions,
                  description: Mapping[str, Any]) -> Step:
     """A running multi-node job whose non-main node FAILED: fail the call and end the job.
 
@@ -256,7 +256,7 @@ def _failed_node(view: JobView, reads: Reads, actions: Actions,
 
 
 # -- an array job --------------------------------------------------------------------------------
-def _array(view: JobView, reads: Reads) -> Step:
+def _array(view: JobFacts, reads: Reads) -> Step:
     description = reads.description or {}
     status = JobStatus.of(description.get("status"))
     summary = _summary(description)
@@ -368,7 +368,7 @@ def _array(view: JobView, reads: Reads) -> Step:
     return Step(actions=actions)
 
 
-def results_to_read(view: JobView, reads: Reads, status: Optional[JobStatus],
+def results_to_read(view: JobFacts, reads: Reads, status: Optional[JobStatus],
                     summary: Mapping[str, int], succeeded_grew: bool, waiting: FrozenSet[int]
                     ) -> Tuple[Optional[FrozenSet[int]], int]:
     """The open children whose result objects to read now, or (None, k): list the results
@@ -402,7 +402,7 @@ def _none_queued(summary: Mapping[str, int]) -> bool:
     return any(summary.values()) and not any(_count(summary, s) for s in QUEUED)
 
 
-def _runnable_check_due(view: JobView, summary: Mapping[str, int], finished: bool) -> bool:
+def _runnable_check_due(view: JobFacts, summary: Mapping[str, int], finished: bool) -> bool:
     """List RUNNABLE children (for their reasons) when some wait and none runs, now and then."""
     if finished or not _count(summary, JobStatus.RUNNABLE):
         return False
@@ -414,7 +414,7 @@ def _runnable_check_due(view: JobView, summary: Mapping[str, int], finished: boo
     return view.checked_at is None or view.now - view.checked_at >= interval
 
 
-def _stuck(view: JobView, actions: Actions, stuck: Dict[int, str],
+def _stuck(view: JobFacts, actions: Actions, stuck: Dict[int, str],
            description: Mapping[str, Any]) -> None:
     """Children RUNNABLE with an unplaceable reason: start (or keep) their clock; time them out.
 
@@ -492,7 +492,7 @@ def _progressed(summary: Mapping[str, int], before: Mapping[str, int]) -> bool:
     return any(_count(summary, s) != _count(before, s) for s in moving)
 
 
-def _listed(view: JobView, reads: Reads, status: JobStatus) -> Sequence[Tuple[int, Mapping[str, Any]]]:
+def _listed(view: JobFacts, reads: Reads, status: JobStatus) -> Sequence[Tuple[int, Mapping[str, Any]]]:
     """The open children a listing names, as (index, JobSummary)."""
     found = []
     for item in reads.listings.get(status, ()):

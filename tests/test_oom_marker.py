@@ -21,7 +21,7 @@ from batchfutures.errors import (
     classify_failure,
     wants_oom_marker,
 )
-from batchfutures.jobs import JobStatus, JobView
+from batchfutures.jobs import JobStatus, JobFacts
 from batchfutures.reconcile import Reads, reconcile
 from batchfutures.storage import Storage
 
@@ -107,7 +107,7 @@ def test_only_an_unexplained_exit_137_asks_for_the_marker():
 # -- reconcile reads the marker of a failed child with exit 137 and no reason ---------------------
 def _view(array):
     size = 3 if array else 1
-    return JobView(job_id="job-1", array=array, size=size, open=frozenset(range(size)),
+    return JobFacts(job_id="job-1", array=array, size=size, open=frozenset(range(size)),
                    started=frozenset(), status=JobStatus.RUNNING,
                    summary={"RUNNING": size} if array else {}, submitted_at=0.0, now=100.0)
 

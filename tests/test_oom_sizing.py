@@ -16,7 +16,7 @@ from batchfutures.errors import (
     time_limit_status_reason,
 )
 from batchfutures.futures import BatchFuture
-from batchfutures.jobs import Actions, JobStatus, JobView, TrackedJob
+from batchfutures.jobs import Actions, JobStatus, JobFacts, TrackedJob
 from batchfutures.oomretry import (
     FARGATE_MAX_MIB,
     ChildHistory,
@@ -278,7 +278,7 @@ def test_a_retry_the_queue_cancelled_fails_for_memory_naming_the_tries():
 
 # -- a retry of equal children: one child shows the reason, the whole job goes -----------------
 def _retry_view(size=5, started=()):
-    return JobView(job_id="retry-1", array=True, size=size, open=frozenset(range(size)),
+    return JobFacts(job_id="retry-1", array=True, size=size, open=frozenset(range(size)),
                    started=frozenset(started), status=JobStatus.PENDING,
                    summary={"RUNNABLE": 1, "PENDING": size - 1}, submitted_at=0.0, now=100.0,
                    memory_raised=True)

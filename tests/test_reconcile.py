@@ -35,7 +35,7 @@ from batchfutures.errors import (
     classify_failure,
 )
 from batchfutures.futures import BatchFuture
-from batchfutures.jobs import ChildState, JobStatus, JobView, TrackedJob
+from batchfutures.jobs import ChildState, JobStatus, JobFacts, TrackedJob
 from batchfutures.poller import Poller
 from batchfutures.reconcile import Reads, reconcile
 from batchfutures.results import ReadFailed
@@ -823,7 +823,7 @@ def test_errors_stay_batch_errors():
 
 # -- which results to read (reconcile.results_to_read), as a table ------------------------------
 def _view(open_=range(10), *, reading=(), reread=(), missing=(), summary=None, status="RUNNING"):
-    return JobView(job_id="arr-1", array=True, size=10, open=frozenset(open_),
+    return JobFacts(job_id="arr-1", array=True, size=10, open=frozenset(open_),
                    started=frozenset(), status=JobStatus.of(status),
                    summary=dict(summary or {"RUNNING": 4, "RUNNABLE": 6}), submitted_at=0.0,
                    now=1.0, reading=frozenset(reading), reread=frozenset(reread),
