@@ -31,12 +31,22 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import Any, Callable, Optional, Protocol
 
 from . import serialization
 
-if TYPE_CHECKING:
-    from .storage import Storage
+
+class Storage(Protocol):
+    """What a checkpoint needs of storage.Storage (a Protocol: no import of it, no cycle)."""
+
+    mac_root: str
+
+    @property
+    def signer(self) -> Any: ...
+
+    def name_of(self, url: str) -> str: ...
+    def put_bytes(self, url: str, data: bytes, *, exclusive: bool = False) -> bool: ...
+    def read_sealed(self, url: str, kind: str, *, limit: Optional[int] = None) -> Any: ...
 
 __all__ = ["checkpoint", "restored", "interrupted", "attempt", "CHECKPOINT_KIND",
            "checkpoint_url", "begin_call", "at_item", "end_call", "on_sigterm",
@@ -49,7 +59,7 @@ _NOT_READ = object()
 class _Call:
     """The running call's place: where its checkpoint lives, its attempt, its stop signal."""
 
-    def __init__(self, storage: "Storage", job_url: str, child: int, attempt: int,
+    def __init__(self, storage: Storage, job_url: str, child: int, attempt: int,
                  stopping: Callable[[], bool]) -> None:
         self.storage, self.job_url, self.child = storage, job_url, child
         self.attempt, self.stopping = attempt, stopping
@@ -71,7 +81,7 @@ def _current() -> Optional[_Call]:
     return getattr(_local, "call", None)
 
 
-def begin_call(storage: "Storage", job_url: str, child: int, attempt: Optional[str] = None,
+def begin_call(storage: Storage, job_url: str, child: int, attempt: Optional[str] = None,
                stopping: Optional[Callable[[], bool]] = None) -> None:
     """The worker: this thread now runs child ``child`` of ``job_url`` (the call's first job),
     Batch attempt ``attempt`` (AWS_BATCH_JOB_ATTEMPT, 1-based)."""

@@ -34,6 +34,11 @@ stderr and ends with exit status 137 without writing a result, as the kernel's O
 MemoryError). No kernel killed it, so Batch gives no OutOfMemoryError reason: before it exits,
 ``_out_of_memory`` records an out-of-memory marker (storage.write_oom_marker, <job_url>/oom/<i>,
 signed; never a result), from which the client classifies the exit as MemoryLimitExceeded.
+A call whose function is under a Retries policy (retrypolicy.Retrying) and raised an exception
+the policy lists, with attempts left, makes the attempt end with RETRY_EXIT_STATUS after the
+policy's delay, writing no result: Batch retries the child. SIGTERM (a Spot reclaim's notice)
+sets batchfutures.interrupted() for a call that uses checkpoints.py, whose context (the call's
+key, attempt, item) is set here around each child's items.
 A result already written by an earlier attempt is kept: a retry never overwrites
 a finished result. The worker's own messages go to stderr through the "batchfutures" logger.
 Once the result is written the process ends (``os._exit`` after the atexit handlers), so a
@@ -72,10 +77,11 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
-from .. import serialization, wire
+from .. import checkpoints, serialization, wire
 from ..batchlimits import OOM_EXIT_STATUS
 from ..dependencies import Resolver
 from ..errors import ConfigurationError, IntegrityError
+from ..retrypolicy import RETRY_EXIT_STATUS
 from . import calls, envs, oomguard, pool
 from .storagelib import check_storage_library
 
@@ -260,6 +266,7 @@ def _run_here(storage: "Storage", prefetched: calls.Prefetched, header: Dict[str
     try:
         for item in items:
             context.check()
+            checkpoints.at_item(len(outcomes))  # checkpoint() of this item: its own key
             try:
                 outcomes.append(runner.run(item))
                 if usage is not None:
@@ -294,8 +301,10 @@ def run_child(job_url: str, index: int, attempt: Optional[str] = None,
     else:
         if context.fork:  # requirements=: the job's environment first on sys.path, before any
             envs.activate(storage, context.environ)  # payload is unpickled (not in a thread)
-        _run_and_record(storage, job_url, index, attempt, 0 if node is not None else index,
-                        context)
+        status = _run_and_record(storage, job_url, index, attempt,
+                                 0 if node is not None else index, context)
+        if status:
+            return status
     if node is not None and node.is_main:
         _wait_for_other_nodes(storage, job_url, node, context)
     return 0
@@ -343,8 +352,10 @@ def _wait_for_other_nodes(storage: "Storage", job_url: str, node: "NodeInfo",
 
 
 def _run_and_record(storage: "Storage", job_url: str, index: int, attempt: Optional[str],
-                    child: int, context: Context) -> None:
-    """Run child ``child``'s items and write the result at ``index``."""
+                    child: int, context: Context) -> int:
+    """Run child ``child``'s items and write the result at ``index``; the exit status: 0, or
+    RETRY_EXIT_STATUS (no result written) when a call raised an exception its Retries policy
+    lists with attempts left (retrypolicy.py), after the policy's delay."""
     from .. import serialization, signing, wire
 
     meta: Dict[str, Any] = {
@@ -356,20 +367,36 @@ def _run_and_record(storage: "Storage", job_url: str, index: int, attempt: Optio
     try:
         header, blob = storage.read_child_inputs(job_url, child)
         output = {} if header.get("output") else None  # echo_output=True: keep what items print
-        outcomes = run_items(storage, header, blob, child, context, output, usage)
+        # checkpoint()/restored() of its calls: kept under the call's first job (a resubmitted
+        # child reads its items from there too)
+        key_url, key_child = header["sources"][child] if header.get("sources") else (job_url, child)
+        checkpoints.begin_call(storage, key_url, int(key_child), attempt, context.cancelled)
+        try:
+            outcomes = run_items(storage, header, blob, child, context, output, usage)
+            retry_after = checkpoints.retry_requested()
+        finally:
+            checkpoints.end_call()
         del blob
     except IntegrityError as refused:  # raised before any item ran
         logger.error("child %d: refusing this job (nothing unverified was unpickled, nothing ran): "
                      "%s", index, refused)
         meta[signing.REFUSED] = str(refused)
-        outcomes, output = [], None
+        outcomes, output, retry_after = [], None, None
     calls.flush_output()
+    if retry_after is not None:
+        logger.warning("child %d: a call raised an exception its retries=Retries(on=...) lists; "
+                       "attempt %s ends without a result in %g s, for Batch to retry it", index,
+                       attempt, retry_after)
+        time.sleep(retry_after)
+        context.check()
+        return RETRY_EXIT_STATUS
     meta["finished"] = time.time()
     if outcomes and any(entry is not None for entry in usage):  # per item, in item order
         meta["usage"] = (usage + [None] * len(outcomes))[:len(outcomes)]
     context.check()  # a killed attempt's thread must not record a result after its end
     if not storage.write_result(job_url, index, wire.pack_result(outcomes, meta, output)):
         logger.info("child %d: another attempt wrote its result first; kept that one", index)
+    return 0
 
 
 def _configure_logging() -> None:
@@ -397,6 +424,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         sys.stderr.write("usage: python -m batchfutures.worker <job_url>\n")
         return 2
     _configure_logging()
+    checkpoints.install_sigterm_handler()  # SIGTERM (a Spot notice): batchfutures.interrupted()
     try:
         return run(args[0], os.environ)
     except MemoryError:
