@@ -1,6 +1,9 @@
 """The package's rooms and what each may import (docs/architecture.md draws them).
 
-    core               batchfutures/*.py: the executor, its job-state core, storage, errors
+    core               batchfutures/*.py: the executor, its job-state core, storage, errors;
+                       inside it, names (layout.py) and formats (wire.py, serialization.py) are
+                       pure, storage.py's I/O needs no client, map's pipeline (mapping.py) is the
+                       executor's
     worker/            what runs in the container: it needs no executor, poller or emulator
     cli/               the command; nothing but __main__ imports it
     emulator/          the Batch API side (service, server, listings, records, the job model)
@@ -102,6 +105,65 @@ def test_the_package_keeps_to_its_rooms():
     graph = {name: imports_of(name, path, modules) for name, path in modules.items()}
     assert {room(m) for m in graph} == {"core", "worker", "cli", "emulator", "emulator/runtime"}
     assert broken_rules(graph) == []
+
+
+# -- rooms inside the core: names, formats, storage's I/O, map's pipeline -----------------------
+# the client's machinery: what a name, a format or storage's I/O never needs
+CLIENT = {"executor", "mapping", "session", "poller", "submission", "coalescer", "jobs", "results",
+          "cache", "chunking", "reconcile", "environments", "jobview", "futures", "progress",
+          "warmpool", "dryrun", "cleanup"}
+# layout.py names objects (pure); wire.py and serialization.py are the bytes; storage.py reads and
+# writes them: none of them reaches into the client, and names and formats do no I/O
+PURE = {"layout", "wire", "serialization"}
+# mapping.py is map's pipeline, under the executor's map and map_futures alone
+MAPPING_USERS = {"executor"}
+
+
+def broken_core_rules(graph: Dict[str, Set[str]]) -> List[Tuple[str, str]]:
+    """The (importer, imported) pairs inside the core that break the rules above."""
+    broken = []
+    for module, targets in graph.items():
+        if room(module) != "core":
+            continue
+        name = module.split(".", 1)[-1]
+        for target in targets:
+            if room(target) != "core":
+                continue
+            target_name = target.split(".", 1)[-1]
+            allowed = not (
+                (name in PURE | {"storage"} and target_name in CLIENT)
+                or (name in PURE and target_name == "storage")
+                or (name == "layout" and target_name != "errors")  # names only
+                or (target_name == "mapping" and name not in MAPPING_USERS))
+            if not allowed:
+                broken.append((module, target))
+    return sorted(broken)
+
+
+@pytest.mark.parametrize("importer, imported, allowed", [
+    ("batchfutures.storage", "batchfutures.layout", True),
+    ("batchfutures.storage", "batchfutures.wire", True),
+    ("batchfutures.storage", "batchfutures.session", False),
+    ("batchfutures.layout", "batchfutures.errors", True),
+    ("batchfutures.layout", "batchfutures.signing", False),  # a name needs no key
+    ("batchfutures.wire", "batchfutures.serialization", True),
+    ("batchfutures.wire", "batchfutures.storage", False),  # a format does no I/O
+    ("batchfutures.wire", "batchfutures.jobs", False),
+    ("batchfutures.serialization", "batchfutures.executor", False),
+    ("batchfutures.executor", "batchfutures.mapping", True),
+    ("batchfutures.mapping", "batchfutures.session", True),
+    ("batchfutures.session", "batchfutures.mapping", False),  # map's pipeline is the executor's
+    ("batchfutures.cli.app", "batchfutures.mapping", True),  # another room: the rules above
+])
+def test_the_rules_inside_the_core(importer, imported, allowed):
+    assert (broken_core_rules({importer: {imported}}) == []) is allowed
+
+
+def test_the_core_keeps_to_its_rooms():
+    modules = module_names()
+    graph = {name: imports_of(name, path, modules) for name, path in modules.items()}
+    assert {f"{PACKAGE}.{name}" for name in PURE | {"storage", "mapping"}} <= set(graph)
+    assert broken_core_rules(graph) == []
 
 
 def test_no_two_modules_share_a_name():
