@@ -265,7 +265,7 @@ class CachedSlices:
                                      [self._call(value) for value in raw])
         hits = cache.lookup(function_digest, digests)
         follows = self._leaders(digests, hits)
-        segments = _segments(len(raw), lambda i: i not in hits and i not in follows, size)
+        segments = run_segments(len(raw), lambda i: i not in hits and i not in follows, size)
         run_children = [indices for runs, indices in segments if runs]
         place: Dict[int, Tuple[BatchFuture, Optional[int]]] = {}  # run item -> its future
         child_futures: List[List[BatchFuture]] = []
@@ -353,7 +353,7 @@ class CachedSlices:
         return self.plan.pending(blobs, counts, futures, size, upstream), upstream
 
 
-def _segments(count: int, runs: Callable[[int], bool], size: int) -> List[Tuple[bool, List[int]]]:
+def run_segments(count: int, runs: Callable[[int], bool], size: int) -> List[Tuple[bool, List[int]]]:
     """Items 0..count-1 in runs of consecutive items that run (``runs(i)``), at most ``size``
     each (a child), or that do not (resolved without running), in order."""
     segments: List[Tuple[bool, List[int]]] = []
