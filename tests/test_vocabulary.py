@@ -114,10 +114,19 @@ def test_a_queue_time_limit_the_emulator_writes_reads_back_as_unplaceable():
     assert errors.is_too_large_reason(jobstate.MISCONFIGURED)
 
 
+def test_a_compute_environment_too_small_reads_back_as_unplaceable():
+    assert errors.is_unplaceable_reason(jobstate.CE_MAX_RESOURCE)
+    actions = [{"state": "RUNNABLE", "action": "CANCEL", "maxTimeSeconds": 1,
+                "reason": "MISCONFIGURATION:COMPUTE_ENVIRONMENT_MAX_RESOURCE"}]
+    reason = time_limit_cancellation(actions, jobstate.CE_MAX_RESOURCE, held_for=2)
+    failure = errors.classify_failure(failed_with(reason))
+    assert type(failure) is errors.JobUnplaceableError and failure.reason == actions[0]["reason"]
+
+
 def test_every_reason_constant_of_the_emulator_is_read_back_above():
     """A new reason in emulator/jobstate.py needs a row above (and a decision in errors)."""
     tested = {"EXITED", "OOM_REASON", "TIMEOUT_REASON", "HOST_TERMINATED", "START_FAILED",
-              "SPOT_TASK_INTERRUPTED",
+              "SPOT_TASK_INTERRUPTED", "CE_MAX_RESOURCE",
               "DEPENDENCY_FAILED", "CHILD_FAILED", "MAIN_NODE_EXITED", "MISCONFIGURED",
               "TIME_LIMIT_CANCELLED"}
     written = {name for name, value in vars(jobstate).items()

@@ -52,6 +52,10 @@ MAX_TAGS = 50  # tags a job may propagate to its task (its own and its definitio
 MISCONFIGURED = ("MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT - The job resource requirement "
                  "(vCPU/memory/GPU) is higher than that can be met by the CE(s) attached to the "
                  "job queue.")
+# ... when the queue's compute environments' maxvCpus are smaller than the job needs (AWS Batch
+# User Guide, "Jobs stuck in a RUNNABLE status")
+CE_MAX_RESOURCE = ("MISCONFIGURATION:COMPUTE_ENVIRONMENT_MAX_RESOURCE - CE(s) associated with "
+                   "the job queue cannot meet the CPU requirement of the job.")
 
 # What each node of a multi-node job may have of its own (JobSpec.nodes[i]).
 NODE_FIELDS = ("image", "command", "environment", "resource_requirements", "vcpus", "memory",

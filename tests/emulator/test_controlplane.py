@@ -286,3 +286,22 @@ def test_deleting_a_queue_terminates_the_jobs_in_it(make_emulator):
     detail = emu.wait(job)
     assert detail["status"] == "FAILED" and detail["isTerminated"] is True
     assert detail["statusReason"] == "Job queue doomed was deleted"
+
+
+@pytest.mark.slow
+def test_a_job_larger_than_its_environment_waits_with_batchs_reason(make_emulator):
+    emu = make_emulator(max_vcpus=4, control_plane_delay=0)
+    emu.create_compute_environment(computeEnvironmentName="small", type="MANAGED",
+                                   computeResources=dict(FARGATE, type="FARGATE", maxvCpus=1))
+    reason = "MISCONFIGURATION:COMPUTE_ENVIRONMENT_MAX_RESOURCE"
+    emu.create_job_queue(jobQueueName="small-q", priority=1,
+                         computeEnvironmentOrder=[{"order": 1, "computeEnvironment": "small"}],
+                         jobStateTimeLimitActions=[{"reason": reason, "state": "RUNNABLE",
+                                                    "maxTimeSeconds": 1, "action": "CANCEL"}])
+    big = emu.job(py("pass"), queue="small-q", vcpus=2)  # fits the machine, not the environment
+    held = emu.wait(big, ["RUNNABLE"], check=lambda d: "statusReason" in d)
+    assert held["statusReason"] == (f"{reason} - CE(s) associated with the job queue cannot "
+                                    "meet the CPU requirement of the job.")
+    detail = emu.wait(big)
+    assert detail["statusReason"] == f"Canceled by JobStateTimeLimit action due to reason: {reason}"
+    assert emu.run(py("pass"), queue="small-q", vcpus=1)["status"] == "SUCCEEDED"

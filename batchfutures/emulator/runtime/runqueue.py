@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple
 
 from ...statuses import JobStatus
 from ..consumables import Needs, fits
-from ..jobstate import Unit
+from ..jobstate import CE_MAX_RESOURCE, MISCONFIGURED, Unit
 from .deadlines import time_limit_cancellation
 from .placement import EPSILON, Ask, Host, fits_now, never_fits, queue_key
 
@@ -73,18 +73,28 @@ class RunQueue:
         self._taken: Dict[int, Unit] = {}  # units holding vCPUs (STARTING, RUNNING)
 
     def add(self, unit: Unit, now: float) -> bool:
-        """Queue a unit that has just become RUNNABLE; False: it never fits, held since `now`."""
+        """Queue a unit that has just become RUNNABLE; False: it never fits, held since `now`
+        (`held_reason` says why)."""
         unit.lane = lane = self._lane_of(unit)
-        most, _ = self._lane_limit(lane)
-        host = self.host if most is None else self.host._replace(
-            max_vcpus=min(self.host.max_vcpus, most))
-        if never_fits(ask_of(unit), host):
+        if self.held_reason(unit) is not None:
             unit.runnable_since = now
             self._held.append(unit)
             return False
         seq, place = queue_key(unit.job.spec.seq, unit.index, unit.is_main_node)
         heapq.heappush(self._heaps.setdefault(lane, []), (seq, place, next(self._order), unit))
         return True
+
+    def held_reason(self, unit: Unit) -> Optional[str]:
+        """Batch's statusReason for a unit that can never start where it is queued, or None:
+        more than this machine has (JOB_RESOURCE_REQUIREMENT), or more vCPUs than its compute
+        environment's maxvCpus (COMPUTE_ENVIRONMENT_MAX_RESOURCE)."""
+        ask = ask_of(unit)
+        if never_fits(ask, self.host):
+            return MISCONFIGURED
+        most, _ = self._lane_limit(unit.lane or "")
+        if most is not None and never_fits(ask, self.host._replace(max_vcpus=most)):
+            return CE_MAX_RESOURCE
+        return None
 
     def _head(self, lane: str) -> Optional[Unit]:
         heap = self._heaps.get(lane) or []

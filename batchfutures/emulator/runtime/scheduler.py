@@ -43,7 +43,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 from ...statuses import FINISHED, JobStatus
 from ..dependson import Dependencies
 from ..faults import FaultInjector
-from ..jobstate import DEPENDENCY_FAILED, MISCONFIGURED, Job, Unit, too_many_tags
+from ..jobstate import DEPENDENCY_FAILED, Job, Unit, too_many_tags
 from . import container
 from .attempts import AttemptHandle, AttemptLauncher, AttemptMonitor, KillReason, LaunchRequest, cleanup_done
 from .cgroups import Cgroups
@@ -240,7 +240,8 @@ class Scheduler:
         self.changed = True
         queued = self.runnable.add(unit, time.monotonic())
         # as Batch: one that never fits stays RUNNABLE, saying why, until stopped
-        unit.job.move(unit, JobStatus.RUNNABLE, now, None if queued else MISCONFIGURED)
+        unit.job.move(unit, JobStatus.RUNNABLE, now,
+                      None if queued else self.runnable.held_reason(unit))
 
     # -- RUNNABLE -> STARTING: vCPUs, in submission order ------------------------------------
     def _dispatch(self) -> List[Tuple[Unit, LaunchRequest]]:
