@@ -12,7 +12,10 @@ does (`ClientError` with code ClientException), and hands jobs to the scheduler:
                                          └─ launcher="threads": ThreadLauncher (runtime/threads.py)
     describe_jobs, list_jobs <─ JobTable.find / in_queue <─ jobstate.describe / summary
     cancel_jobs, terminate_jobs: CancelJob/TerminateJob per job, one answer per job
-    describe_compute_environments, *_scheduling_policies ─> catalog.py
+    *_compute_environment(s) ─> computeenvs.py; *_job_queue(s) ─> catalog.Queues (a queue's
+        jobs run in its first environment's lane of the run queue: runtime/runqueue.py)
+    *_consumable_resource(s), list_jobs_by_consumable_resource ─> consumables.py
+    *_scheduling_policies ─> catalog.py
     list_tags_for_resource, tag_resource, untag_resource ─> the job's record (its owner writes
         it), the definition's or queue's file; tag rules in tagging.py
     get_job_queue_snapshot <─ Scheduler.front_of_queue (+ other instances' RUNNABLE jobs)
