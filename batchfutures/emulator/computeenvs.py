@@ -251,7 +251,7 @@ class ComputeEnvironments:
         if record.get("computeResources") is not None:
             detail["computeResources"] = json.loads(json.dumps(record["computeResources"]))
         for key in ("serviceRole", "unmanagedvCpus"):
-            if record.get(key) is not None:
+            if record.get(key) not in (None, ""):
                 detail[key] = record[key]
         return detail
 

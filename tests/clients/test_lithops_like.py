@@ -1,5 +1,6 @@
-"""The calls Lithops 3.x's `aws_batch` backend makes (lithops/serverless/backends/aws_batch/
-aws_batch.py: `_create_compute_env`, `_create_queue`, `_create_job_def`, `invoke`, `clean`), in
+"""The calls Lithops 3.x's `aws_batch` backend makes (3.8.0 from PyPI, lithops/serverless/
+backends/aws_batch/aws_batch.py: `_create_compute_env`, `_create_queue`, `_create_job_def`,
+`invoke`, `clean`), in
 its order and with its arguments, made with boto3 against `python -m batchfutures.emulator`:
 it creates its own compute environment and job queue, waits for each to be VALID, registers
 its job definition, submits an array job, then disables and deletes the queue and the
@@ -21,7 +22,7 @@ import pytest
 
 pytestmark = pytest.mark.slow  # an emulator process, job processes
 
-PACKAGE = "lithops_v3-6-0_TEST"  # f"lithops_v{version}_{last 4 of the access key}"
+PACKAGE = "lithops_v3-8-0_TEST"  # f"lithops_v{version}_{last 4 of the access key}"
 ENV_TYPE = "FARGATE_SPOT"
 QUEUE = f"{PACKAGE}_{ENV_TYPE.replace('_', '-')}_queue"
 ENV = f"{PACKAGE}_{ENV_TYPE.replace('_', '-')}_env"
@@ -80,7 +81,8 @@ def test_a_lithops_like_client_creates_maps_and_cleans_up(endpoint, tmp_path):
     res = batch.create_compute_environment(
         computeEnvironmentName=ENV, type="MANAGED",
         computeResources={"type": ENV_TYPE, "maxvCpus": 2, "subnets": ["subnet-0123"],
-                          "securityGroupIds": ["sg-0123"]})
+                          "securityGroupIds": ["sg-0123"]},
+        serviceRole="")  # Lithops sends "" when no service role is configured
     assert res["ResponseMetadata"]["HTTPStatusCode"] == 200
     statuses = [compute_envs(ENV)["status"]]
     statuses.append(poll(lambda: compute_envs(ENV)["status"], lambda s: s != "CREATING"))
@@ -100,6 +102,7 @@ def test_a_lithops_like_client_creates_maps_and_cleans_up(endpoint, tmp_path):
         containerProperties={
             "image": f"123456789012.dkr.ecr.us-east-1.amazonaws.com/{PACKAGE.lower()}/runtime:latest",
             "executionRoleArn": "arn:aws:iam::123456789012:role/ecsTaskExecutionRole",
+            "jobRoleArn": "arn:aws:iam::123456789012:role/lithops-job-role",
             "resourceRequirements": [{"type": "VCPU", "value": "1"},
                                      {"type": "MEMORY", "value": "1024"}],
             "networkConfiguration": {"assignPublicIp": "DISABLED"},
