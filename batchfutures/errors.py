@@ -2,7 +2,7 @@
 
     BatchError(Exception)
     ├── ConfigurationError(BatchError, ValueError)
-    │   └── EnvironmentBuildError         requirements= could not be prepared (no wheel...)
+    │   └── EnvironmentBuildError(ConfigurationError)  requirements= not prepared (no wheel...)
     ├── SerializationError(BatchError, pickle.PicklingError)
     ├── EnvironmentMismatchError(BatchError)
     ├── RemoteError(BatchError)
