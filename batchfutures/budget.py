@@ -30,9 +30,12 @@ from __future__ import annotations
 import math
 import threading
 import time
-from typing import Any, Callable, Dict, Hashable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Hashable, Optional
 
 from .errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from .batchapi import BatchAPI
 
 DEFAULT_REQUEST_RATE = 20.0  # requests a second: 2/5 of the account's 50, room for neighbours
 RATE_VARIABLE = "BATCHFUTURES_REQUEST_RATE"
@@ -188,7 +191,7 @@ class BudgetedClient:
     Retries made by `batchapi.call` and `submit_exactly_once` call these methods again, so each
     retry is a request of the budget too."""
 
-    def __init__(self, client: Any, budget: RequestBudget) -> None:
+    def __init__(self, client: BatchAPI, budget: RequestBudget) -> None:
         self._client = client
         self.request_budget = budget
         self._methods: Dict[str, Callable[..., Any]] = {}
@@ -225,6 +228,6 @@ class BudgetedClient:
         return f"BudgetedClient({self._client!r}, {self.request_budget.rate:g} requests a second)"
 
 
-def budgeted_client(client: Any, rate: float, key: Optional[Hashable] = None) -> BudgetedClient:
+def budgeted_client(client: BatchAPI, rate: float, key: Optional[Hashable] = None) -> BudgetedClient:
     """``client`` behind the process's shared budget for its endpoint and Region (or ``key``)."""
     return BudgetedClient(client, shared_budget(budget_key(client) if key is None else key, rate))

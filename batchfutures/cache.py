@@ -32,7 +32,7 @@ import io
 import json
 import logging
 import threading
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import cloudpickle
 
@@ -41,6 +41,9 @@ from .errors import DryRunResult, IntegrityError
 from .futures import BatchFuture
 from .jobs import settle
 from .layout import CACHE_FOLDER
+
+if TYPE_CHECKING:
+    from .storage import Storage
 
 __all__ = ["CallCache", "CACHE_FOLDER", "MAX_INDEX_READS", "MAX_INDEX_SIZE", "forget_runs",
            "environment_digest"]
@@ -119,7 +122,7 @@ class Follower:
 class CallCache:
     """One session's view of the cache: digests, look-ups, index writes, calls in flight."""
 
-    def __init__(self, storage: Any, *, definition: str, by_value: bool,
+    def __init__(self, storage: Storage, *, definition: str, by_value: bool,
                  initargs: Optional[bytes], dry_run: bool = False) -> None:
         self._storage = storage  # the real one, also in a dry run (reads only)
         self._definition = definition
@@ -285,7 +288,7 @@ class CallCache:
         return [(str(digest), (job_url, int(child), int(position)))
                 for digest, child, position in calls]
 
-    def write_index(self, storage: Any, job: Any, job_url: str) -> None:
+    def write_index(self, storage: Storage, job: Any, job_url: str) -> None:
         """Before SubmitJob: one index object per function of the job, naming each cacheable
         call's child and position (a killed client's jobs go on writing their results)."""
         by_function: Dict[str, List[Tuple[str, int, int]]] = {}
@@ -371,7 +374,7 @@ class CallCache:
             return list(pool.map(fn, values))
 
 
-def _mac_root(storage: Any) -> str:
+def _mac_root(storage: Storage) -> str:
     """The root a seal is bound to, as storage binds every object it seals."""
     return str(getattr(storage, "mac_root", ""))
 
@@ -383,7 +386,7 @@ def _is_ok(encoded: bytes) -> bool:
         return False
 
 
-def forget_runs(storage: Any, run_ids: Iterable[str]) -> int:
+def forget_runs(storage: Storage, run_ids: Iterable[str]) -> int:
     """Remove the index objects of these (removed) runs; how many. Listings of ``R/cache`` and
     of each function's folder, one DELETE per index object."""
     runs = set(run_ids)

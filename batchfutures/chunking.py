@@ -30,9 +30,12 @@ import math
 import threading
 import time
 import weakref
-from typing import Any, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 
 from . import wire
+
+if TYPE_CHECKING:
+    from .session import Session
 
 __all__ = ["AUTO", "TARGET_CHILD_SECONDS", "MAX_AUTO_CHUNKSIZE", "processes_per_child",
            "chunksize_from_timing", "sample_seconds", "AutoChunksize"]
@@ -83,7 +86,7 @@ def sample_seconds(resolved: Any) -> Optional[float]:
 class AutoChunksize:
     """One map's "auto" layout: ``layout()`` before each Batch job, ``submitted()`` after it."""
 
-    def __init__(self, session: Any, vcpus: float, function_pickle: bytes, *, sample: bool,
+    def __init__(self, session: Session, vcpus: float, function_pickle: bytes, *, sample: bool,
                  deadline: Optional[float] = None) -> None:
         self.processes = processes_per_child(vcpus)
         self._session = session

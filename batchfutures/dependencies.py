@@ -22,7 +22,10 @@ the contract says; futures nested deeper travel as they are and are refused (not
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+if TYPE_CHECKING:
+    from .storage import Storage
 
 MAX_DEPENDENCIES = 20  # Batch's limit of dependsOn entries per job
 
@@ -78,8 +81,10 @@ class Resolver:
     inner pool's forked sub-processes, which must do no storage I/O (pool.py).
     """
 
-    def __init__(self, storage: Any, redirects: Optional[List[List[Any]]] = None) -> None:
-        """``redirects``: [first job_url, child, current job_url, child] of upstream results
+    def __init__(self, storage: Optional[Storage],
+                 redirects: Optional[List[List[Any]]] = None) -> None:
+        """``storage``: None in the inner pool's sub-processes (everything was preloaded).
+        ``redirects``: [first job_url, child, current job_url, child] of upstream results
         that moved since the FutureRefs were made (a rerun's header, see reruns.py)."""
         self._storage = storage
         # per upstream child: its outcomes, or the outcome saying it wrote no result
@@ -91,6 +96,8 @@ class Resolver:
 
         key = self._moved.get((ref.job_url, ref.child), (ref.job_url, ref.child))
         if key not in self._outcomes:
+            if self._storage is None:
+                raise RuntimeError(f"{ref.job_id or 'an upstream result'} was not preloaded")
             data = self._storage.read_result(*key) if key[0] else None
             if data is None:  # failed as a container, or cancelled: it wrote no result
                 from .errors import JobFailedError

@@ -243,7 +243,7 @@ def definition_name(properties: Dict[str, Any], stack: Optional[str] = None) -> 
     return f"{stack}_{digest[:24]}" if stack else f"batchfutures-{digest[:24]}"
 
 
-def ensure_job_definition(batch: Any, image: Optional[str], *, stack: Optional[str] = None,
+def ensure_job_definition(batch: batchapi.BatchAPI, image: Optional[str], *, stack: Optional[str] = None,
                           **options: Any) -> str:
     """The ARN of an ACTIVE definition for this content, registered only if none exists."""
     return _ensure(batch, definition_properties(image or "", **options), stack)
@@ -280,11 +280,11 @@ def with_stack_defaults(properties: Dict[str, Any], stack: Optional[str],
     return made
 
 
-def _region_of(batch: Any) -> Optional[str]:
+def _region_of(batch: batchapi.BatchAPI) -> Optional[str]:
     return getattr(getattr(batch, "meta", None), "region_name", None)
 
 
-def _ensure(batch: Any, properties: Dict[str, Any], stack: Optional[str] = None) -> str:
+def _ensure(batch: batchapi.BatchAPI, properties: Dict[str, Any], stack: Optional[str] = None) -> str:
     properties = with_stack_defaults(properties, stack, _region_of(batch))
     name = definition_name(properties, stack)
     found = _latest_active(batch, name)
@@ -308,7 +308,7 @@ def split_reference(reference: str) -> Tuple[str, Optional[int]]:
     return name, int(revision) if sep else None
 
 
-def describe_job_definition(batch: Any, reference: str) -> Optional[Dict[str, Any]]:
+def describe_job_definition(batch: batchapi.BatchAPI, reference: str) -> Optional[Dict[str, Any]]:
     """The job definition a name or ARN means, as Batch does for SubmitJob; None if there is none.
 
     With a revision, that revision (whatever its status). Without one, the highest ACTIVE
@@ -324,7 +324,7 @@ def describe_job_definition(batch: Any, reference: str) -> Optional[Dict[str, An
     return found[0] if found else None
 
 
-def _latest_active(batch: Any, name: str) -> Optional[Dict[str, Any]]:
+def _latest_active(batch: batchapi.BatchAPI, name: str) -> Optional[Dict[str, Any]]:
     best: Optional[Dict[str, Any]] = None
     # a name can have more revisions than one page holds (bounded: batchapi.paginate)
     for response in batchapi.paginate(batch.describe_job_definitions, jobDefinitionName=name,
@@ -348,7 +348,7 @@ _derived: "weakref.WeakKeyDictionary[Any, Dict[Tuple[str, str, str], str]]" = we
 _derived_lock = threading.Lock()
 
 
-def definition_with_secrets(batch: Any, definition: str,
+def definition_with_secrets(batch: batchapi.BatchAPI, definition: str,
                             secrets: Iterable[Tuple[str, str]], stack: Optional[str] = None) -> str:
     """The ARN of ``definition`` (a name or ARN) with the container's ``secrets`` added.
 
@@ -377,7 +377,7 @@ def definition_with_secrets(batch: Any, definition: str,
     return arn
 
 
-def _register_with_secrets(batch: Any, definition: str, added: List[Dict[str, str]],
+def _register_with_secrets(batch: batchapi.BatchAPI, definition: str, added: List[Dict[str, str]],
                            stack: Optional[str] = None) -> str:
     described = describe_job_definition(batch, definition)
     if described is None:
@@ -408,7 +408,7 @@ def _register_with_secrets(batch: Any, definition: str, added: List[Dict[str, st
 _multinode: "weakref.WeakKeyDictionary[Any, Dict[Tuple[str, str], str]]" = weakref.WeakKeyDictionary()
 
 
-def multinode_definition_from(batch: Any, definition: str, stack: Optional[str] = None) -> str:
+def multinode_definition_from(batch: batchapi.BatchAPI, definition: str, stack: Optional[str] = None) -> str:
     """A definition SubmitJob accepts nodeOverrides for: ``definition`` itself when it is a
     multinode one, else the ARN of a multinode copy of it (its container on every node, node 0
     the main node; SubmitJob's numNodes sets the count), registered once per content as

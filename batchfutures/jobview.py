@@ -38,6 +38,7 @@ from .usage import JobUsage, Totals, run_seconds
 
 if TYPE_CHECKING:
     from .environments import Environment
+    from .storage import Storage
 
 __all__ = ["JobInfo", "ChildInfo", "FailedCall", "CallFailures", "describe", "describe_in",
            "failed_calls", "job_usage", "not_found"]
@@ -330,7 +331,7 @@ class CallFailures:
                 "resultsSkipped": self.results_skipped}
 
 
-def failed_calls(storage: Any, info: JobInfo, *, limit: int = MAX_RESULTS_READ) -> Optional[CallFailures]:
+def failed_calls(storage: Storage, info: JobInfo, *, limit: int = MAX_RESULTS_READ) -> Optional[CallFailures]:
     """The calls of the job whose function raised, from its result objects (at most ``limit``).
 
     None when the job is not one of batchfutures' (no payload URL) or its payload is gone.
@@ -371,7 +372,7 @@ def failed_calls(storage: Any, info: JobInfo, *, limit: int = MAX_RESULTS_READ) 
     return report
 
 
-def job_usage(storage: Any, info: JobInfo, *, calls: Optional[CallFailures] = None,
+def job_usage(storage: Storage, info: JobInfo, *, calls: Optional[CallFailures] = None,
               now: Optional[float] = None, limit: int = MAX_RESULTS_READ) -> JobUsage:
     """The job's usage (``JobInfo.usage``): its calls' from their result objects (``calls``:
     what failed_calls read already, else read now) and what it reserved from Batch's answer.

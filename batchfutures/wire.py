@@ -381,7 +381,7 @@ def _output_length(meta: Dict[str, Any]) -> int:
     return length
 
 
-def unpack_result(data: bytes) -> Tuple[Dict[str, Any], List[bytes]]:
+def unpack_result(data: "bytes | bytearray") -> Tuple[Dict[str, Any], List[bytes]]:
     """(meta, encoded outcomes); ValueError for anything but a whole result object."""
     view = memoryview(data)
     try:

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .._version import __version__
 from .envargs import command_prefix, environment
 from .output import CLIError, ExitCode, out
+
+if TYPE_CHECKING:
+    from ..environments import BaseEnvironment
 
 
 def _square(x: int) -> int:  # module level: the workers import it by name
@@ -44,7 +47,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def _demo_dry_run(env: Any, count: int, chunksize: int) -> int:
+def _demo_dry_run(env: BaseEnvironment, count: int, chunksize: int) -> int:
     """What the demo would send: its SubmitJob request and the objects, nothing sent."""
     import json
 

@@ -9,7 +9,7 @@ import json
 import logging
 import sys
 import time
-from typing import Any, Dict, Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
 from ..jobdetail import attempt_count
 from ..statuses import FINISHED, JobStatus
@@ -28,6 +28,9 @@ from .output import (
     span,
     when,
 )
+
+if TYPE_CHECKING:
+    from ..environments import Environment
 
 logger = logging.getLogger("batchfutures")
 
@@ -127,7 +130,7 @@ def _watch_line(info: Any) -> str:
     return f"{info.job_id}  {info.status}"
 
 
-def _watch(env: Any, args: argparse.Namespace) -> Any:
+def _watch(env: Environment, args: argparse.Namespace) -> Any:
     """Refresh Batch's counts per status until the job ends; the final description."""
     from .. import jobview
 
@@ -329,7 +332,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 # -- jobs ---------------------------------------------------------------------------------------
-def _our_jobs(env: Any) -> List[Dict[str, Any]]:
+def _our_jobs(env: Environment) -> List[Dict[str, Any]]:
     from .. import batchapi
     from ..statuses import STATUS_ORDER
 
