@@ -46,7 +46,7 @@ logger = logging.getLogger("batchfutures")
 
 
 # a result object as read: its bytes, None (no object), or the IntegrityError its seal raised
-StoredResult = Union[bytes, None, IntegrityError]
+StoredResult = Union[bytes, bytearray, None, IntegrityError]
 
 # a settled child's futures (none kept): one list for every such child, never appended to
 _NO_FUTURES: List[BatchFuture] = []
@@ -150,7 +150,7 @@ def settle(future: BatchFuture, ok: bool, value: Any) -> bool:
     return True
 
 
-def decode_result(data: Union[bytes, IntegrityError], count: int) -> List[Tuple[bool, Any]]:
+def decode_result(data: Union[bytes, bytearray, IntegrityError], count: int) -> List[Tuple[bool, Any]]:
     """A child's result object as ``count`` ``(ok, value_or_exception)`` pairs.
 
     Nothing raised while loading one item escapes, BaseException included: a value whose
@@ -197,7 +197,7 @@ class Actions:
     default_shown: Optional[JobStatus] = None   # for open children not in ``shown``
     started: FrozenSet[int] = frozenset()        # children to mark running
     # settle from these (an IntegrityError: the object's seal did not check, its items fail)
-    results: Dict[int, Union[bytes, IntegrityError]] = field(default_factory=dict)
+    results: Dict[int, Union[bytes, bytearray, IntegrityError]] = field(default_factory=dict)
     # a multi-node job's child: every node's result object (None: that node wrote none)
     node_results: Dict[int, Tuple[StoredResult, ...]] = field(default_factory=dict)
     failed: Dict[int, Mapping[str, Any]] = field(default_factory=dict)  # FAILED descriptions
@@ -576,7 +576,7 @@ class TrackedJob:
                 settle(future, False, error)
         self._settled(index)
 
-    def _settle_child(self, index: int, data: Union[bytes, IntegrityError]) -> None:
+    def _settle_child(self, index: int, data: Union[bytes, bytearray, IntegrityError]) -> None:
         """Settle a child's futures from its result object.
 
         With one future per item, each gets its ``(ok, value_or_exception)`` now. With one
@@ -651,7 +651,7 @@ def node_usage(node_data: Sequence[StoredResult]) -> Optional[List[Any]]:
     node's peak; None when no node's was measured."""
     entries = []
     for data in node_data:
-        used = wire.result_usage(data) if isinstance(data, bytes) else None
+        used = wire.result_usage(data) if isinstance(data, (bytes, bytearray)) else None
         if used and isinstance(used[0], list) and len(used[0]) == 3:
             entries.append(used[0])
     if not entries:

@@ -44,6 +44,7 @@ import time
 import weakref
 from dataclasses import dataclass
 from typing import (
+    TYPE_CHECKING,
     Any,
     Callable,
     Dict,
@@ -78,6 +79,9 @@ from .jobs import Actions, TrackedJob, settle
 from .reconcile import LISTING_LIMIT, Needs, Reads, arrived, reconcile
 from .results import ReadFailed, ResultReader
 from .statuses import JobStatus
+
+if TYPE_CHECKING:
+    from .storage import Storage
 
 logger = logging.getLogger("batchfutures")
 
@@ -122,7 +126,7 @@ _Answer = TypeVar("_Answer")
 class Poller:
     """Resolves the futures of every tracked job from Batch and from storage."""
 
-    def __init__(self, owner: PollerOwner, *, batch: Callable[[], BatchAPI], storage: Any,
+    def __init__(self, owner: PollerOwner, *, batch: Callable[[], BatchAPI], storage: Storage,
                  log_tail: Optional[Callable[[Mapping[str, Any]], Optional[str]]] = None,
                  min_interval: float, max_interval: float, grace: float,
                  check_interval: float = CHECK_INTERVAL) -> None:

@@ -74,7 +74,7 @@ class Reads:
     listings: Dict[JobStatus, List[Mapping[str, Any]]] = field(default_factory=dict)  # ListJobs
     children: Dict[int, Mapping[str, Any]] = field(default_factory=dict)  # DescribeJobs of children
     # GET; None: no object; an IntegrityError: its seal did not check (its items fail)
-    results: Dict[int, Union[bytes, None, IntegrityError]] = field(default_factory=dict)
+    results: Dict[int, Union[bytes, bytearray, None, IntegrityError]] = field(default_factory=dict)
     stored: Optional[FrozenSet[int]] = None   # storage listing of written results (from stored_from)
     failed_nodes: Optional[List[Mapping[str, Any]]] = None  # ListJobs(multiNodeJobId, FAILED)
     nodes: Dict[int, Mapping[str, Any]] = field(default_factory=dict)  # DescribeJobs of "<id>#<k>"

@@ -54,13 +54,13 @@ class ReadFailed:
     error: BaseException
 
 
-Arrival = Union[bytes, None, IntegrityError, ReadFailed]
+Arrival = Union[bytes, bytearray, None, IntegrityError, ReadFailed]
 
 
 class ResultStore(Protocol):
     """What the reader needs of storage.Storage."""
 
-    def read_result(self, job_url: str, index: int) -> Optional[bytes]: ...
+    def read_result(self, job_url: str, index: int) -> Union[bytes, bytearray, None]: ...
 
 
 class ResultReader:

@@ -306,6 +306,15 @@ def test_a_multi_node_calls_usage_is_its_nodes_together():
     assert node_usage([node([1.0, 0.5, None])]) == [1.0, 0.5, None]
 
 
+def test_a_multi_node_calls_usage_is_read_from_results_as_storage_returns_them():
+    from batchfutures.jobs import node_usage
+
+    # Storage.read_result hands the poller a bytearray (the sealed payload as read)
+    read = [bytearray(wire.pack_result([wire.encode_ok(None)], {"usage": [[2.0, 1.5, 100.0]]})),
+            bytearray(wire.pack_result([wire.encode_ok(None)], {"usage": [[3.0, 2.5, 50.0]]}))]
+    assert node_usage(read) == [3.0, 4.0, 100.0]
+
+
 def test_a_jobs_usage_is_packed_once_and_read_per_child_and_position():
     packed = ItemUsage([2, 3])  # two children: items 0-1 and 2-4 of the job
     assert packed.at(0, 0) is None  # nothing recorded yet
