@@ -35,6 +35,7 @@ from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tup
 
 import cloudpickle
 
+from . import tracebacks
 from ._version import __version__
 from .errors import SerializationError
 
@@ -169,7 +170,8 @@ def describe(obj: Any) -> str:
 def try_dumps(obj: Any, by_value: bool = True) -> Tuple[Optional[bytes], Optional[BaseException]]:
     try:
         with local_modules_by_value(by_value):
-            return cloudpickle.dumps(obj, protocol=PROTOCOL), None
+            # code objects keep their file: remote tracebacks name the user's (tracebacks.py)
+            return tracebacks.dumps(obj, protocol=PROTOCOL), None
     except MemoryError:
         raise
     except Exception as error:  # PicklingError, TypeError, AttributeError, RecursionError...

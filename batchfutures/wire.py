@@ -61,9 +61,11 @@ Result object (``results/<i>``), one per child, one outcome per item:
 The output section (BatchExecutor(echo_output=True)) is what the items printed, one
 JSON object for the child, holding only the items that printed something:
 ``{"<item position>": [stdout, stderr, stdout chars cut, stderr chars cut]}`` (the end of each
-stream, at most calls.OUTPUT_LIMIT characters). It is read apart from the outcomes
-(result_output), so decoding an outcome costs what it did; an object without meta["output"]
-(written before echo_output existed, or by a child that printed nothing) has none.
+stream, at most calls.OUTPUT_LIMIT characters), and a fifth entry, the call's logging records
+(worker/logrecords.py), when it logged any (echo_output replays them: logforward.py). It is
+read apart from the outcomes (result_output), so decoding an outcome costs what it did; an
+object without meta["output"] (written before echo_output existed, or by a child that printed
+nothing) has none.
 
 The meta's "usage" (docs/usage.md) is what each item used in its container, measured by the worker
 (calls.Meter): one entry per item, in item order, ``[wall_s, cpu_s, peak_mib]`` (peak_mib null
@@ -425,7 +427,7 @@ def result_output(data: Any) -> Dict[int, List[Any]]:
             return {}
         section = json.loads(bytes(view[len(view) - length:]))
         return {int(position): list(printed) for position, printed in section.items()
-                if isinstance(printed, list) and len(printed) == 4}
+                if isinstance(printed, list) and len(printed) in (4, 5)}
     except Exception:
         return {}
 
@@ -468,12 +470,16 @@ def echo_output(printed: Optional[Sequence[Any]]) -> None:
     sys.stderr, as a ProcessPoolExecutor's worker prints to its parent's terminal."""
     if not printed:
         return
-    out, err, out_cut, err_cut = printed
+    out, err, out_cut, err_cut = printed[:4]
     try:
         _echo_stream(sys.stdout, out, out_cut, "stdout")
         _echo_stream(sys.stderr, err, err_cut, "stderr")
     except Exception:  # a closed or broken stream: the output stays in the job's log
         pass
+    if len(printed) > 4 and isinstance(printed[4], list):  # its logging records, after it
+        from .logforward import replay
+
+        replay(printed[4])
 
 
 # -- outcomes (client side) ---------------------------------------------------------------------
@@ -511,7 +517,9 @@ def outcome_result(encoded: bytes) -> Tuple[bool, Any]:
             return False, _remote_error(
                 f"the function raised {type_name}: {repr_text}, which could not be loaded here "
                 f"({reason(not_loaded)})", tb_text)
-        raised.__cause__ = RemoteTraceback(f'\n"""\n{tb_text}"""')
+        from .tracebacks import with_source_lines  # the client's lines under the call's frames
+
+        raised.__cause__ = RemoteTraceback(f'\n"""\n{with_source_lines(tb_text)}"""')
         return False, raised
     if kind == DEPENDENCY:
         _, upstream_job_id, inner = fields

@@ -9,7 +9,9 @@
       ItemRunner(prefetched, header, index, ...).run(item) -> the item's encoded outcome
           in the worker's process (N = 1), or in each of pool.py's forked sub-processes (N > 1)
       Capture                                           each item's stdout and stderr (_Tee),
-                                                        for the client's echo (echo_output)
+                                                        and its logging records
+                                                        (logrecords.RecordKeeper), for the
+                                                        client's echo (echo_output)
       Meter                                             each item's wall time, CPU time and peak
                                                         memory (ItemRunner.usage, docs/usage.md)
 
@@ -48,6 +50,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence,
 from .. import serialization, wire
 from ..dependencies import Resolver, UpstreamFailed, has_refs
 from ..errors import IntegrityError
+from . import logrecords
 
 if TYPE_CHECKING:
     from ..storage import Storage
@@ -204,6 +207,7 @@ def initialize(prefetched: Prefetched, header: Dict[str, Any], items: Sequence[I
     """What a process does before its items: the executor's initializer, once (header
     "initializer"; or, header "initargs", with the functions it is bundled with, loaded).
     (functions loaded, failed functions' outcomes, failure for every item or None)."""
+    logrecords.apply_levels(header.get("log_levels"))  # before the initializer logs anything
     url = header.get("initializer")
     failure = run_initializer(prefetched, header, url, index) if url else None
     if failure is not None or not header.get("initargs"):
@@ -233,6 +237,7 @@ class ItemRunner:
         # a function that did not load fails each of its items
         self._failed: Dict[int, bytes] = failed or {}
         self._meter = meter
+        logrecords.apply_levels(header.get("log_levels"))  # (the warm runner's path too)
         # the last item's [wall_s, cpu_s, peak_mib or None]; None: not measured (no meter, or
         # its function did not load)
         self.usage: Optional[List[Any]] = None
@@ -426,26 +431,34 @@ class _Tee:
 
 
 class Capture:
-    """Each item's stdout and stderr in this process (``_Tee`` on both) while it is open.
+    """Each item's stdout and stderr in this process (``_Tee`` on both) and its logging records
+    (a logrecords.RecordKeeper on the root logger, writing to the container's log, not to the
+    tee) while it is open.
 
     Output written before an item (the initializer's, the function's unpickling) is the next
     item's. Not enabled in a thread of the emulator's process (``launcher="threads"``): its
-    sys.stdout is every thread's.
+    sys.stdout and its loggers are every thread's.
     """
 
     def __init__(self, enabled: bool) -> None:
         self._tees: Optional[Tuple[_Tee, _Tee]] = None
+        self._records: Optional[logrecords.RecordKeeper] = None
         if enabled and sys.stdout is not None and sys.stderr is not None:
+            self._records = logrecords.RecordKeeper(log_stream=sys.stderr).install()
             self._tees = (_Tee(sys.stdout), _Tee(sys.stderr))
             sys.stdout, sys.stderr = self._tees
 
     def take(self) -> Optional[List[Any]]:
-        """[stdout, stderr, stdout chars cut, stderr chars cut] since the last take; None if
-        nothing was written."""
+        """[stdout, stderr, stdout chars cut, stderr chars cut] since the last take, and the
+        logging records made since (a fifth entry, only when there are some); None if nothing
+        was written or logged."""
         if self._tees is None:
             return None
         flush_output()
         (out, out_cut), (err, err_cut) = self._tees[0].take(), self._tees[1].take()
+        records = self._records.take() if self._records is not None else []
+        if records:
+            return [out, err, out_cut, err_cut, records]
         return [out, err, out_cut, err_cut] if out or err or out_cut or err_cut else None
 
     def keep(self, output: Optional[Dict[int, Any]], position: int) -> None:
@@ -455,6 +468,9 @@ class Capture:
             output[position] = printed
 
     def close(self) -> None:
+        if self._records is not None:
+            self._records.remove()
+            self._records = None
         if self._tees is None:
             return
         flush_output()
