@@ -20,11 +20,14 @@ from __future__ import annotations
 import html
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from . import wire
 from .statuses import STATUS_ORDER, JobStatus
 from .usage import JobUsage, Totals
+
+if TYPE_CHECKING:
+    from .environments import Environment
 
 __all__ = ["CallRow", "Failure", "JobReport", "MAX_RESULTS_READ", "MAX_LOG_TAILS", "MAX_ROWS",
            "gather", "render", "write"]
@@ -103,7 +106,7 @@ def _tail(text: str, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def gather(env: Any, job_id: str, *, now: Optional[float] = None) -> JobReport:
+def gather(env: Environment, job_id: str, *, now: Optional[float] = None) -> JobReport:
     """What the report shows of one job (see the module docstring)."""
     from . import jobview
 
@@ -117,7 +120,7 @@ def gather(env: Any, job_id: str, *, now: Optional[float] = None) -> JobReport:
         spans = [(info.array_index or 0, info.status, info.started_at, info.stopped_at,
                   info.exit_code, info.container_reason or info.status_reason)]
         report.counts = {info.status: 1}
-    storage = getattr(env, "storage", None)
+    storage = env.storage
     job_url = info.job_url
     if job_url is None and storage is not None:
         job_url = storage.read_job_pointer(info.parent_id)
@@ -320,7 +323,7 @@ def render(reports: Sequence[JobReport], *, title: str = "batchfutures run",
             f"{_when(now)} UTC.</p>{''.join(sections)}</body></html>")
 
 
-def write(env: Any, job_ids: Sequence[str], path: Any, *, title: Optional[str] = None) -> str:
+def write(env: Environment, job_ids: Sequence[str], path: Any, *, title: Optional[str] = None) -> str:
     """Gather each job and write the page to ``path``; returns the path written."""
     import os
 
