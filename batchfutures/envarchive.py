@@ -105,13 +105,14 @@ def pack(folder: Union[str, os.PathLike]) -> bytes:
     return out.getvalue()
 
 
-def unpack(data: Union[bytes, bytearray, memoryview], folder: Union[str, os.PathLike], *,
+def unpack(source: Union[bytes, str, os.PathLike], folder: Union[str, os.PathLike], *,
            max_members: int = MAX_MEMBERS, max_total: int = MAX_UNPACKED) -> List[str]:
-    """Unpack an archive's members into the existing, empty `folder`, every member checked
-    first (ArchiveRefused: nothing is written); the names written."""
+    """Unpack an archive (its bytes, or its file's path) into the existing, empty `folder`,
+    every member checked first (ArchiveRefused: nothing is written); the names written."""
     root = os.fspath(folder)
     try:
-        archive = zipfile.ZipFile(io.BytesIO(bytes(data)))
+        archive = zipfile.ZipFile(io.BytesIO(source) if isinstance(source, bytes)
+                                  else os.fspath(source))
     except zipfile.BadZipFile as error:
         raise ArchiveRefused(f"not a zip archive ({error})") from None
     with archive:

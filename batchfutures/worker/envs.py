@@ -19,6 +19,7 @@ import importlib
 import logging
 import os
 import shutil
+import site
 import sys
 import tempfile
 import uuid
@@ -63,9 +64,17 @@ def activate(storage: "Storage", environ: Mapping[str, str]) -> Optional[str]:
     else:
         logger.info("environment %s: reusing %s", digest[:12], folder)
     if folder not in sys.path:
-        sys.path.insert(0, folder)
-        importlib.invalidate_caches()
+        first_on_path(folder)
     return folder
+
+
+def first_on_path(folder: str) -> None:
+    """`folder` first on sys.path, with what its .pth files add (as site-packages would have)."""
+    before = list(sys.path)
+    site.addsitedir(folder)  # appends the folder and its .pth entries
+    added = [entry for entry in sys.path if entry not in before]
+    sys.path[:] = added + before
+    importlib.invalidate_caches()
 
 
 def _unpack(storage: "Storage", url: str, root: str, folder: str) -> None:
@@ -74,13 +83,16 @@ def _unpack(storage: "Storage", url: str, root: str, folder: str) -> None:
         raise IntegrityError(f"the environment archive {storage.name_of(url)} is missing")
     fresh = os.path.join(root, f".unpacking-{uuid.uuid4().hex}")
     os.mkdir(fresh, 0o700)
+    archive = fresh + ".zip"  # on disk, so the payload's one copy in memory is freed first
     try:
+        with open(os.open(archive, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as out:
+            out.write(data)
+        del data
         try:
-            names = envarchive.unpack(data, fresh)
+            names = envarchive.unpack(archive, fresh)
         except envarchive.ArchiveRefused as error:
             raise IntegrityError(f"refusing the environment archive {storage.name_of(url)}: "
                                  f"{error}") from None
-        del data
         try:
             os.rename(fresh, folder)
         except OSError:  # another job on this host unpacked it first: theirs is the same
@@ -89,6 +101,8 @@ def _unpack(storage: "Storage", url: str, root: str, folder: str) -> None:
             return
         logger.info("environment %s: unpacked %d files", os.path.basename(folder), len(names))
     finally:
+        if os.path.lexists(archive):
+            os.remove(archive)
         if os.path.isdir(fresh):
             shutil.rmtree(fresh, ignore_errors=True)
 
