@@ -199,8 +199,9 @@ class BatchExecutor(concurrent.futures.Executor):
         env = self._session.env
         per_job = settings.vcpus * max(1, settings.nodes)
         workers = int(env.max_vcpus_at_once() / per_job + 1e-9)
-        if settings.gpus and isinstance(getattr(env, "gpus", None), int):
-            workers = min(workers, env.gpus // (settings.gpus * max(1, settings.nodes)))
+        gpus = env.gpus  # None: the environment does not count GPUs (AWS: its queue decides)
+        if settings.gpus and gpus is not None:
+            workers = min(workers, gpus // (settings.gpus * max(1, settings.nodes)))
         return max(1, workers)
 
     def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any) -> Literal[False]:
