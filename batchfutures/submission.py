@@ -37,7 +37,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Optional, Tuple
 
-from . import batchapi, reruns, serialization, wire
+from . import batchapi, logforward, reruns, serialization, wire
 from ._version import __version__
 from .batchlimits import MAX_ARRAY_SIZE, MAX_SUBMIT_PAYLOAD
 from .errors import (
@@ -419,6 +419,8 @@ class Submitter:
             header["initargs"] = self._initargs_location()
         if self.echo_output:  # the worker keeps each item's stdout/stderr in its result
             header["output"] = True
+            # and its logging records, made only at the levels this client keeps
+            header["log_levels"] = logforward.client_levels()
         if job.retried:
             header["sources"] = [list(history.origin) for history in job.retried]
         if job.redirects:
