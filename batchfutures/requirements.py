@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata as metadata
+import json
 import os
 import pickletools
 import re
@@ -215,16 +216,40 @@ def closure(roots: Iterable[str], requires_of: Callable[[str], Optional[List[str
 def auto_pins(modules: Iterable[str], markers: Mapping[str, str], *,
               providers: Optional[Mapping[str, List[str]]] = None,
               requires_of: Optional[Callable[[str], Optional[List[str]]]] = None,
-              version_of: Optional[Callable[[str], Optional[str]]] = None) -> List[str]:
+              version_of: Optional[Callable[[str], Optional[str]]] = None,
+              is_local: Optional[Callable[[str], bool]] = None) -> List[str]:
     """"auto"'s pins, sorted: `name==version` of the distributions providing `modules` and their
-    dependencies, at the installed versions, less the image's (IMAGE_ROOTS and theirs)."""
+    dependencies, at the installed versions, less the image's (IMAGE_ROOTS and theirs) and less
+    those installed from a local folder (`pip install -e .`: no index has them; their modules
+    live outside site-packages, so they travel by value, serialization.local_modules)."""
     providers = metadata.packages_distributions() if providers is None else providers
     requires_of = requires_of or installed_requires
     version_of = version_of or installed_version
+    is_local = is_local or installed_from_folder
     wanted = closure(distributions_for(modules, providers), requires_of, version_of, markers)
     image = closure(IMAGE_ROOTS, requires_of, version_of, markers)
     return sorted(f"{name}=={version}" for name, version in wanted.items()
-                  if name not in image and name not in {canonical(r) for r in IMAGE_ROOTS})
+                  if name not in image and name not in {canonical(r) for r in IMAGE_ROOTS}
+                  and not is_local(name))
+
+
+def installed_from_folder(name: str) -> bool:
+    """Whether a distribution was installed from a local folder or in editable mode (PEP 610's
+    direct_url.json: `dir_info`)."""
+    try:
+        text = metadata.distribution(name).read_text("direct_url.json")
+    except metadata.PackageNotFoundError:
+        return False
+    return is_folder_url(text)
+
+
+def is_folder_url(direct_url: Optional[str]) -> bool:
+    """Whether a PEP 610 direct_url.json names a local folder (`dir_info`, editable or not)."""
+    try:
+        data = json.loads(direct_url or "{}")
+    except ValueError:
+        return False
+    return isinstance(data, dict) and "dir_info" in data
 
 
 def installed_version(name: str) -> Optional[str]:

@@ -141,6 +141,28 @@ def test_auto_pins_leave_out_the_image():
     assert pins == ["numpy==2.1.3", "pandas==2.2.3", "tzdata==2025.1"]
 
 
+def test_auto_pins_leave_out_local_installs_but_not_their_dependencies():
+    requires = {**REQUIRES, "myproject": ["pandas"]}
+    installed = {**INSTALLED, "myproject": "0.1"}
+    pins = requirements.auto_pins({"myproject"}, MARKERS, providers={"myproject": ["myproject"]},
+                                  requires_of=requires.get, version_of=installed.get,
+                                  is_local=lambda name: name == "myproject")
+    assert pins == ["numpy==2.1.3", "pandas==2.2.3", "tzdata==2025.1"]
+
+
+@pytest.mark.parametrize("text, local", [
+    ('{"url": "file:///home/me/project", "dir_info": {"editable": true}}', True),
+    ('{"url": "file:///home/me/project", "dir_info": {}}', True),
+    ('{"url": "https://example/pkg-1.0-py3-none-any.whl", "archive_info": {}}', False),
+    ('{"url": "https://github.com/me/pkg", "vcs_info": {"vcs": "git"}}', False),
+    (None, False),
+    ("not json", False),
+])
+def test_is_folder_url(text, local):
+    assert requirements.is_folder_url(text) == local
+    assert not requirements.installed_from_folder("no-such-distribution")
+
+
 @pytest.mark.parametrize("machine, python, field, value", [
     ("x86_64", (3, 11), "platform_machine", "x86_64"),
     ("aarch64", (3, 12), "python_version", "3.12"),
