@@ -26,7 +26,7 @@ import concurrent.futures
 import time
 from typing import Any, Callable, Iterable, Iterator, List, Literal, Optional, Union
 
-from . import mapping
+from . import inherit, mapping
 from .environments import EnvironmentLike, resolve_environment
 from .futures import BatchFuture
 from .progress import for_map as progress_for_map
@@ -73,7 +73,9 @@ class BatchExecutor(concurrent.futures.Executor):
             if max_tasks_per_child <= 0:
                 raise ValueError("max_tasks_per_child must be >= 1")
         del mp_context  # every attempt is a fresh process: there is no start method to choose
-        self._settings = JobSettings.from_kwargs(**settings)
+        # os.environ's changes since start reach the calls, as a process pool's children inherit
+        # them (inherit.py: not credential-like names; environment= wins)
+        self._settings = JobSettings.from_kwargs(**inherit.with_inherited(settings))
         environment = resolve_environment(env)
         environment.validate_settings(self._settings)
         self._session = Session(environment, max_workers=max_workers, initializer=initializer,
@@ -98,6 +100,8 @@ class BatchExecutor(concurrent.futures.Executor):
 
     def with_settings(self, **overrides: Any) -> "BatchExecutor":
         """An executor view with other job settings, sharing environment, storage and poller."""
+        if "environment" in overrides:  # a new environment=: os.environ's changes under it
+            overrides = inherit.with_inherited(overrides)
         settings = JobSettings.from_kwargs(self._settings, **overrides)
         self._session.env.validate_settings(settings)
         return self._view(self._session, settings)

@@ -24,10 +24,10 @@ import logging
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 __all__ = ["MAX_VALUE", "MAX_TOTAL", "Inherited", "decide", "looks_like_credential",
-           "start_environment", "inherited"]
+           "start_environment", "inherited", "with_inherited"]
 
 logger = logging.getLogger("batchfutures")
 
@@ -42,7 +42,7 @@ _MACHINE_NAMES = frozenset({
     "PATH", "HOME", "PWD", "OLDPWD", "SHELL", "USER", "LOGNAME", "HOSTNAME", "TERM", "TMPDIR",
     "TEMP", "TMP", "LANG", "DISPLAY", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP",
     "PYTHONEXECUTABLE", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "SSH_AUTH_SOCK",
-    "_",
+    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "_",  # proxies: this machine's network
 })
 _MACHINE_PREFIXES = ("LD_", "DYLD_", "XDG_", "SSH_", "CONDA_", "PYTEST_", "COV_CORE_")
 
@@ -131,3 +131,17 @@ def inherited(explicit: Mapping[str, str] = {}) -> Tuple[Tuple[str, str], ...]:
                     "send them): %s", ", ".join(f"{name} ({why})" for name, why in
                                                sorted(choice.withheld.items())))
     return tuple(sorted(choice.send.items()))
+
+
+def with_inherited(settings: Mapping[str, Any]) -> Dict[str, Any]:
+    """Job settings (keyword arguments) with the inherited variables added under the explicit
+    ``environment=``, which wins; unchanged when nothing is inherited or ``environment`` is not
+    a mapping (JobSettings says what is wrong with it)."""
+    explicit = settings.get("environment")
+    if explicit is not None and not isinstance(explicit, Mapping):
+        return dict(settings)
+    given = dict(explicit or {})
+    sent = dict(inherited(given))
+    if not sent:
+        return dict(settings)
+    return {**settings, "environment": {**sent, **given}}

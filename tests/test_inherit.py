@@ -27,10 +27,10 @@ START = {"PATH": "/usr/bin", "SHELL_SET": "from the shell", "CHANGED": "old"}
     ({**START, "HARMLESS": "AKIAIOSFODNN7EXAMPLE"}, {}, {}, {"HARMLESS": "looks like a credential"}),
     # batchfutures' own settings, and the machine's
     ({**START, "BATCHFUTURES_WORKDIR": "/w", "PATH": "/opt/bin:/usr/bin", "LD_PRELOAD": "x.so",
-      "PYTEST_CURRENT_TEST": "t", "HOME": "/root2"}, {},
+      "PYTEST_CURRENT_TEST": "t", "HOME": "/root2", "no_proxy": "127.0.0.1"}, {},
      {}, {"BATCHFUTURES_WORKDIR": "batchfutures' own setting", "PATH": "describes this machine",
           "LD_PRELOAD": "describes this machine", "PYTEST_CURRENT_TEST": "describes this machine",
-          "HOME": "describes this machine"}),
+          "HOME": "describes this machine", "no_proxy": "describes this machine"}),
     # names Batch (or a shell) cannot carry
     ({**START, "MY-VAR": "x", "1ST": "y"}, {}, {},
      {"MY-VAR": "not a valid variable name", "1ST": "not a valid variable name"}),
@@ -84,3 +84,27 @@ def test_start_environment_is_the_process_start():
         assert "BF_TEST_SET_LATER" not in inherit.start_environment()
     finally:
         del os.environ["BF_TEST_SET_LATER"]
+
+
+@pytest.mark.parametrize("settings, expected", [
+    ({}, {"environment": {"BF_TEST_WITH": "script"}}),
+    ({"memory": "1GiB"}, {"memory": "1GiB", "environment": {"BF_TEST_WITH": "script"}}),
+    ({"environment": {"OTHER": "1"}}, {"environment": {"BF_TEST_WITH": "script", "OTHER": "1"}}),
+    ({"environment": {"BF_TEST_WITH": "explicit"}}, {"environment": {"BF_TEST_WITH": "explicit"}}),
+    ({"environment": None}, {"environment": {"BF_TEST_WITH": "script"}}),
+    ({"environment": ["not", "a mapping"]}, {"environment": ["not", "a mapping"]}),
+], ids=["none", "other-settings", "added", "explicit-wins", "explicit-none", "left-to-settings"])
+def test_with_inherited(monkeypatch, settings, expected):
+    for name in [n for n in os.environ if n not in inherit.start_environment()]:
+        monkeypatch.delenv(name)  # only this test's variable is new
+    monkeypatch.setenv("BF_TEST_WITH", "script")
+    assert inherit.with_inherited(settings) == expected
+
+
+def test_with_inherited_adds_nothing_when_nothing_changed(monkeypatch):
+    for name in [n for n in os.environ if n not in inherit.start_environment()]:
+        monkeypatch.delenv(name)
+    for name, value in inherit.start_environment().items():
+        if os.environ.get(name) != value:
+            monkeypatch.setenv(name, value)
+    assert inherit.with_inherited({"memory": 512}) == {"memory": 512}
