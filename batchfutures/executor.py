@@ -173,6 +173,15 @@ class BatchExecutor(concurrent.futures.Executor):
 
         return describe_in(self._session.env, job_id)
 
+    def report(self, path: Any) -> str:
+        """Write one self-contained HTML page about this executor's jobs so far to ``path``: a
+        timeline of every child, status counts, usage and memory advice, each failure with its
+        reason and log tail or traceback (batchfutures.report; ``batchfutures report JOB -o
+        FILE.html`` writes the same); returns the path."""
+        from .report import write
+
+        return write(self._session.env, list(self._session.submitter.submitted_jobs), path)
+
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         self._session.shutdown(wait=wait, cancel_futures=cancel_futures)
 

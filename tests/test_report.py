@@ -107,3 +107,66 @@ def test_several_jobs_one_page():
     page = Page(report.render([_job(), _job(job_id="job-2", failures=[])], now=T0 + 10))
     assert [a["data-job"] for a in page.all("section")] == ["job-1", "job-2"]
     assert "No failures." in "".join(page.text)
+
+
+# -- end to end on the embedded emulator ----------------------------------------------------------
+def _maybe_fail(x):
+    if x == 2:
+        raise ValueError(f"item {x} is bad")
+    return x
+
+
+def _die(x):
+    import os
+
+    print("about to die", flush=True)
+    os._exit(3)  # the container exits non-zero: Batch fails the child
+
+
+@pytest.mark.slow
+def test_report_of_a_real_run(local_env, tmp_path):
+    from batchfutures import BatchExecutor
+
+    with BatchExecutor(local_env) as ex:
+        futures = ex.map_futures(_maybe_fail, range(4))
+        [f.exception(timeout=120) for f in futures]
+        died = ex.submit(_die, 0)
+        died.exception(timeout=120)
+        path = ex.report(tmp_path / "run.html")
+    page_text = open(path, encoding="utf-8").read()
+    page = Page(page_text)
+    text = "".join(page.text)
+    jobs = [a["data-job"] for a in page.all("section")]
+    assert len(jobs) == 2
+    # the map: four children, one bar each, one call that raised with its remote traceback
+    bars = [a for a in page.all("rect") if a.get("class") == "run"]
+    assert len(bars) == 5
+    assert "ValueError: item 2 is bad" in text
+    assert 'raise ValueError(f"item {x} is bad")' in text  # the traceback's source line
+    assert "calls measured" in text  # usage read from the result objects
+    # the child Batch failed: its reason
+    assert [a["data-status"] for a in bars].count("FAILED") == 1
+    assert "FAILED: Essential container in task exited" in text
+    assert "about to die" in text  # the failed child's log tail
+
+
+@pytest.mark.slow
+def test_cli_report_writes_the_same_page(local_env, tmp_path):
+    import subprocess
+    import sys
+
+    from batchfutures import BatchExecutor
+
+    with BatchExecutor(local_env) as ex:
+        futures = ex.map_futures(_maybe_fail, range(3))
+        [f.exception(timeout=120) for f in futures]
+        (job_id,) = ex._session.submitter.submitted_jobs
+    out = tmp_path / "cli.html"
+    done = subprocess.run([sys.executable, "-m", "batchfutures", "report", job_id, "-o", str(out),
+                           "--workdir", str(local_env.workdir)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(out)
+    page = Page(out.read_text())
+    assert [a["data-job"] for a in page.all("section")] == [job_id]
+    assert "ValueError: item 2 is bad" in "".join(page.text)

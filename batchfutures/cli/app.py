@@ -6,6 +6,7 @@
     batchfutures result JOB           its result(s), one line per call
     batchfutures cancel JOB           cancel or terminate it
     batchfutures jobs [--status S]    this library's jobs in the queue
+    batchfutures report JOB -o F.html one self-contained HTML page: timeline, states, usage, failures
     batchfutures cleanup              remove the stored payloads of finished runs
     batchfutures check                verify the environment end to end, one line per part
     batchfutures template             print the CloudFormation template for AWS
@@ -77,17 +78,18 @@ def _output_format(text: str) -> OutputFormat:
             f"{text!r} is not one of {', '.join(f.value for f in OutputFormat)}")
 
 
-def _global_options() -> argparse.ArgumentParser:
+def _global_options(short_output: bool = True) -> argparse.ArgumentParser:
     """The options every command takes, before or after its name (defaults filled in later,
-    so a value given before the command is not overwritten by the command's default)."""
+    so a value given before the command is not overwritten by the command's default);
+    ``short_output=False``: --output without -o (a command whose -o is a file)."""
     common = argparse.ArgumentParser(add_help=False)
     group = common.add_argument_group("global options")
     group.add_argument("--workdir", default=argparse.SUPPRESS, metavar="FOLDER",
                        help="use the local emulator with this folder (it must exist, see --create)")
     group.add_argument("--create", action="store_true", default=argparse.SUPPRESS,
                        help="create the --workdir folder if it does not exist")
-    group.add_argument("--output", "-o", type=_output_format, default=argparse.SUPPRESS,
-                       metavar="{json,table,text}",
+    group.add_argument("--output", *(["-o"] if short_output else []), type=_output_format,
+                       default=argparse.SUPPRESS, metavar="{json,table,text}",
                        help="output format of status, jobs, result and cleanup (default text)")
     group.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                        help="show tracebacks and the library's debug log on stderr")
@@ -164,6 +166,16 @@ def build_parser() -> argparse.ArgumentParser:
     cleanup.add_argument("--dry-run", action="store_true",
                          help="say what would be removed, remove nothing")
 
+    text = ("write one self-contained HTML page about jobs: a timeline of every child, status "
+            "counts, usage and memory advice, each failure with its reason and log tail")
+    # its own -o (the page's file, as Nextflow's -with-report FILE): the global -o is --output
+    report = commands.add_parser("report", help=text, description=text, epilog=EXIT_CODES_HELP,
+                                 formatter_class=formatter, parents=[_global_options(False)])
+    report.set_defaults(run=cmd_report)
+    report.add_argument("jobs", nargs="+", metavar="JOB", help="Batch job ids (arrays or plain jobs)")
+    report.add_argument("-o", "--file", dest="report_file", required=True, metavar="FILE.html",
+                        help="where to write the page")
+
     command("check", "verify the environment end to end", cmd_check)
     command("template", "print the CloudFormation template", cmd_template)
     image = command("image", "print the worker image build and push commands", cmd_image)
@@ -176,6 +188,14 @@ def build_parser() -> argparse.ArgumentParser:
                        "import (numpy,pandas), installed at the versions installed here "
                        "(default: $EXTRA_PIP_PACKAGES)")
     return parser
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from ..report import write
+    from .envargs import environment
+
+    print(write(environment(args), args.jobs, args.report_file))
+    return int(ExitCode.OK)
 
 
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
