@@ -52,6 +52,7 @@ from typing import (
     Literal,
     Mapping,
     Optional,
+    Protocol,
     Sequence,
     Tuple,
     Union,
@@ -63,7 +64,6 @@ from .settings import JobSettings
 
 if TYPE_CHECKING:
     from .batchapi import BatchAPI
-    from .environments import Environment
 
 __all__ = ["Verdict", "Decision", "Try", "ChildHistory", "OomRetry", "Placement", "decide",
            "final_error", "unplaceable_error", "placeable_memory_mib", "placement_of",
@@ -367,7 +367,23 @@ def unplaceable_error(tries: Sequence[Try], memory_mib: Optional[int],
     return error
 
 
-def placement_of(env: Environment) -> Placement:
+class PlacementSource(Protocol):
+    """What `placement_of` asks of an environment (environments.Environment declares it all)."""
+
+    @property
+    def batch(self) -> BatchAPI: ...
+
+    @property
+    def job_queue(self) -> str: ...
+
+    def oom_placement(self) -> Placement: ...
+
+    def max_memory_mib(self) -> Optional[int]: ...
+
+    def client(self, service: str) -> Any: ...
+
+
+def placement_of(env: PlacementSource) -> Placement:
     """How ``env``'s queue sizes jobs: its ``oom_placement()`` (AWSBatchEnvironment: learned
     from the queue; a LocalEnvironment: LOCAL capped at the machine's memory, what
     validate_settings allows), else LOCAL capped at its ``max_memory_mib()``."""
@@ -378,7 +394,7 @@ def placement_of(env: Environment) -> Placement:
     return Placement("LOCAL", placeable_memory_mib(env))
 
 
-def with_fargate_vcpus(placement: Placement, env: Environment) -> Placement:
+def with_fargate_vcpus(placement: Placement, env: PlacementSource) -> Placement:
     """A Fargate placement with ``max_vcpus`` learned once from ``env``'s queue and account
     (``learn_fargate_vcpus``: its ``batch``, ``job_queue`` and ``client("service-quotas")``);
     as it is when that cannot be read (then no vCPU cap but Fargate's own)."""
@@ -392,7 +408,7 @@ def with_fargate_vcpus(placement: Placement, env: Environment) -> Placement:
     return replace(placement, max_vcpus=most)
 
 
-def placeable_memory_mib(env: Environment) -> Optional[int]:
+def placeable_memory_mib(env: PlacementSource) -> Optional[int]:
     """The largest memory (MiB) a job of ``env``'s queue can be placed with; None: unknown."""
     try:
         return env.max_memory_mib()

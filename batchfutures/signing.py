@@ -74,13 +74,10 @@ import struct
 import threading
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Optional, Protocol, Tuple, Union
 
 from .errors import ConfigurationError, IntegrityError
 from .workdir import check_private_file, default_workdir, make_private_dirs, open_private
-
-if TYPE_CHECKING:
-    from .environments import Environment
 
 __all__ = [
     "Signer", "mac", "mac_stream", "check", "check_digest", "seal", "unseal", "read_key_file",
@@ -376,7 +373,16 @@ def local_signer(workdir: Union[str, os.PathLike]) -> Signer:
     return Signer.from_key_file(Path(workdir) / KEY_FILE_NAME, create=True)
 
 
-def aws_signer(env: Environment) -> Signer:
+class SecretHolder(Protocol):
+    """What `aws_signer` reads of an environment (environments.Environment declares both)."""
+
+    @property
+    def signing_secret(self) -> Optional[str]: ...
+
+    def client(self, service: str) -> Any: ...
+
+
+def aws_signer(env: SecretHolder) -> Signer:
     """AWSBatchEnvironment's key: its ``signing_secret`` ARN, else BATCHFUTURES_SIGNING_KEY.
 
     With neither, the first payload written raises ConfigurationError saying how to give one.
