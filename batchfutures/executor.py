@@ -23,10 +23,11 @@ The executor is a thin layer: map's pipeline (slices, the cache path, map's iter
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import time
-from typing import Any, Callable, Iterable, Iterator, List, Literal, Optional, Union
+from typing import Any, Callable, Iterable, Iterator, List, Literal, Optional, Sequence, Union
 
-from . import inherit, mapping
+from . import inherit, mapping, shipfiles
 from .environments import EnvironmentLike, resolve_environment
 from .futures import BatchFuture
 from .progress import for_map as progress_for_map
@@ -43,7 +44,8 @@ class BatchExecutor(concurrent.futures.Executor):
                  mp_context: Any = None, initializer: Optional[Callable[..., Any]] = None,
                  initargs: tuple = (), *, max_tasks_per_child: Optional[int] = None,
                  ship_local_modules: bool = True, dry_run: bool = False, echo_output: bool = True,
-                 cache: bool = False, **settings: Any) -> None:
+                 cache: bool = False, files: Optional[Sequence[Any]] = None,
+                 **settings: Any) -> None:
         """``ProcessPoolExecutor``'s parameters, after ``env``, then the job settings.
 
         ``max_workers`` bounds how many of this executor's children run at once (submissions
@@ -59,6 +61,8 @@ class BatchExecutor(concurrent.futures.Executor):
         ``cache``: a call identical (function, arguments, job environment, as pickled) to one
         that succeeded before in this storage resolves from its stored result, with
         ``future.cached`` True, instead of running again (see docs/caching.md).
+        ``files``: local files and folders (paths as the script opens them, under its working
+        directory) shipped with the run into each call's working directory (batchfutures.shipfiles).
         """
         if max_workers is not None:
             if isinstance(max_workers, bool) or not isinstance(max_workers, int):
@@ -73,6 +77,8 @@ class BatchExecutor(concurrent.futures.Executor):
             if max_tasks_per_child <= 0:
                 raise ValueError("max_tasks_per_child must be >= 1")
         del mp_context  # every attempt is a fresh process: there is no start method to choose
+        # read now, as the script's working directory has them (files= later edits do not ship)
+        shipped = shipfiles.pack(shipfiles.collect(files, os.getcwd())) if files else None
         # os.environ's changes since start reach the calls, as a process pool's children inherit
         # them (inherit.py: not credential-like names; environment= wins)
         self._settings = JobSettings.from_kwargs(**inherit.with_inherited(settings))
@@ -81,7 +87,7 @@ class BatchExecutor(concurrent.futures.Executor):
         self._session = Session(environment, max_workers=max_workers, initializer=initializer,
                                 initargs=tuple(initargs), ship_local_modules=ship_local_modules,
                                 dry_run=dry_run, echo_output=bool(echo_output),
-                                cache=bool(cache))
+                                cache=bool(cache), files=shipped)
 
     @classmethod
     def _view(cls, session: Session, settings: JobSettings) -> "BatchExecutor":

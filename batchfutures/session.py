@@ -28,7 +28,7 @@ import uuid
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-from . import batchapi, logs, serialization, wire
+from . import batchapi, logs, serialization, shipfiles, wire
 from .batchlimits import MAX_ARRAY_SIZE
 from .cache import CallCache, has_future
 from .coalescer import Coalescer
@@ -264,7 +264,8 @@ class Session:
     def __init__(self, env: Environment, *, max_workers: Optional[int] = None,
                  initializer: Optional[Callable[..., Any]] = None, initargs: tuple = (),
                  ship_local_modules: bool = True, dry_run: bool = False,
-                 echo_output: bool = True, cache: bool = False) -> None:
+                 echo_output: bool = True, cache: bool = False,
+                 files: Optional[bytes] = None) -> None:
         self.env = env
         self.dry_run = dry_run
         self.storage = env.storage
@@ -299,11 +300,13 @@ class Session:
         self.submitter = Submitter(submit_env, self.storage, self.run_id, track=track,
                                    wake=self.poller.wake, max_workers=max_workers,
                                    initargs=pickled_initargs, echo_output=echo_output)
+        self.submitter.files = files  # files=: shipfiles.pack's archive, or None
         self.cache: Optional[CallCache] = None
         if cache:
             # reads from the real storage, also in a dry run (what would come from the cache)
             self.cache = CallCache(env.storage, definition=env.planned_definition(),
-                                   by_value=ship_local_modules, initargs=pickled_initargs,
+                                   by_value=ship_local_modules,
+                                   initargs=shipfiles.cache_part(pickled_initargs, files),
                                    dry_run=dry_run)
             self.submitter.before_submit = self.cache.write_index
         self._lock = threading.RLock()

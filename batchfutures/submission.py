@@ -294,6 +294,8 @@ class Submitter:
         self.max_workers = max_workers
         self._initargs = initargs
         self._initargs_url: Optional[str] = None
+        self.files: Optional[bytes] = None  # files=: the archive (shipfiles.pack), put once a run
+        self._files_url: Optional[str] = None
         self.echo_output = echo_output
         self._queue_checked = False
         self._lock = threading.Lock()
@@ -417,6 +419,8 @@ class Submitter:
             header["nodes"] = job.settings.nodes
         if self._initargs is not None:
             header["initargs"] = self._initargs_location()
+        if self.files is not None:  # unpacked into each call's working directory
+            header["files"] = self._files_location()
         if self.echo_output:  # the worker keeps each item's stdout/stderr in its result
             header["output"] = True
             # and its logging records, made only at the levels this client keeps
@@ -562,6 +566,15 @@ class Submitter:
                 time.sleep(batchapi.throttle_wait(throttled, self.submit_budget, random.random()))
                 continue
             self._queue_checked = True
+
+    def _files_location(self) -> str:
+        if self._files_url is None:
+            assert self.files is not None
+            try:
+                self._files_url = self._storage.put_function(self._run_id, self.files)
+            except (FileNotFoundError, PermissionError) as error:
+                raise storage_error(self._storage, error) from error
+        return self._files_url
 
     def _initargs_location(self) -> str:
         if self._initargs_url is None:

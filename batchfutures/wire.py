@@ -93,6 +93,7 @@ remote traceback text, as ``concurrent.futures.process`` does.
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import re
 import struct
@@ -520,6 +521,12 @@ def outcome_result(encoded: bytes) -> Tuple[bool, Any]:
         from .tracebacks import with_source_lines  # the client's lines under the call's frames
 
         raised.__cause__ = RemoteTraceback(f'\n"""\n{with_source_lines(tb_text)}"""')
+        if isinstance(raised, FileNotFoundError):  # a file that is here, not there: files=
+            from .shipfiles import missing_file_note
+
+            note = missing_file_note(raised, os.getcwd())
+            if note is not None:
+                add_note(raised, note)
         return False, raised
     if kind == DEPENDENCY:
         _, upstream_job_id, inner = fields

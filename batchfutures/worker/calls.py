@@ -53,6 +53,8 @@ from ..errors import IntegrityError
 from . import logrecords
 
 if TYPE_CHECKING:
+    import tarfile
+
     from ..storage import Storage
 
 __all__ = ["OUTPUT_LIMIT", "Item", "Prefetched", "payload_urls", "ItemRunner", "Capture",
@@ -110,7 +112,7 @@ def payload_urls(header: Dict[str, Any], function_indices: Optional[Sequence[int
     functions = header.get("functions") or []
     wanted = range(len(functions)) if function_indices is None else sorted(set(function_indices))
     urls = [functions[i] for i in wanted if isinstance(i, int) and 0 <= i < len(functions)]
-    urls += [header[key] for key in ("initializer", "initargs") if header.get(key)]
+    urls += [header[key] for key in ("initializer", "initargs", "files") if header.get(key)]
     return urls
 
 
@@ -208,6 +210,9 @@ def initialize(prefetched: Prefetched, header: Dict[str, Any], items: Sequence[I
     "initializer"; or, header "initargs", with the functions it is bundled with, loaded).
     (functions loaded, failed functions' outcomes, failure for every item or None)."""
     logrecords.apply_levels(header.get("log_levels"))  # before the initializer logs anything
+    failure = unpack_files(prefetched, header, index)
+    if failure is not None:
+        return {}, {}, failure
     url = header.get("initializer")
     failure = run_initializer(prefetched, header, url, index) if url else None
     if failure is not None or not header.get("initargs"):
@@ -222,6 +227,65 @@ def initialize(prefetched: Prefetched, header: Dict[str, Any], items: Sequence[I
     return load_bundles(lambda i: prefetched.get_function(urls[i]),
                         sorted({function_index for function_index, _, _ in items}),
                         initargs, header, index)
+
+
+# -- files= ------------------------------------------------------------------------------------
+def _file_member_name(member: "tarfile.TarInfo") -> Optional[str]:
+    """The member's relative path, or None for anything but a plain file or folder inside."""
+    if not (member.isfile() or member.isdir()):
+        return None
+    name = os.path.normpath(member.name)
+    if os.path.isabs(name) or name == os.pardir or name.startswith(os.pardir + os.sep) \
+            or name == os.curdir:
+        return None
+    return name
+
+
+def unpack_files(prefetched: Prefetched, header: Dict[str, Any], index: int) -> Optional[bytes]:
+    """The run's files= archive (header "files", its seal checked) into the working directory,
+    before the initializer: each file written aside and linked into place, so a process beside
+    (the inner pool's) sees it whole or not at all, and a file already there is kept. None when
+    done; else the outcome of every item (the files could not be written)."""
+    url = header.get("files")
+    if not url:
+        return None
+    import io  # only a run with files= pays for these imports
+    import shutil
+    import tarfile
+
+    try:
+        with tarfile.open(fileobj=io.BytesIO(prefetched.get_function(url)), mode="r:") as archive:
+            for member in archive.getmembers():
+                name = _file_member_name(member)
+                if name is None:
+                    continue
+                if member.isdir():
+                    os.makedirs(name, exist_ok=True)
+                    continue
+                if os.path.lexists(name):
+                    continue
+                folder = os.path.dirname(name)
+                if folder:
+                    os.makedirs(folder, exist_ok=True)
+                source = archive.extractfile(member)
+                assert source is not None  # a regular file's
+                aside = f"{name}.{os.getpid()}.batchfutures-partial"
+                with open(aside, "wb") as handle:
+                    shutil.copyfileobj(source, handle)
+                os.chmod(aside, (member.mode & 0o755) | 0o600)
+                try:
+                    os.link(aside, name)
+                except FileExistsError:  # another process put it there first
+                    pass
+                finally:
+                    os.unlink(aside)
+    except (MemoryError, IntegrityError):
+        raise
+    except Exception as error:
+        logger.warning("child %d: could not write the files= archive: %s", index,
+                       type(error).__name__)
+        return load_failure("the files shipped with files=", header, error)
+    return None
 
 
 # -- the items ----------------------------------------------------------------------------------

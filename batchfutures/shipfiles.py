@@ -1,0 +1,133 @@
+"""``BatchExecutor(..., files=[paths])``: small local files and folders shipped with the run, into
+each call's working directory, so a relative path the script opens resolves as on the client.
+
+    client, when the executor is made           worker, before the initializer
+    collect(paths, cwd)  which files, by the     calls.unpack_files: the archive (its seal checked
+      name relative to the working directory     with the other payloads, calls.Prefetched) into
+    pack(entries)  one tar archive (bounded:     the working directory: regular files and folders
+      MAX_BYTES, MAX_FILES)                      only (tarfile's "data" filter), never over a
+    Submitter: put once per run, sealed, as      file that is there already (a local attempt that
+      the initargs are (Storage.put_function);   runs in the client's own folder keeps the client's)
+      the header's "files" names it
+
+A path is taken as the script would open it: relative to the working directory (or absolute,
+inside it); one outside the working directory is refused (the call could not open it by the
+same name). Read when the executor is made: later edits are not shipped.
+
+``missing_file_note``: a call's FileNotFoundError for a file that exists here says to use files=.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import stat
+import tarfile
+from typing import Any, Callable, Iterable, List, Optional, Tuple
+
+from .errors import ConfigurationError
+
+__all__ = ["MAX_BYTES", "MAX_FILES", "collect", "pack", "cache_part", "missing_file_note"]
+
+MAX_BYTES = 64 * 1024 * 1024  # the files' sizes summed: beyond, an image or S3 is the way
+MAX_FILES = 10_000
+
+Entry = Tuple[str, str]  # (name in the call's working directory, path here)
+
+
+def _inside(path: str, cwd: str) -> Optional[str]:
+    """``path``'s name relative to ``cwd``, or None when it is not inside it."""
+    absolute = os.path.normpath(os.path.join(cwd, os.path.expanduser(path)))
+    relative = os.path.relpath(absolute, cwd)
+    if relative == os.curdir or relative.startswith(os.pardir + os.sep) or relative == os.pardir:
+        return None
+    return relative
+
+
+def collect(paths: Iterable[Any], cwd: str) -> List[Entry]:
+    """The files ``paths`` name (folders: every regular file under them), sorted by name;
+    ConfigurationError for a path outside ``cwd``, missing, or too much in all."""
+    if isinstance(paths, (str, bytes, os.PathLike)):
+        raise ConfigurationError("files= takes a list of paths, not one path: files=[...]")
+    found = {}
+    total = 0
+    for given in paths:
+        path = os.fsdecode(os.fspath(given))
+        name = _inside(path, cwd)
+        if name is None:
+            raise ConfigurationError(
+                f"files=: {path!r} is not inside the working directory {cwd}; a call opens "
+                f"files by the same relative name there, so only paths under it can be shipped")
+        local = os.path.join(cwd, name)
+        if os.path.isdir(local):
+            walked = []
+            for folder, folders, files in os.walk(local):
+                folders.sort()
+                walked += [os.path.join(folder, f) for f in sorted(files)]
+        elif os.path.isfile(local):
+            walked = [local]
+        else:
+            raise ConfigurationError(f"files=: {path!r} does not exist (in {cwd})")
+        for file_path in walked:
+            info = os.stat(file_path)
+            if not stat.S_ISREG(info.st_mode):
+                continue  # sockets, devices, FIFOs: nothing to ship
+            relative = os.path.relpath(file_path, cwd)
+            if relative not in found:
+                total += info.st_size
+                found[relative] = file_path
+    if len(found) > MAX_FILES:
+        raise ConfigurationError(f"files=: {len(found)} files; at most {MAX_FILES} are shipped "
+                                 f"(an archive of them, or the image, is the way for more)")
+    if total > MAX_BYTES:
+        raise ConfigurationError(
+            f"files=: {total / 2**20:.1f} MiB in all; at most {MAX_BYTES // 2**20} MiB are shipped "
+            f"with a run (put larger data in S3 and read it in the call, or in the image)")
+    return sorted(found.items())
+
+
+def pack(entries: Iterable[Entry]) -> bytes:
+    """One uncompressed tar of the entries: regular files, owner root, mode kept (rwx bits)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        for name, local in entries:
+            info = archive.gettarinfo(local, arcname=name.replace(os.sep, "/"))
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            info.mode &= 0o755
+            with open(local, "rb") as handle:
+                archive.addfile(info, handle)
+    return buffer.getvalue()
+
+
+def cache_part(initargs: Optional[bytes], files: Optional[bytes]) -> Optional[bytes]:
+    """What cache=True digests as the initargs: with files=, their archive's hash too, so a call
+    whose data files changed is not served an earlier result (cache.environment_digest)."""
+    if files is None:
+        return initargs
+    return (initargs or b"") + b"\0files=" + hashlib.sha256(files).hexdigest().encode()
+
+
+def missing_file_note(error: BaseException, cwd: str,
+                      exists: Callable[[str], bool] = os.path.exists) -> Optional[str]:
+    """For a call's FileNotFoundError naming a file that exists here: what to do (pure)."""
+    if not isinstance(error, FileNotFoundError):
+        return None
+    filename = error.filename
+    if not isinstance(filename, str) or not filename:
+        return None
+    if os.path.isabs(filename):
+        if not exists(filename):
+            return None
+        name = _inside(filename, cwd)
+        if name is None:
+            return (f"batchfutures: {filename!r} exists on this machine, not in the call's "
+                    f"container; open it by a path relative to the working directory and ship it "
+                    f"with BatchExecutor(..., files=[...]), or put it in S3")
+        return (f"batchfutures: {filename!r} exists on this machine, not in the call's container; "
+                f"open it as {name!r} and ship it with BatchExecutor(..., files=[{name!r}])")
+    if not exists(os.path.join(cwd, filename)):
+        return None
+    return (f"batchfutures: {filename!r} exists here (in {cwd}), not in the call's working "
+            f"directory; ship it with BatchExecutor(..., files=[{filename!r}])")

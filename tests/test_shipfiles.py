@@ -1,0 +1,130 @@
+"""files=[paths]: local files shipped into each call's working directory (batchfutures.shipfiles)."""
+
+import io
+import os
+import subprocess
+import sys
+import tarfile
+import textwrap
+
+import pytest
+
+from batchfutures import ConfigurationError, shipfiles
+
+
+@pytest.fixture
+def tree(tmp_path):
+    (tmp_path / "data" / "deep").mkdir(parents=True)
+    (tmp_path / "data" / "a.csv").write_text("1,2\n")
+    (tmp_path / "data" / "deep" / "b.txt").write_text("b")
+    (tmp_path / "top.json").write_text("{}")
+    (tmp_path / "elsewhere").mkdir()
+    return tmp_path
+
+
+@pytest.mark.parametrize("paths, names", [
+    (["top.json"], ["top.json"]),
+    (["data"], ["data/a.csv", "data/deep/b.txt"]),
+    (["./data/deep/", "data/deep/b.txt"], ["data/deep/b.txt"]),  # named twice: once
+    (["{cwd}/top.json"], ["top.json"]),  # absolute, inside the working directory
+    (["data", "top.json"], ["data/a.csv", "data/deep/b.txt", "top.json"]),
+])
+def test_collect(tree, paths, names):
+    entries = shipfiles.collect([p.format(cwd=tree) for p in paths], str(tree))
+    assert [name for name, _ in entries] == names
+    assert all(os.path.isfile(local) for _, local in entries)
+
+
+@pytest.mark.parametrize("paths, message", [
+    (["../outside.txt"], "not inside the working directory"),
+    (["/etc/hostname"], "not inside the working directory"),
+    (["."], "not inside the working directory"),  # the whole folder: name what to ship
+    (["missing.txt"], "does not exist"),
+    ("top.json", "a list of paths"),
+])
+def test_collect_refuses(tree, paths, message):
+    with pytest.raises(ConfigurationError, match=message):
+        shipfiles.collect(paths, str(tree))
+
+
+def test_collect_bounds_the_size(tree, monkeypatch):
+    monkeypatch.setattr(shipfiles, "MAX_BYTES", 3)
+    with pytest.raises(ConfigurationError, match="MiB in all"):
+        shipfiles.collect(["data"], str(tree))
+
+
+def test_pack_is_a_plain_tar_of_the_files(tree):
+    data = shipfiles.pack(shipfiles.collect(["data"], str(tree)))
+    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+        members = {m.name: m for m in archive.getmembers()}
+        assert set(members) == {"data/a.csv", "data/deep/b.txt"}
+        assert archive.extractfile(members["data/a.csv"]).read() == b"1,2\n"
+        assert all(m.uid == 0 and m.uname == "" for m in members.values())
+
+
+@pytest.mark.parametrize("error, existing, expected", [
+    (FileNotFoundError(2, "No such file", "data/a.csv"), {"/cwd/data/a.csv"}, "files=['data/a.csv']"),
+    (FileNotFoundError(2, "No such file", "data/a.csv"), set(), None),  # not here either
+    (FileNotFoundError(2, "No such file", "/cwd/data/a.csv"), {"/cwd/data/a.csv"},
+     "open it as 'data/a.csv'"),
+    (FileNotFoundError(2, "No such file", "/srv/x"), {"/srv/x"}, "put it in S3"),
+    (FileNotFoundError("no filename"), {"/cwd/no filename"}, None),
+    (KeyError("data/a.csv"), {"/cwd/data/a.csv"}, None),
+])
+def test_missing_file_note(error, existing, expected):
+    note = shipfiles.missing_file_note(error, "/cwd", exists=existing.__contains__)
+    if expected is None:
+        assert note is None
+    else:
+        assert expected in note
+
+
+@pytest.mark.parametrize("initargs, files, same_as_initargs", [
+    (None, None, True), (b"args", None, True), (None, b"tar", False), (b"args", b"tar", False),
+])
+def test_cache_part(initargs, files, same_as_initargs):
+    part = shipfiles.cache_part(initargs, files)
+    assert (part == initargs) is same_as_initargs
+    if files is not None:  # other files, another key
+        assert part != shipfiles.cache_part(initargs, files + b"!")
+
+
+SCRIPT = """\
+import concurrent.futures, sys
+from batchfutures import BatchExecutor
+
+
+def read(name):
+    with open(name) as handle:
+        return handle.read()
+
+
+if __name__ == "__main__":
+    kind = sys.argv[1]
+    if kind == "ppe":
+        ex = concurrent.futures.ProcessPoolExecutor(1)
+    else:
+        ex = BatchExecutor(files=["data"] if kind == "files" else None)
+    with ex:
+        future = ex.submit(read, "data/a.csv")
+        try:
+            print("READ:", repr(future.result()))
+        except FileNotFoundError as error:
+            print("MISSING:", getattr(error, "__notes__", []))
+"""
+
+
+@pytest.mark.slow
+def test_a_relative_path_resolves_as_on_the_client(tree):
+    (tree / "script.py").write_text(textwrap.dedent(SCRIPT))
+    outputs = {}
+    for kind in ("ppe", "files", "none"):
+        environment = {**os.environ, "BATCHFUTURES_WORKDIR": str(tree / "work")}
+        done = subprocess.run([sys.executable, "script.py", kind], cwd=tree, env=environment,
+                              capture_output=True, text=True, timeout=240)
+        assert done.returncode == 0, done.stderr
+        outputs[kind] = done.stdout
+    assert "READ: '1,2\\n'" in outputs["ppe"]
+    assert outputs["files"] == outputs["ppe"]
+    # without files=: the FileNotFoundError says what to do
+    assert "MISSING:" in outputs["none"] and "files=['data/a.csv']" in outputs["none"]
