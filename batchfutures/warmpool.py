@@ -75,10 +75,18 @@ import threading
 import time
 import uuid
 import weakref
-from typing import Any, Deque, Dict, List, Mapping, Optional
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Deque, Dict, List, Mapping, Optional, Tuple
 
 from . import batchapi, serialization, sqsapi, warmwire, wire
-from .errors import ConfigurationError, JobAbortedError, classify_failure
+from .errors import (
+    ConfigurationError,
+    DependencyFailedError,
+    DryRunResult,
+    JobAbortedError,
+    MemoryLimitExceeded,
+    classify_failure,
+)
 from .futures import BatchFuture
 from .jobs import decode_result, settle
 from .settings import JobSettings
@@ -86,9 +94,13 @@ from .statuses import JobStatus
 from .submission import build_request, user_tag
 from .usage import Usage
 
+if TYPE_CHECKING:
+    from .environments import Environment
+
 __all__ = ["WarmPool", "WarmCall", "VISIBILITY_TIMEOUT", "WATCH_EVERY", "sqs_spec_for",
            "workers_to_start", "window_for", "completions_to_delete", "local_queue_folder",
-           "queue_base", "batches_by_size"]
+           "queue_base", "batches_by_size", "runs_warm", "submit_warm", "WarmDryRun",
+           "oom_retry_settings"]
 
 logger = logging.getLogger("batchfutures")
 
@@ -133,6 +145,78 @@ def completions_to_delete(handled: int, received: bool, oldest: float) -> bool:
     if handled >= 10:
         return True
     return handled > 0 and (not received or oldest >= VISIBILITY_TIMEOUT / 3)
+
+
+_MULTINODE_NOTED = threading.Event()  # nodes > 1 under keepalive is logged once a process
+
+
+def runs_warm(settings: JobSettings) -> bool:
+    """Whether the calls of ``settings`` run on warm workers: ``keepalive > 0`` and one node. A
+    multi-node call is one Batch multi-node parallel job whose nodes start together and reach
+    each other (batchfutures.node()): a pool's single-node worker cannot be that, so those
+    calls stay cold jobs (said once a process, at INFO)."""
+    if not settings.keepalive:
+        return False
+    if settings.nodes > 1:
+        if not _MULTINODE_NOTED.is_set():
+            _MULTINODE_NOTED.set()
+            logger.info("batchfutures: nodes=%d calls run as multi-node Batch jobs, one per call, "
+                        "not on warm workers (keepalive= applies to single-node calls only)",
+                        settings.nodes)
+        return False
+    return True
+
+
+def oom_retry_settings(settings: JobSettings, decision: Any) -> JobSettings:
+    """The settings of a call's retry with more memory (an oomretry RESUBMIT decision: its
+    memory, and on Fargate the vCPUs of its pair): the pool that runs it is these settings'."""
+    if decision.vcpus is not None:
+        return replace(settings, memory=decision.memory_mib, vcpus=decision.vcpus)
+    return replace(settings, memory=decision.memory_mib)
+
+
+def futures_among(args: tuple, kwargs: Dict[str, Any]) -> List[BatchFuture]:
+    """The futures among a call's arguments (an argument, or an item of a list/tuple argument,
+    where cache.has_future looks), each once."""
+    found: Dict[int, BatchFuture] = {}
+    for value in (*args, *kwargs.values()):
+        for item in (value if isinstance(value, (list, tuple)) else (value,)):
+            if isinstance(item, BatchFuture):
+                found.setdefault(id(item), item)
+    return list(found.values())
+
+
+def resolved(value: Any) -> Any:
+    """An argument with each future in it (itself, or an item of a list/tuple) replaced by its
+    result; the futures are done."""
+    if isinstance(value, BatchFuture):
+        return value.result()
+    if isinstance(value, (list, tuple)) and any(isinstance(v, BatchFuture) for v in value):
+        items = [v.result() if isinstance(v, BatchFuture) else v for v in value]
+        return items if isinstance(value, list) else tuple(items)
+    return value
+
+
+def submit_warm(session: Any, settings: JobSettings, fn: Any, args: tuple,
+                kwargs: Dict[str, Any]) -> BatchFuture:
+    """``submit`` on warm workers: sent now, or, when futures are among the arguments, once
+    they are done (WarmPool.add_after)."""
+    future = BatchFuture(session)
+    function_pickle = session.pickle_function(fn)  # SerializationError now
+    upstream = futures_among(args, kwargs)
+    if any(done._core is not session for done in upstream):
+        raise ConfigurationError("a future passed as an argument must come from the same "
+                                 "executor (or one of its with_settings views)")
+    pool = session.warm_pool(settings)
+    if not upstream:
+        blob = wire.pack_items([(0, args, kwargs)], by_value=session.by_value)
+        pool.add(function_pickle, wire.CALLS, [blob], [1], [[future]])
+        return future
+    for done in upstream:
+        if not done.done():
+            session.flush_for(done)  # a buffered cold call: sent now, as its caller waits
+    pool.add_after(upstream, function_pickle, args, kwargs, future, session.by_value)
+    return future
 
 
 def window_for(max_workers: int) -> int:
@@ -187,16 +271,108 @@ def queue_base(stack: Optional[str], run_id: str, key: str) -> str:
     return head + tail
 
 
-def sqs_spec_for(env: Any) -> Dict[str, Any]:
+def sqs_spec_for(env: Environment) -> Dict[str, Any]:
     """Where the pool's queues live: the local emulator's folder, or the environment's Region
     (boto3 finds the endpoint as for any service: AWS_ENDPOINT_URL_SQS, the config file)."""
-    workdir = getattr(env, "workdir", None)
-    if workdir is not None and not getattr(env, "region_name", None):
-        spec: Dict[str, Any] = {"local": str(local_queue_folder(workdir))}
+    if env.is_local and env.workdir is not None:
+        spec: Dict[str, Any] = {"local": str(local_queue_folder(env.workdir))}
         if INJECTED_LATENCY.get("sqs"):
             spec["latency"] = INJECTED_LATENCY["sqs"]
         return spec
-    return {"region": getattr(env, "region_name", None)}
+    return {"region": env.region_name}
+
+
+def worker_request(submitter: Any, env: Environment, settings: JobSettings, pool_url: str,
+                   run_id: str, memory_mib: int) -> Dict[str, Any]:
+    """The SubmitJob request of one warm worker of the pool at ``pool_url``."""
+    command = list(env.worker_command(pool_url))
+    command.insert(-1, "--warm")
+    request = build_request(
+        settings, name="batchfutures-warm", job_queue=submitter._queue_for(settings),
+        job_definition=submitter._definition_for(settings), command=command, size=1,
+        memory_mib=memory_mib, run_id=run_id, user=user_tag(),
+        signing_environment=submitter._job_environment(),
+        environment_tags=env.job_tags())
+    request.pop("timeout", None)  # per call, enforced by the worker
+    request["retryStrategy"] = {"attempts": 1}  # a dead worker is replaced by the pool
+    return request
+
+
+class WarmDryRun:
+    """``dry_run=True`` with ``keepalive``: what a warm pool would do, built and not sent. Each
+    call's futures raise DryRunResult: ``requests`` the SubmitJob of every worker the calls
+    would start (at most max_workers, none started), ``objects`` the stored objects (the
+    function, the pool's config, calls too large for a message), and ``sqs_requests`` the
+    queues it would make and the SendMessageBatch requests of the calls."""
+
+    def __init__(self, session: Any, settings: JobSettings) -> None:
+        self.session = session
+        self.settings = settings
+        self.storage = session.storage  # a RecordingStorage: nothing is written
+        key = uuid.uuid4().hex[:8]
+        self.pool_url = self.storage.url("runs", session.run_id, "warm", key)
+        given = session.submitter.max_workers
+        self.max_workers = int(given) if given else max(1, int(session.env.max_vcpus_at_once()
+                                                               / settings.vcpus + 1e-9))
+        self.base = queue_base(session.env.stack, session.run_id, key)
+        self.started = 0  # workers a real pool would have started so far
+
+    def add(self, function_pickle: bytes, encoding: str, blobs: List[bytes],
+            counts: List[int], futures: List[List[BatchFuture]], per_child: bool = False
+            ) -> None:
+        storage = self.storage
+        memory = self.settings.memory_mib(None)  # the definition is not read in a dry run
+        sqs: List[Dict[str, Any]] = []
+        if not self.started:
+            attributes = {"MessageRetentionPeriod": str(MESSAGE_RETENTION),
+                          "VisibilityTimeout": str(VISIBILITY_TIMEOUT)}
+            sqs += [{"Operation": "CreateQueue", "QueueName": f"{self.base}-{end}",
+                     "Attributes": attributes} for end in ("work", "done")]
+            storage.put_bytes(f"{self.pool_url}/config", b"{}")  # its size is not the point
+        function_url = storage.put_function(self.session.run_id, function_pickle)
+        sizes = []
+        for number, (blob, count) in enumerate(zip(blobs, counts)):
+            sealed = warmwire.encode_call(storage.signer, storage.mac_root,
+                                          storage.name_of(self.pool_url), number, function_url,
+                                          encoding, count, blob)
+            if len(sealed) > warmwire.INLINE_LIMIT:
+                storage.put_bytes(f"{self.pool_url}/calls/{number}", sealed)
+                sealed = b"x" * 200  # a pointer's size
+            sizes.append(len(base64.b64encode(sealed)))
+        sqs += [{"Operation": "SendMessageBatch", "QueueName": f"{self.base}-work",
+                 "Entries": len(part), "Bytes": sum(sizes[i] for i in part)}
+                for part in batches_by_size(sizes)]
+        start = workers_to_start(self.started, len(blobs), self.max_workers)
+        self.started += start
+        request = worker_request(self.session.submitter, self.session.submitter._env,
+                                 self.settings, self.pool_url, self.session.run_id, memory)
+        requests = [dict(request) for _ in range(start)]
+        objects = storage.take_recorded()
+        result = DryRunResult(
+            f"dry run: warm workers (keepalive={self.settings.keepalive:g} s): {len(blobs)} "
+            f"call(s) in {len(sqs)} SQS request(s), {start} worker(s) to start "
+            f"({len(requests)} SubmitJob; at most {self.max_workers}), {len(objects)} "
+            f"object(s) stored; nothing sent, no worker started",
+            requests=requests, objects=objects)
+        result.sqs_requests = sqs  # type: ignore[attr-defined]
+        for group in futures:
+            for future in group:
+                if future.set_running_or_notify_cancel():
+                    settle(future, False, result)
+
+    def add_after(self, upstream: List[BatchFuture], function_pickle: bytes, args: tuple,
+                  kwargs: Dict[str, Any], future: BatchFuture, by_value: bool) -> None:
+        """A call on futures of a dry run (which never succeed): what it would send."""
+        self.add(function_pickle, wire.CALLS, [b""], [1], [[future]])
+
+    def unfinished(self) -> List[BatchFuture]:
+        return []
+
+    def cancel_waiting(self) -> None:
+        pass
+
+    def close(self, *, stop_running: str = "") -> None:
+        pass
 
 
 class WarmCall:
@@ -204,7 +380,7 @@ class WarmCall:
     the ShownStatuses of its one child."""
 
     __slots__ = ("pool", "number", "futures", "items", "per_child", "_status", "worker",
-                 "output", "usage", "body", "_reason")
+                 "output", "usage", "body", "_reason", "parts", "tries", "resent")
 
     def __init__(self, pool: "WarmPool", number: int, futures: List[BatchFuture], items: int,
                  body: str, per_child: bool) -> None:
@@ -219,6 +395,11 @@ class WarmCall:
         self.output: Dict[int, Any] = {}
         self.usage: List[Any] = []
         self._reason: Optional[str] = None
+        # retry_on_oom only: (function pickle, encoding, items' blob) to send again with more
+        # memory, the tries so far (oomretry.Try), and whether its futures already run
+        self.parts: Optional[Tuple[bytes, str, bytes]] = None
+        self.tries: Tuple[Any, ...] = ()
+        self.resent = False
 
     # BoundJob
     def child_id(self, index: Optional[int]) -> str:
@@ -288,10 +469,10 @@ class WarmPool:
         self.spec = sqs_spec_for(self.env)
         # on AWS, the environment's own boto3 session (its profile, its credentials)
         self.sqs, self._sqs_counts = sqsapi.counted(sqsapi.client_for(
-            self.spec, session=getattr(self.env, "session", None)))
-        stack = getattr(self.env, "stack", None)
+            self.spec, session=self.env.session))
+        stack = self.env.stack
         tags = {"batchfutures:run": self.run_id, "batchfutures:warm": key,
-                **getattr(self.env, "job_tags", dict)()}
+                **self.env.job_tags()}
         attributes = {"MessageRetentionPeriod": str(MESSAGE_RETENTION),
                       "VisibilityTimeout": str(VISIBILITY_TIMEOUT)}
         base = queue_base(stack, self.run_id, key)
@@ -316,6 +497,8 @@ class WarmPool:
         self._numbers = iter(range(1 << 62))
         self._pending: Deque[WarmCall] = collections.deque()
         self._sent: Dict[int, WarmCall] = {}
+        self._waiting: set = set()  # futures of calls waiting for their arguments (add_after)
+        self._placement: Optional[Any] = None  # retry_on_oom: oomretry.Placement, read once
         self.workers: Dict[str, str] = {}  # job id -> last status seen
         self._delivered: set = set()  # workers that completed a call
         self._failed_starts = 0  # workers in a row that ended before completing any call
@@ -328,12 +511,14 @@ class WarmPool:
     # -- set-up ------------------------------------------------------------------------------
     def _write_config(self) -> None:
         settings = self.settings
-        memory = settings.memory_mib(self.env.definition_memory())
+        memory = self.memory_mib = settings.memory_mib(self.env.definition_memory())
         config = {"queue": self.queue, "completions": self.completions, "sqs": self.spec,
                   "keepalive": settings.keepalive, "visibility": VISIBILITY_TIMEOUT,
                   "timeout": settings.timeout, "attempts": settings.retries,
                   "initargs": self._initargs_url, "memory_mib": memory,
                   "storage_latency": INJECTED_LATENCY.get("storage", 0),
+                  "results_in_messages": warmwire.results_in_messages(
+                      self.spec, INJECTED_LATENCY.get("storage", 0)),
                   **serialization.payload_stamp()}
         url = f"{self.pool_url}/config"
         storage = self.storage
@@ -343,17 +528,8 @@ class WarmPool:
 
     def _start_workers(self, count: int) -> None:
         submitter = self._submitter
-        settings = self.settings
-        command = list(self.env.worker_command(self.pool_url))
-        command.insert(-1, "--warm")
-        request = build_request(
-            settings, name="batchfutures-warm", job_queue=submitter._queue_for(settings),
-            job_definition=submitter._definition_for(settings), command=command, size=1,
-            memory_mib=settings.memory_mib(self.env.definition_memory()), run_id=self.run_id,
-            user=user_tag(), signing_environment=submitter._job_environment(),
-            environment_tags=getattr(self.env, "job_tags", dict)())
-        request.pop("timeout", None)  # per call, enforced by the worker
-        request["retryStrategy"] = {"attempts": 1}  # a dead worker is replaced by the pool
+        request = worker_request(submitter, self.env, self.settings, self.pool_url,
+                                 self.run_id, self.memory_mib)
         for _ in range(count):  # exactly once each, with its own submission token
             job_id = batchapi.submit_exactly_once(
                 self.env.batch, request, grace=float(self.env.describe_grace),
@@ -369,27 +545,97 @@ class WarmPool:
             counts: List[int], futures: List[List[BatchFuture]], per_child: bool = False
             ) -> None:
         """Calls (one per blob) whose futures are ``futures[i]``; sent as the window allows."""
-        storage = self.storage
-        function_url = storage.put_function(self.run_id, function_pickle)
+        function_url = self.storage.put_function(self.run_id, function_pickle)
         calls = []
         for blob, count, group in zip(blobs, counts, futures):
-            number = next(self._numbers)
-            sealed = warmwire.encode_call(storage.signer, storage.mac_root, self.pool_name,
-                                          number, function_url, encoding, count, blob)
-            if len(sealed) > warmwire.INLINE_LIMIT:
-                url = f"{self.pool_url}/calls/{number}"
-                storage.put_bytes(url, sealed)
-                sealed = warmwire.encode_pointer(storage.signer, storage.mac_root,
-                                                 self.pool_name, number, url)
-            call = WarmCall(self, number, group, count, base64.b64encode(sealed).decode(),
-                            per_child)
-            for position, future in enumerate(group):
-                future._bind(call, 0)
-                future._set_item(position)
+            call = self._new_call(function_url, encoding, blob, count, group, per_child)
+            if self.settings.retry_on_oom:
+                call.parts = (function_pickle, encoding, blob)
             calls.append(call)
         with self._lock:
             self._pending.extend(calls)
         self._pump()
+
+    def _new_call(self, function_url: str, encoding: str, blob: bytes, count: int,
+                  group: List[BatchFuture], per_child: bool) -> WarmCall:
+        """A call sealed for this pool (its items inline, or stored when large), its futures
+        bound to it."""
+        storage = self.storage
+        number = next(self._numbers)
+        sealed = warmwire.encode_call(storage.signer, storage.mac_root, self.pool_name,
+                                      number, function_url, encoding, count, blob)
+        if len(sealed) > warmwire.INLINE_LIMIT:
+            url = f"{self.pool_url}/calls/{number}"
+            storage.put_bytes(url, sealed)
+            sealed = warmwire.encode_pointer(storage.signer, storage.mac_root,
+                                             self.pool_name, number, url)
+        call = WarmCall(self, number, group, count, base64.b64encode(sealed).decode(),
+                        per_child)
+        for position, future in enumerate(group):
+            future._bind(call, 0)
+            future._set_item(position)
+        return call
+
+    def resend(self, earlier: WarmCall) -> None:
+        """A call killed for memory on another pool, run again here (more memory): its futures
+        are running already and move to this pool's call (future.job_id changes)."""
+        assert earlier.parts is not None
+        function_pickle, encoding, blob = earlier.parts
+        call = self._new_call(self.storage.put_function(self.run_id, function_pickle), encoding,
+                              blob, earlier.items, earlier.futures, earlier.per_child)
+        call.parts, call.tries, call.resent = earlier.parts, earlier.tries, True
+        with self._lock:
+            self._pending.append(call)
+        self._pump()
+
+    def add_after(self, upstream: List[BatchFuture], function_pickle: bytes, args: tuple,
+                  kwargs: Dict[str, Any], future: BatchFuture, by_value: bool) -> None:
+        """A call whose arguments include the futures ``upstream``: it waits for them here, on
+        the client (not on a worker), then goes to the pool with their results in their
+        places; one that failed or was cancelled settles it as the cold path's dependents
+        (DependencyFailedError, or cancelled)."""
+        left = [len(upstream)]
+        with self._lock:
+            self._waiting.add(future)
+
+        def one_done(_: Any) -> None:
+            with self._lock:
+                left[0] -= 1
+                if left[0]:
+                    return
+                self._waiting.discard(future)
+            self._send_dependent(upstream, function_pickle, args, kwargs, future, by_value)
+
+        for done in upstream:
+            done.add_done_callback(one_done)
+
+    def _send_dependent(self, upstream: List[BatchFuture], function_pickle: bytes,
+                        args: tuple, kwargs: Dict[str, Any], future: BatchFuture,
+                        by_value: bool) -> None:
+        if future.done():  # cancelled (or the pool closed) while it waited
+            return
+        if any(done.cancelled() for done in upstream):
+            future.cancel()
+            return
+        failed = next((done for done in upstream if done.exception() is not None), None)
+        if failed is not None:
+            cause = failed.exception()
+            error = DependencyFailedError(
+                f"an argument of this call is the result of {failed.job_id}, which failed: "
+                f"{cause!r}", job_id=failed.job_id, status_reason="a dependency failed")
+            error.__cause__ = cause
+            settle(future, False, error)
+            return
+        try:
+            args = tuple(resolved(value) for value in args)
+            kwargs = {name: resolved(value) for name, value in kwargs.items()}
+            blob = wire.pack_items([(0, args, kwargs)], by_value=by_value)
+            if self._closed.is_set():
+                raise JobAbortedError("the warm pool was shut down while this call waited for "
+                                      "its arguments")
+            self.add(function_pickle, wire.CALLS, [blob], [1], [[future]])
+        except Exception as error:  # SerializationError of a result, the pool shut down
+            settle(future, False, error)
 
     def _pump(self) -> None:
         """Send waiting calls while the window has room; start workers the calls need."""
@@ -400,7 +646,8 @@ class WarmPool:
                 # RUNNING once sent, as ProcessPoolExecutor's call queue; a call whose every
                 # future was cancelled is never sent (a cancelled item of a chunk: its
                 # outcome is dropped)
-                if not any([f.set_running_or_notify_cancel() for f in call.futures]):
+                if not call.resent and \
+                        not any([f.set_running_or_notify_cancel() for f in call.futures]):
                     continue
                 call._status = JobStatus.RUNNABLE.value
                 batch.append(call)
@@ -505,6 +752,8 @@ class WarmPool:
         call.output = wire.result_output(data)
         call.usage = list(wire.result_usage(data) or [])
         decoded = decode_result(data, call.items)
+        if call.parts is not None and self._retried_for_memory(call, decoded):
+            return
         call._status = JobStatus.SUCCEEDED.value if all(ok for ok, _ in decoded) \
             else JobStatus.FAILED.value
         if self.echo_output:
@@ -515,6 +764,41 @@ class WarmPool:
             return
         for future, (ok, value) in zip(call.futures, decoded):
             settle(future, ok, value)
+
+    def _retried_for_memory(self, call: WarmCall, decoded: List[Any]) -> bool:
+        """retry_on_oom: a call killed for memory (every item's outcome MemoryLimitExceeded:
+        its process died) goes to the pool of the settings with more memory (oomretry.decide,
+        as a cold job's child), or fails naming its tries. True when it was handled here."""
+        from . import oomretry
+
+        errors = [value for ok, value in decoded if not ok]
+        if not errors or len(errors) != len(decoded) or \
+                not all(isinstance(error, MemoryLimitExceeded) for error in errors):
+            return False
+        tries = call.tries + (oomretry.Try(self.memory_mib, call.worker or ""),)
+        if self._placement is None:
+            self._placement = oomretry.placement_of(self.env)
+        decision = oomretry.decide([t.memory_mib for t in tries], self.settings.retry_on_oom,
+                                   self._placement, self.settings.vcpus)
+        call._status = JobStatus.FAILED.value
+        failure: BaseException
+        if decision.verdict is oomretry.Verdict.GIVE_UP:
+            failure = oomretry.final_error(errors[0], tries, decision.why)
+        else:
+            session = self._session_ref()
+            try:
+                if session is None:
+                    raise JobAbortedError("the executor is gone: no retry with more memory")
+                call.tries = tries
+                session.warm_pool(oom_retry_settings(self.settings, decision)).resend(call)
+                logger.info("batchfutures: warm call killed for memory at %d MiB; again with "
+                            "%d MiB (retry_on_oom)", self.memory_mib, decision.memory_mib)
+                return True
+            except Exception as error:  # the executor shut down: the kill stands
+                failure = oomretry.final_error(errors[0], tries, str(error))
+        for future in call.futures:
+            settle(future, False, failure)
+        return True
 
     def _live_workers(self) -> List[str]:
         with self._lock:
@@ -573,14 +857,19 @@ class WarmPool:
     def unfinished(self) -> List[BatchFuture]:
         with self._lock:
             calls = list(self._pending) + list(self._sent.values())
-        return [f for call in calls for f in call.futures if not f.done()]
+            waiting = list(self._waiting)
+        return [f for call in calls for f in call.futures if not f.done()] + \
+            [f for f in waiting if not f.done()]
 
     def cancel_waiting(self) -> None:
         with self._lock:
             waiting, self._pending = list(self._pending), collections.deque()
+            dependents = list(self._waiting)
         for call in waiting:
             for future in call.futures:
                 future.cancel()
+        for future in dependents:  # waiting for their arguments: never sent
+            future.cancel()
 
     def close(self, *, stop_running: str = "") -> None:
         """Delete the queues and stop the workers; with ``stop_running`` (a reason), the calls

@@ -45,7 +45,7 @@ from .signing import Signer
 
 __all__ = ["INLINE_LIMIT", "CALL_KIND", "CONFIG_KIND", "call_name", "encode_call",
            "decode_call", "encode_pointer", "encode_completion", "decode_completion",
-           "runner_failure", "runner_death_retried", "lost_failure"]
+           "runner_failure", "runner_death_retried", "lost_failure", "results_in_messages"]
 
 # SQS's message limit is 256 KiB; base64 makes 4 bytes of 3, with room for the JSON around it
 INLINE_LIMIT = 180 * 1024
@@ -130,6 +130,19 @@ def decode_completion(body: str) -> Tuple[int, Optional[str], Optional[bytes]]:
     worker = record.get("worker")
     return (number, worker if isinstance(worker, str) else None,
             base64.b64decode(result, validate=True) if isinstance(result, str) else None)
+
+
+def results_in_messages(sqs_spec: Dict[str, Any], storage_latency: float) -> bool:
+    """Whether a worker's small results travel only in their completion messages, not also as
+    a stored object first. On AWS (and where a benchmark injects AWS's latencies) the object is
+    written first, once (a second writer loses): it is the record a later holder of the call
+    (its first worker died before DeleteMessage) finds and completes instead of running the
+    call again. On the emulator's local queues the completion message is that record, as
+    durable as a stored object (a file renamed into place in a folder on this machine), and
+    the client settles a call by its first completion and drops any later one: a result is
+    taken once, and each call costs no file in the workdir. A result over INLINE_LIMIT is
+    stored either way."""
+    return "local" in sqs_spec and not sqs_spec.get("latency") and not storage_latency
 
 
 def runner_failure(returncode: Optional[int], *, timed_out: bool, timeout: Optional[float],

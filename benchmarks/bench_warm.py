@@ -6,6 +6,11 @@ On the embedded default with 2 warm workers (``BatchExecutor(keepalive=60, max_w
 
   round       the median round of ``map`` of 8 calls that use numpy (target <= 15 ms)
   emcee-like  40 maps of 8 such calls in a row, total (target within 10x of PPE(2))
+
+  The two are measured interleaved (--repeats times: PPE's rounds, the warm rounds, PPE's
+  emcee-like loop, the warm one, ...) on executors kept open side by side, so a machine busy
+  with something else slows both alike; each figure is the median over the repeats, and the
+  ratio printed is the median of the repeats' own ratios.
   throughput  10,000 trivial calls, chunksize 1 (target >= 500 calls/s)
   requests    per call: SQS (the client's, counted by its pool, plus the workers', from the
               line each worker logs at its exit), storage (the workers' GET/PUT/HEAD; the
@@ -97,36 +102,46 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--calls", type=int, default=10_000)
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="interleaved repeats of the round and emcee-like measures")
     parser.add_argument("--workdir-in", default=None,
                         help="folder the workdirs are made in (default: the temporary folder)")
     args = parser.parse_args()
 
     results: Dict[str, Dict[str, float]] = {}
-    with concurrent.futures.ProcessPoolExecutor(2) as ppe:
-        rounds_ms(ppe.map, 3)  # the workers started, numpy imported
-        results["ProcessPoolExecutor(2)"] = {
-            "round": statistics.median(rounds_ms(ppe.map, args.rounds)),
-            "emcee": emcee_like(ppe.map),
-            "throughput": throughput(ppe.map, args.calls),
-        }
-    with tempfile.TemporaryDirectory(dir=args.workdir_in) as folder:
+    ratios: Dict[str, List[float]] = {"round": [], "emcee": []}
+    with concurrent.futures.ProcessPoolExecutor(2) as ppe, \
+            tempfile.TemporaryDirectory(dir=args.workdir_in) as folder:
         env = LocalEnvironment(Path(folder) / "work", max_vcpus=2)
         ex = BatchExecutor(env, keepalive=60, max_workers=2, echo_output=False)
+        rounds_ms(ppe.map, 3)  # the workers started, numpy imported
         started = time.perf_counter()
         list(ex.map(numpy_call, range(ROUND)))
         first = time.perf_counter() - started
         rounds_ms(ex.map, 3)
-        results["BatchExecutor(keepalive=60)"] = {
-            "round": statistics.median(rounds_ms(ex.map, args.rounds)),
-            "emcee": emcee_like(ex.map),
-            "throughput": throughput(ex.map, args.calls),
-        }
+        measured: Dict[str, Dict[str, List[float]]] = {
+            "ppe": {"round": [], "emcee": []}, "warm": {"round": [], "emcee": []}}
+        per_repeat = max(1, args.rounds // args.repeats)
+        for _ in range(args.repeats):  # interleaved: PPE, warm, PPE, warm
+            for name, map_fn in (("ppe", ppe.map), ("warm", ex.map)):
+                measured[name]["round"].append(statistics.median(rounds_ms(map_fn,
+                                                                           per_repeat)))
+            for name, map_fn in (("ppe", ppe.map), ("warm", ex.map)):
+                measured[name]["emcee"].append(emcee_like(map_fn))
+            for key in ratios:
+                ratios[key].append(measured["warm"][key][-1] / measured["ppe"][key][-1])
+        for name, label in (("ppe", "ProcessPoolExecutor(2)"),
+                            ("warm", "BatchExecutor(keepalive=60)")):
+            results[label] = {key: statistics.median(values)
+                              for key, values in measured[name].items()}
+        results["ProcessPoolExecutor(2)"]["throughput"] = throughput(ppe.map, args.calls)
+        results["BatchExecutor(keepalive=60)"]["throughput"] = throughput(ex.map, args.calls)
         pool = next(iter(ex._session.warm_pools.values()))
         workers = list(pool.workers)
         client_sqs = dict(pool.sqs_requests)
         batch = dict(pool.requests)
         ex.shutdown()
-        calls = ROUND * (1 + 3 + args.rounds + MAPS) + args.calls
+        calls = ROUND * (1 + 3 + per_repeat * args.repeats + MAPS * args.repeats) + args.calls
         worker = worker_requests(env, workers)
         env.emulator.close()
 
@@ -140,8 +155,9 @@ def main() -> None:
     warmpool.INJECTED_LATENCY.clear()
 
     ppe, warm = results["ProcessPoolExecutor(2)"], results["BatchExecutor(keepalive=60)"]
-    print(f"warm workers vs ProcessPoolExecutor(2), 2 workers each ({args.rounds} rounds, "
-          f"{args.calls:,} trivial calls)")
+    print(f"warm workers vs ProcessPoolExecutor(2), 2 workers each ({args.repeats} interleaved "
+          f"repeats of {per_repeat} rounds and of the emcee-like loop, {args.calls:,} trivial "
+          f"calls)")
     print(f"  {'measure':<44} {'PPE(2)':>12} {'warm':>12} {'ratio':>8} target")
     rows = [
         ("median round, map of 8 numpy calls (ms)", "round", "<= 15 ms"),
@@ -149,11 +165,13 @@ def main() -> None:
         ("trivial calls per second, chunksize 1", "throughput", ">= 500/s"),
     ]
     for label, key, target in rows:
-        ratio = warm[key] / ppe[key] if ppe[key] else float("nan")
+        ratio = statistics.median(ratios[key]) if key in ratios else \
+            warm[key] / ppe[key] if ppe[key] else float("nan")
         print(f"  {label:<44} {ppe[key]:>12.3f} {warm[key]:>12.3f} {ratio:>8.2f} {target}")
     print(f"  {'median round with AWS latencies (ms)':<44} {'':>12} {latency_round:>12.3f} "
           f"{'':>8} <= 150 ms")
     print(f"  first map (workers started, numpy imported): {first:.2f} s")
+    print("  emcee-like ratios by repeat: " + " ".join(f"{r:.1f}x" for r in ratios["emcee"]))
     print(f"requests over {calls:,} calls on {len(workers)} workers "
           f"(the workers logged {worker.get('calls', 0):,} calls):")
     client_total = sum(client_sqs.values())

@@ -257,9 +257,12 @@ class Pool:
             url = storage.result_url(self.pool_url, number)
             sealed = storage.signer.seal("result", storage.name_of(url), data,
                                          root=storage.mac_root)
-            self.storage_request("PUT")
-            if not storage.put_bytes(url, sealed, exclusive=True):
-                sealed = None  # another holder wrote it first: the client reads that one
+            # stored first, once, unless its completion message is the record
+            # (warmwire.results_in_messages); a large one always
+            if len(sealed) > warmwire.INLINE_LIMIT or not config.get("results_in_messages"):
+                self.storage_request("PUT")
+                if not storage.put_bytes(url, sealed, exclusive=True):
+                    sealed = None  # another holder wrote it first: the client reads that one
         self.sqs.send_message(QueueUrl=config["completions"],
                               MessageBody=warmwire.encode_completion(number, self.worker_id,
                                                                      sealed))
