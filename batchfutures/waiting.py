@@ -16,12 +16,15 @@ consumable resources it needs (DescribeConsumableResource). `why_waiting` decide
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Sequence
 
 from .errors import is_too_large_reason
 
-__all__ = ["Waiting", "why_waiting", "needs_of", "place_in_queue", "SNAPSHOT_LIMIT"]
+__all__ = ["Waiting", "why_waiting", "needs_of", "place_in_queue", "SNAPSHOT_LIMIT", "look_up"]
+
+logger = logging.getLogger("batchfutures")
 
 SNAPSHOT_LIMIT = 100  # GetJobQueueSnapshot's frontOfQueue: the first 100 RUNNABLE jobs
 _FARGATE_MAX_VCPUS = 16.0  # Fargate's largest task (jobdefinitions.FARGATE_MEMORY)
@@ -60,16 +63,18 @@ def needs_of(job: Mapping[str, Any]) -> Dict[str, float]:
 
 
 def place_in_queue(job: Mapping[str, Any], snapshot: Optional[Mapping[str, Any]]) -> Optional[int]:
-    """The job's 1-based place in the snapshot's front of the queue (an array child: its array's)."""
+    """The job's 1-based place in the snapshot's front of the queue; an array child not listed
+    on its own takes its array's place."""
     if not snapshot:
         return None
-    job_id = str(job.get("jobId") or "").split(":")[0]
-    arn = str(job.get("jobArn") or "")
-    parent = arn.rsplit(":", 1)[0] if arn.count(":") > 5 else arn
-    for number, entry in enumerate((snapshot.get("frontOfQueue") or {}).get("jobs") or (), 1):
-        listed = str(entry.get("jobArn") or "")
-        if listed and (listed in (arn, parent) or (job_id and listed.endswith("/" + job_id))):
-            return number
+    job_id = str(job.get("jobId") or "")
+    listed = [str(entry.get("jobArn") or "")
+              for entry in (snapshot.get("frontOfQueue") or {}).get("jobs") or ()]
+    wanted = [job_id] + ([job_id.split(":")[0]] if ":" in job_id else [])
+    for name in wanted:  # the child itself first, then its array
+        for number, arn in enumerate(listed, 1):
+            if name and (arn.endswith("/" + name) or arn == str(job.get("jobArn") or "") == name):
+                return number
     return None
 
 
@@ -173,3 +178,37 @@ def why_waiting(job: Mapping[str, Any], *, snapshot: Optional[Mapping[str, Any]]
     said = f"; Batch says: {reason}" if reason else ""
     return Waiting("queued", f"{_place_text(position, snapshot)}{said}", position, in_use,
                    max_vcpus or None)
+
+
+def look_up(batch: Any, job: Mapping[str, Any]) -> Optional[Waiting]:
+    """`why_waiting` of a DescribeJobs entry, after reading what it needs from Batch (its queue's
+    snapshot, the queue, its compute environments, the consumable resources it asks for). A read
+    that fails (an older endpoint, a policy without the action) leaves its part unknown."""
+    if job.get("status") != "RUNNABLE":
+        return None
+    from . import batchapi
+
+    def read(method_name: str, **params: Any) -> Optional[Dict[str, Any]]:
+        method = getattr(batch, method_name, None)
+        if method is None:
+            return None
+        try:
+            return batchapi.call(method, attempts=2, **params)
+        except Exception as error:  # what cannot be read is left out of the answer
+            logger.debug("waiting: %s failed: %r", method_name, error)
+            return None
+
+    queue_name = str(job.get("jobQueue") or "")
+    snapshot = read("get_job_queue_snapshot", jobQueue=queue_name) if queue_name else None
+    queues = (read("describe_job_queues", jobQueues=[queue_name]) or {}).get("jobQueues") or []
+    queue = queues[0] if queues else None
+    names = [entry["computeEnvironment"] for entry in (queue or {}).get("computeEnvironmentOrder") or ()]
+    environments = (read("describe_compute_environments", computeEnvironments=names) or {}).get(
+        "computeEnvironments") or [] if names else []
+    resources = []
+    for entry in (job.get("consumableResourceProperties") or {}).get("consumableResourceList") or ():
+        found = read("describe_consumable_resource", consumableResource=entry.get("consumableResource"))
+        if found:
+            resources.append(found)
+    return why_waiting(job, snapshot=snapshot, queue=queue, environments=environments,
+                       resources=resources)

@@ -100,3 +100,54 @@ def test_needs_and_place_read_batchs_shapes():
     child = {"jobId": "p:3", "jobArn": ARN.format("p:3")}
     assert place_in_queue(child, snapshot("x", "p")) == 2  # an array child: its array's place
     assert place_in_queue(child, None) is None
+
+
+def test_a_child_listed_on_its_own_takes_its_own_place():
+    child = {"jobId": "p:1", "jobArn": ARN.format("p:1")}
+    assert place_in_queue(child, snapshot("p:0", "p:1")) == 2
+    assert place_in_queue({"jobId": "p"}, snapshot("x", "p")) == 2
+    assert place_in_queue({"jobId": "q"}, snapshot("x", "p")) is None
+
+
+def hold(path):
+    import pathlib
+    import time
+
+    while not pathlib.Path(path).exists():
+        time.sleep(0.02)
+    return "released"
+
+
+@pytest.mark.slow
+def test_look_up_on_the_emulator_names_the_queue_place_and_capacity(local_env, tmp_path):
+    import concurrent.futures
+    import time
+
+    from batchfutures import BatchExecutor
+    from batchfutures.waiting import look_up
+
+    release = tmp_path / "release"
+    ex = BatchExecutor(local_env, vcpus=2)  # the emulator's 2 vCPUs: one call at a time
+    try:
+        first = ex.submit(hold, str(release))
+        second = ex.with_settings(tags={"second": "1"}).submit(hold, str(release))  # its own job
+        for future in (first, second):  # sent now, not after the coalescing window
+            with pytest.raises(concurrent.futures.TimeoutError):
+                future.result(timeout=0.01)
+        deadline = time.monotonic() + 60
+        while True:
+            described = local_env.batch.describe_jobs(jobs=[first.job_id, second.job_id])["jobs"]
+            statuses = {job["jobId"]: job for job in described}
+            if (statuses[first.job_id]["status"], statuses[second.job_id]["status"]) == (
+                    "RUNNING", "RUNNABLE"):
+                break
+            assert time.monotonic() < deadline, [job["status"] for job in described]
+            time.sleep(0.05)
+        waiting = look_up(local_env.batch, statuses[second.job_id])
+        assert waiting.reason == "capacity-full" and waiting.position == 1, waiting
+        assert "2 of 2 vCPUs" in str(waiting)
+        assert look_up(local_env.batch, statuses[first.job_id]) is None
+    finally:
+        release.write_text("go")
+        ex.shutdown(wait=True)
+    assert first.result() == second.result() == "released"
