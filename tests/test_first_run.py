@@ -173,7 +173,7 @@ def box(tmp_path_factory):
             queue_name = outputs["JobQueue"].rsplit("/", 1)[1]
             made = batch.create_job_queue(
                 jobQueueName=queue_name, priority=1,
-                computeEnvironmentOrder=[{"order": 1, "computeEnvironment": "local"}])
+                computeEnvironmentOrder=[{"order": 1, "computeEnvironment": "batchfutures-local"}])
             assert made["jobQueueArn"] == outputs["JobQueue"]  # the output names it
             batch.register_job_definition(
                 jobDefinitionName=outputs["JobDefinition"], type="container",
