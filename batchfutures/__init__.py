@@ -39,6 +39,11 @@ _EXPORTS = {
     "progress": "progress",
     "node": "worker.nodes",
     "NodeInfo": "worker.nodes",
+    "Retries": "retrypolicy",
+    "checkpoint": "checkpoints",
+    "restored": "checkpoints",
+    "interrupted": "checkpoints",
+    "BudgetExceededError": "errors",
 }
 
 __all__ = [
@@ -69,12 +74,19 @@ __all__ = [
     "node",
     "NodeInfo",
     "register_joblib",
+    "Retries",
+    "checkpoint",
+    "restored",
+    "interrupted",
+    "BudgetExceededError",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .checkpoints import checkpoint, interrupted, restored
     from .environments import AWSBatchEnvironment, LocalEnvironment
     from .errors import (
         BatchError,
+        BudgetExceededError,
         ConfigurationError,
         DependencyFailedError,
         DryRunResult,
@@ -94,6 +106,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .executor import BatchExecutor
     from .futures import BatchFuture
     from .progress import progress
+    from .retrypolicy import Retries
     from .settings import JobSettings, parse_memory
     from .worker.nodes import NodeInfo, node
 

@@ -189,7 +189,7 @@ def slices(session: Session, settings: JobSettings, fn: Callable[..., Any], iter
     check_map_call(fn, iterables, chunksize)
     session._check_open()
     # SerializationError before any upload; the map holds the pickle, not the callable
-    function_pickle = session.pickle_function(fn)  # with the initializer, if any
+    function_pickle = session.pickle_function(fn, settings.retry_policy)  # with the initializer
     single = len(iterables) == 1
     items = iter(iterables[0]) if single else zip(*iterables)
     plan = MapPlan(session, settings, function_pickle, single, job_name_for(fn), per_child)

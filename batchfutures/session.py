@@ -28,7 +28,7 @@ import uuid
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-from . import batchapi, logs, serialization, shipfiles, wire
+from . import batchapi, logs, retrypolicy, serialization, shipfiles, wire
 from .batchlimits import MAX_ARRAY_SIZE
 from .cache import CallCache, has_future
 from .coalescer import Coalescer
@@ -43,6 +43,7 @@ from .errors import (
 from .futures import BatchFuture
 from .jobs import TrackedJob, settle
 from .poller import LOG_TAIL_LINES, Poller
+from .retrypolicy import Retries
 from .settings import JobSettings
 from .statuses import JobStatus
 from .submission import (
@@ -323,10 +324,12 @@ class Session:
     def submitted_jobs(self) -> List[str]:
         return self.submitter.submitted_jobs
 
-    def pickle_function(self, fn: Callable) -> bytes:
+    def pickle_function(self, fn: Callable, retry_policy: Optional[Retries] = None) -> bytes:
         """``fn``'s pickle as the worker loads it: with an initializer, both in one dumps, so
-        they share one module namespace there (serialization.dumps_function)."""
-        return serialization.dumps_function(fn, self.initializer, by_value=self.by_value)
+        they share one module namespace there (serialization.dumps_function); under a Retries
+        policy that lists exceptions, as retrypolicy.Retrying (the worker's retry decision)."""
+        return serialization.dumps_function(retrypolicy.wrap(fn, retry_policy), self.initializer,
+                                            by_value=self.by_value)
 
     # -- submit and coalescing ---------------------------------------------------------------
     def submit(self, settings: JobSettings, fn: Callable, args: tuple, kwargs: dict) -> BatchFuture:
@@ -349,7 +352,7 @@ class Session:
         key = (settings, tuple(sorted(upstream.unfinished)))
         # SerializationError now, before anything is uploaded
         pickled = self.coalescer.known_pickle(key, fn) or \
-            self.pickle_function(fn)
+            self.pickle_function(fn, settings.retry_policy)
         wire.pack_items([(0, args, kwargs)], by_value=self.by_value)
         if cacheable and self._follow_or_register(settings, pickled, args, kwargs, future):
             return future
