@@ -8,11 +8,11 @@ job (an out-of-memory retry, a Spot fallback) keeps the attempts of its earlier 
 
 from __future__ import annotations
 
-from typing import Any, List, Mapping, NamedTuple, Optional, Sequence
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence
 
 from .spot import is_reclaim
 
-__all__ = ["Attempt", "attempts_from", "reclaims_in"]
+__all__ = ["Attempt", "attempts_from", "reclaims_in", "AttemptsReader"]
 
 
 class Attempt(NamedTuple):
@@ -51,3 +51,29 @@ def attempts_from(description: Mapping[str, Any]) -> List[Attempt]:
 
 def reclaims_in(attempts: Sequence[Attempt]) -> int:
     return sum(1 for attempt in attempts if attempt.reclaimed)
+
+
+_ENDED = ("SUCCEEDED", "FAILED")
+
+
+class AttemptsReader:
+    """``future.attempts`` of one Batch job's children: DescribeJobs of the child when asked,
+    kept once the child ended (its attempts no longer change)."""
+
+    def __init__(self, batch: Any, job_id: str, array: bool) -> None:
+        self._batch, self._job_id, self._array = batch, job_id, array
+        self._ended: Dict[int, List[Attempt]] = {}
+
+    def __call__(self, child: int) -> List[Attempt]:
+        if child in self._ended:
+            return list(self._ended[child])
+        from . import batchapi
+
+        job_id = f"{self._job_id}:{child}" if self._array else self._job_id
+        described = batchapi.call(self._batch.describe_jobs, jobs=[job_id]).get("jobs") or []
+        if not described:
+            return []
+        attempts = attempts_from(described[0])
+        if described[0].get("status") in _ENDED:
+            self._ended[child] = attempts
+        return list(attempts)

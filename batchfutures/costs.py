@@ -23,7 +23,7 @@ from typing import Any, Mapping, Optional, Sequence
 from . import prices
 
 __all__ = ["Pricing", "Estimate", "estimate", "instance_of", "share_of", "LOCAL", "DEFAULT_FAMILY",
-           "pricing_from"]
+           "pricing_from", "CallPricing"]
 
 DEFAULT_FAMILY = "m6i"  # "optimal"'s general-purpose family (oomretry.DEFAULT_FAMILIES)
 _SIZE_RE = re.compile(r"^([a-z0-9-]+)\.(medium|large|xlarge|([0-9]+)xlarge)$")
@@ -122,3 +122,20 @@ def pricing_from(environments: Sequence[Mapping[str, Any]]) -> Pricing:
             named = str(entry)
             break
     return Pricing("EC2", spot=kind == "SPOT", instance_type=named)
+
+
+@dataclass(frozen=True)
+class CallPricing:
+    """What prices a job's calls: how its queue is priced and what each call holds."""
+
+    pricing: Pricing
+    vcpus: float
+    memory_mib: float
+    gpus: int = 0
+
+    def cost(self, usage: Any) -> Optional[float]:
+        """USD of one call from its usage.Usage (its wall_s); None when it was not measured."""
+        wall_s = getattr(usage, "wall_s", None)
+        if wall_s is None:
+            return None
+        return estimate(float(wall_s), self.vcpus, self.memory_mib, self.pricing, self.gpus).usd

@@ -167,6 +167,35 @@ class BatchFuture(concurrent.futures.Future):
             return None
         return bound.job.item_usage(bound.child, self._item or 0)
 
+    @property
+    def cost(self) -> Optional[float]:
+        """The call's estimated cost in USD (costs.py: its share of what ran it over its
+        measured run time, from the shipped price table; the emulator priced as the equivalent
+        Fargate task); None whenever ``usage`` is None."""
+        if not self.done():
+            return None
+        bound = self._bound()
+        if bound is None:
+            return None
+        # a TrackedJob prices its calls; a job without pricing (a warm call) has no cost here
+        item_cost = getattr(bound.job, "item_cost", None)
+        return item_cost(bound.child, self._item or 0) if item_cost is not None else None
+
+    @property
+    def attempts(self) -> List[Any]:
+        """The call's ended Batch attempts, oldest first (callattempts.Attempt: ``started``,
+        ``stopped``, ``exit_code``, ``reason``, ``job_id``), read from DescribeJobs when asked
+        (one request; none once the call ended and was read); [] before submission. Those of the
+        job it runs in now: a call resubmitted as a new job (retry_on_oom) starts a new list."""
+        bound = self._bound()
+        attempts_of = getattr(bound.job, "attempts_of", None) if bound is not None else None
+        return [] if bound is None or attempts_of is None else list(attempts_of(bound.child))
+
+    @property
+    def reclaims(self) -> int:
+        """How many of its attempts lost their host (a Spot reclaim, a lost EC2 instance)."""
+        return sum(1 for attempt in self.attempts if attempt.reclaimed)
+
     def log(self) -> str:
         """The job's console output: CloudWatch Logs on AWS, the attempt's log file locally."""
         core = self._require_core()

@@ -306,6 +306,10 @@ class TrackedJob:
         # BatchExecutor(echo_output=True): what each call printed is written to this process's
         # sys.stdout/sys.stderr as its future resolves (_settle_child)
         self.echo_output = False
+        # future.attempts and future.cost (set by Submitter.submit_now): a
+        # callattempts.AttemptsReader, and a costs.CallPricing of its calls
+        self.attempts_reader: Optional[Callable[[int], List[Any]]] = None
+        self.pricing: Optional[Any] = None
         # what its futures show and used, once per child (futures.BatchFuture reads them)
         self.statuses = ChildStatuses(len(self.children))
         self.usage = ItemUsage(len(futures) for futures in self.children)
@@ -351,6 +355,16 @@ class TrackedJob:
     def item_usage(self, child: int, position: int) -> Optional[Usage]:
         """What the item at ``position`` of ``child`` used (future.usage); None if not measured."""
         return self.usage.at(child, position)
+
+    def attempts_of(self, child: int) -> List[Any]:
+        """``child``'s ended Batch attempts (future.attempts): DescribeJobs when asked."""
+        return self.attempts_reader(child) if self.attempts_reader is not None else []
+
+    def item_cost(self, child: int, position: int) -> Optional[float]:
+        """USD of the item at ``position`` of ``child`` (future.cost); None if not measured."""
+        if self.pricing is None:
+            return None
+        return self.pricing.cost(self.usage.at(child, position))
 
     def log_text(self, position: int) -> Optional[str]:
         """None: a Batch job's output is its log (CloudWatch Logs, the emulator's files)."""

@@ -10,13 +10,16 @@ what runs still adds to the total: the budget stops spending, it cannot undo it.
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 from typing import Any, Optional
 
 from .errors import BudgetExceededError, ConfigurationError
 
-__all__ = ["Spending", "check_max_cost"]
+__all__ = ["Spending", "check_max_cost", "pricing_of"]
+
+logger = logging.getLogger("batchfutures")
 
 
 def check_max_cost(value: Any) -> Optional[float]:
@@ -66,3 +69,24 @@ class Spending:
             f"max_cost={self.max_cost:g} USD reached (an estimated {spent:.6g} USD spent by this "
             f"executor's finished calls): {calls} call(s) not sent; what runs goes on",
             spent=spent, max_cost=self.max_cost)
+
+
+def pricing_of(env: Any) -> Any:
+    """How an environment's calls are priced (a costs.Pricing): the emulator as Fargate; on AWS
+    from its queue's first enabled compute environment (read once by the caller), else the job
+    definition's platform."""
+    from . import costs
+    from .environments import AWSBatchEnvironment, queue_compute_environments
+
+    if not isinstance(env, AWSBatchEnvironment):  # the emulator (a dry run runs nothing)
+        return costs.LOCAL
+    try:
+        return costs.pricing_from(queue_compute_environments(env.batch, env.job_queue))
+    except Exception as error:  # no describe permission, no queue: the platform alone
+        logger.debug("pricing: the queue's compute environments could not be read: %r", error)
+    platform = None
+    try:
+        platform = env.job_platform()
+    except Exception:
+        pass
+    return costs.Pricing("FARGATE" if platform == "FARGATE" else "EC2")

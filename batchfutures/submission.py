@@ -40,6 +40,8 @@ from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Optional, Tu
 from . import batchapi, logforward, reruns, serialization, wire
 from ._version import __version__
 from .batchlimits import MAX_ARRAY_SIZE, MAX_SUBMIT_PAYLOAD
+from .callattempts import AttemptsReader
+from .costs import CallPricing
 from .errors import (
     ABORT_REASON_PREFIX,
     OOM_REASON_PREFIX,
@@ -50,6 +52,7 @@ from .errors import (
 from .jobdefinitions import check_tags, definition_with_secrets, multinode_definition_from
 from .jobs import TrackedJob, settle
 from .settings import JobSettings
+from .spending import Spending, pricing_of
 
 if TYPE_CHECKING:
     from .environments import Environment
@@ -136,6 +139,10 @@ def build_request(settings: JobSettings, *, name: str, job_queue: str, job_defin
         "tags": tags,
         "propagateTags": True,
     }
+    if settings.consumes:  # Batch's consumable resources (licences, connections) it holds
+        request["consumableResourcePropertiesOverride"] = {"consumableResourceList": [
+            {"consumableResource": name, "quantity": quantity}
+            for name, quantity in settings.consumes]}
     if settings.nodes > 1:  # one multi-node parallel job: every node runs the same container
         request["nodeOverrides"] = multinode_overrides(settings.nodes,
                                                        request.pop("containerOverrides"))
@@ -310,6 +317,10 @@ class Submitter:
         self._placeable_mib: Any = _UNREAD  # retry_on_oom's cap, read at its first use
         # cache=True: writes the job's cache index before SubmitJob (cache.CallCache.write_index)
         self.before_submit: Optional[Callable[[Any, PendingJob, str], None]] = None
+        # max_cost= and ex.cost: the estimate of the calls that ended (spending.py); how the
+        # queue's calls are priced (costs.Pricing), read at the first submission
+        self.spending = Spending()
+        self._pricing: Any = _UNREAD
 
     # -- pacing ----------------------------------------------------------------------------
     def submit(self, job: PendingJob) -> None:
@@ -384,6 +395,8 @@ class Submitter:
     # -- one Batch job -----------------------------------------------------------------------
     def submit_now(self, job: PendingJob) -> TrackedJob:
         """Upload one Batch job's payload, submit it, and hand it to the poller."""
+        # max_cost reached: BudgetExceededError, before anything is uploaded or sent
+        self.spending.check(sum(len(group) for group in job.futures))
         self._check_queue_once()
         storage = self._storage
         job_key = uuid.uuid4().hex
@@ -464,6 +477,13 @@ class Submitter:
                              item_counts=job.item_counts if job.per_child else None,
                              runnable_timeout=job.settings.runnable_timeout)
         tracked.echo_output = self.echo_output
+        tracked.attempts_reader = AttemptsReader(self._env.batch, job_id, len(job.blobs) > 1)
+        if self._pricing is _UNREAD:
+            self._pricing = pricing_of(self._env)
+        tracked.pricing = CallPricing(self._pricing, job.settings.vcpus, memory, job.settings.gpus)
+        for group in job.futures:  # each call's cost is counted as it ends (max_cost, ex.cost)
+            for future in group:
+                future.add_done_callback(self.spending.count)
         if job.settings.retry_on_oom and job.settings.nodes == 1:  # not multi-node jobs
             tracked.retry = self._oom_retry(job)
         if job.depends_on and job.settings.nodes == 1:
