@@ -457,6 +457,7 @@ class WarmPool:
         self.env = session.env
         self.storage = session.storage
         self.settings = settings
+        self.memory_mib = settings.memory_mib(self.env.definition_memory())
         self.run_id = session.run_id
         key = uuid.uuid4().hex[:8]
         self.pool_url = self.storage.url("runs", self.run_id, "warm", key)
@@ -511,7 +512,7 @@ class WarmPool:
     # -- set-up ------------------------------------------------------------------------------
     def _write_config(self) -> None:
         settings = self.settings
-        memory = self.memory_mib = settings.memory_mib(self.env.definition_memory())
+        memory = self.memory_mib
         config = {"queue": self.queue, "completions": self.completions, "sqs": self.spec,
                   "keepalive": settings.keepalive, "visibility": VISIBILITY_TIMEOUT,
                   "timeout": settings.timeout, "attempts": settings.retries,
