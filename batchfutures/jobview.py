@@ -23,12 +23,13 @@ function raised is SUCCEEDED for Batch: only storage knows). `BatchExecutor.job(
 from __future__ import annotations
 
 import datetime
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from botocore.exceptions import ClientError
 
-from . import batchapi, jobdetail, wire
+from . import batchapi, jobdetail, waiting, wire
 from . import logs as logreader
 from .batchapi import BatchAPI
 from .errors import JobMetadataExpired
@@ -125,6 +126,7 @@ class JobInfo:
     _usage_reader: Optional[Callable[[], JobUsage]] = field(default=None, repr=False,
                                                             compare=False)
     _usage: Optional[JobUsage] = field(default=None, repr=False, compare=False)
+    _waiting_reader: Optional[Callable[[], Any]] = field(default=None, repr=False, compare=False)
 
     @property
     def is_array(self) -> bool:
@@ -159,6 +161,16 @@ class JobInfo:
                 raise RuntimeError("this JobInfo was made without storage to read usage from")
             self._usage = self._usage_reader()
         return self._usage
+
+    @property
+    def waiting(self) -> Optional[Any]:
+        """Why a RUNNABLE job waits (a ``waiting.Waiting``: ``reason``, ``message``, its
+        ``position`` among the first 100 RUNNABLE jobs of its queue), read from Batch when asked
+        (GetJobQueueSnapshot, its queue and compute environments, its consumable resources);
+        None when it is not RUNNABLE."""
+        if self.status != "RUNNABLE" or self._waiting_reader is None:
+            return None
+        return self._waiting_reader()
 
     def log(self, index: Optional[int] = None) -> str:
         """The console output of the job's latest attempt; of child ``index`` for an array."""
@@ -257,6 +269,7 @@ def describe(batch_client: BatchAPI, job_id: str, *, logs: Optional[LogsAPI] = N
         info.children = [listed[i] for i in sorted(listed)]
     if logs is not None:
         info._log_reader = _log_reader(batch_client, logs, info, log_group)
+    info._waiting_reader = functools.partial(waiting.look_up, batch_client, description)
     return info
 
 

@@ -147,6 +147,9 @@ def test_look_up_on_the_emulator_names_the_queue_place_and_capacity(local_env, t
         assert waiting.reason == "capacity-full" and waiting.position == 1, waiting
         assert "2 of 2 vCPUs" in str(waiting)
         assert look_up(local_env.batch, statuses[first.job_id]) is None
+        shown = ex.job(second.job_id).waiting  # the executor's view of the same
+        assert (shown.reason, shown.position) == ("capacity-full", 1)
+        assert ex.job(first.job_id).waiting is None  # it runs
     finally:
         release.write_text("go")
         ex.shutdown(wait=True)
