@@ -48,3 +48,28 @@ def test_valid(kwargs, expected):
 def test_invalid(kwargs, message):
     with pytest.raises(ConfigurationError, match=message):
         JobSettings.from_kwargs(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs, check", [
+    (dict(consumes={"licence": 1, "arn:aws:batch:us-east-1:123456789012:consumable-resource/db": 2}),
+     lambda r: r["consumableResourcePropertiesOverride"] == {"consumableResourceList": [
+         {"consumableResource": "arn:aws:batch:us-east-1:123456789012:consumable-resource/db",
+          "quantity": 2},
+         {"consumableResource": "licence", "quantity": 1}]}),
+    (dict(), lambda r: "consumableResourcePropertiesOverride" not in r),
+    (dict(retries=Retries(4, on=(Throttled,))), lambda r: r["retryStrategy"]["attempts"] == 4),
+    (dict(retries=3), lambda r: r["retryStrategy"]["attempts"] == 3),
+])
+def test_the_request_carries_consumes_and_the_policys_attempts(kwargs, check):
+    import botocore.session
+    from botocore.validate import ParamValidator
+
+    from batchfutures.submission import build_request
+
+    built = build_request(JobSettings.from_kwargs(**kwargs), name="bf-f", job_queue="q",
+                          job_definition="d", command=["python"], size=2, memory_mib=2048,
+                          run_id="r", user="u")
+    assert check(built), built
+    model = botocore.session.get_session().get_service_model("batch")
+    report = ParamValidator().validate(built, model.operation_model("SubmitJob").input_shape)
+    assert not report.has_errors(), report.generate_report()
