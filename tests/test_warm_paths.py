@@ -140,6 +140,18 @@ def test_a_future_as_an_argument_is_awaited_and_its_call_runs_on_the_pool(env):
 
 
 @pytest.mark.slow
+def test_a_warm_map_over_a_done_jobs_futures_reads_their_results_on_the_worker(env):
+    with BatchExecutor(env, keepalive=30, max_workers=1, echo_output=False) as ex:
+        cold = ex.with_settings(keepalive=0)
+        done = [cold.submit(square, x) for x in (2, 3)]
+        assert [f.result(timeout=60) for f in done] == [4, 9]
+        futures = ex.map_futures(square, [done[0], 5, done[1]])
+        assert [f.result(timeout=60) for f in futures] == [16, 25, 81]
+        pool = next(iter(ex._session.warm_pools.values()))
+        assert all(f.job_id in pool.workers for f in futures)  # on the warm worker
+
+
+@pytest.mark.slow
 def test_a_failed_or_cancelled_argument_settles_its_dependents(env):
     with BatchExecutor(env, keepalive=30, max_workers=1, echo_output=False) as ex:
         bad = ex.submit(fails, 1)

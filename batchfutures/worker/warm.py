@@ -119,9 +119,11 @@ class Holding:
 class World:
     """What the runner keeps between calls: the functions loaded, the initializer's verdict."""
 
-    def __init__(self, initargs: Optional[bytes], header: Dict[str, Any]) -> None:
+    def __init__(self, initargs: Optional[bytes], header: Dict[str, Any],
+                 storage: Any = None) -> None:
         self.initargs = initargs
         self.header = header
+        self.storage = storage  # where a map item's argument that is a done job's result is
         self.functions: Dict[str, Any] = {}
         self.failed: Dict[str, bytes] = {}
         self.initialized = initargs is None
@@ -166,9 +168,16 @@ class World:
             except Exception as error:
                 items, outcomes = [], [calls.load_failure("the call's arguments", self.header,
                                                           error)] * count
+            resolver = Resolver(self.storage)
+            if items:
+                try:  # a map's item may be a future done by then: its result is read first
+                    resolver.preload(items)
+                except IntegrityError as error:  # nothing of it unpickled; the call fails
+                    items, outcomes = [], [calls.load_failure("an argument's result",
+                                                              self.header, error)] * count
             if items:
                 runner = calls.ItemRunner(None, self.header, 0,  # type: ignore[arg-type]
-                                          Resolver(None), {0: self.functions[url]}, None,
+                                          resolver, {0: self.functions[url]}, None,
                                           self.meter)
                 outcomes = []
                 self.capture.take()  # what was printed between calls is nobody's
@@ -286,7 +295,7 @@ class Runner:
     def __init__(self, pool: Pool, holding: Holding) -> None:
         self.pool = pool
         self.holding = holding
-        self.world = World(pool.initargs, pool.header)
+        self.world = World(pool.initargs, pool.header, pool.storage)
         self.calls = 0
         # a call's tail (its result PUT, completion, DeleteMessage) is sent by these threads
         # while the next call is taken and run: three round trips off each call's path, and
