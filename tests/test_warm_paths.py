@@ -197,3 +197,19 @@ def test_a_call_killed_for_memory_on_every_try_names_its_tries(env):
         assert raised.value.tried_mib == (300, 600)
         assert "retry_on_oom" in str(raised.value)
         assert ex.submit(square, 4).result(timeout=60) == 16
+
+
+def big(n):
+    return b"r" * n
+
+
+@pytest.mark.slow
+def test_on_the_local_queues_only_large_results_are_stored(env):
+    from batchfutures.warmwire import INLINE_LIMIT
+
+    with BatchExecutor(env, keepalive=30, max_workers=1, echo_output=False) as ex:
+        assert ex.submit(square, 3).result(timeout=60) == 9
+        assert len(ex.submit(big, INLINE_LIMIT + 1000).result(timeout=60)) == INLINE_LIMIT + 1000
+        pool = next(iter(ex._session.warm_pools.values()))
+        stored = [env.storage.has_result(pool.pool_url, n) for n in (0, 1)]
+    assert stored == [False, True]  # the small one came in its completion message alone

@@ -220,3 +220,17 @@ def test_sends_are_batched_within_sqss_limits(sizes, parts):
 def test_settled_completions_are_deleted_ten_at_a_time_or_when_idle(handled, received,
                                                                       oldest, delete):
     assert completions_to_delete(handled, received, oldest) is delete
+
+
+@pytest.mark.parametrize("spec, storage_latency, in_messages", [
+    ({"local": "/f"}, 0, True),  # the emulator's queues: the completion is the record
+    ({"local": "/f", "latency": 0.01}, 0, False),  # AWS's latencies injected: as on AWS
+    ({"local": "/f"}, 0.03, False),
+    ({"region": "us-east-1"}, 0, False),  # SQS: the result object is written first, once
+])
+def test_small_results_ride_only_in_their_completions_on_the_local_queues(spec,
+                                                                          storage_latency,
+                                                                          in_messages):
+    from batchfutures.warmwire import results_in_messages
+
+    assert results_in_messages(spec, storage_latency) is in_messages
