@@ -23,7 +23,9 @@ Data flow (one pool per distinct JobSettings of a Session, as with_settings view
                                              │                                  runs the call,
                                              │    ChangeMessageVisibility(V)   <─ every V/3 s
                                              │                                  PUT results/<n>
-                                             │                                  once (exclusive)
+                                             │                                  once (exclusive;
+                                             │                                  local queues:
+                                             │                                  large ones only)
                                  completions queue <pool>-done <──── SendMessage({n, worker,
                                              │                         sealed result inline})
                                              │                      DeleteMessage(work)
@@ -50,16 +52,22 @@ worker fails that call with MemoryLimitExceeded and starts a new runner; a call 
 ``timeout`` is killed by the worker (JobTimeoutError): timeout is per call here, not the
 worker job's. The call's own exception comes back as itself, as on the cold path.
 
+On the emulator's local queues a result under INLINE_LIMIT is not stored at all: its sealed
+completion message is the record (warmwire.results_in_messages) and the first completion of a
+call settles it, a later one is dropped (_complete).
+
 Costs per call (benchmarks/bench_warm.py): SQS 3 requests by the worker (receive, completion,
 delete) and about 1 by the client (sends, completion receives and deletes in batches), storage
-1 PUT (the result) and no GET when the result is under 180 KiB; Batch 0 (SubmitJob per worker,
-DescribeJobs per WATCH_EVERY for the whole pool).
+1 PUT (the result) on AWS and none on the local queues, no GET when the result is under
+180 KiB; Batch 0 (SubmitJob per worker, DescribeJobs per WATCH_EVERY for the whole pool).
 
-Not on the warm path (they use the cold path's jobs): futures as arguments, cache=True,
-nodes > 1, retry_on_oom. A client killed outright leaves its queues: its workers exit after
-keepalive seconds without calls; the queues are tagged ``batchfutures:run`` (and expire after
-MESSAGE_RETENTION with nothing in them; removing the queues themselves is cleanup's, a later
-slice).
+Besides plain calls: a future among submit's arguments is awaited here, on the client, and the
+call then sent (submit_warm, WarmPool.add_after); retry_on_oom sends a call killed for memory
+to the pool of the settings with more memory (_retried_for_memory, oom_retry_settings); a dry
+run builds what a pool would send and sends nothing (WarmDryRun). nodes > 1 stays on the cold
+path (runs_warm). A client killed outright leaves its queues: its workers exit after keepalive
+seconds without calls; the queues are tagged ``batchfutures:run`` (and expire after
+MESSAGE_RETENTION with nothing in them); ``batchfutures cleanup`` removes them (cleanup.py).
 """
 
 from __future__ import annotations
