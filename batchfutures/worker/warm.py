@@ -21,7 +21,9 @@ a ProcessPoolExecutor worker does.
                                                       prints captured, usage metered)
                                                     release(); then, on one of 4 threads
                                                       while the next call is taken and run:
-                                                    PUT results/<n> once (exclusive)
+                                                    PUT results/<n> once (exclusive; on
+                                                      the local queues only a large one:
+                                                      warmwire.results_in_messages)
                                                     SendMessage(completions, {n, worker,
                                                       the sealed result when small})
                                                     DeleteMessage
