@@ -1,0 +1,151 @@
+"""Issue 33 end to end on the embedded emulator: retries by exception, checkpoints across a
+reclaim, consumable resources. Real worker processes (the slow tier); nothing of ours is mocked."""
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+import batchfutures
+from batchfutures import BatchExecutor, Retries
+from batchfutures.emulator.faults import FaultProfile
+
+pytestmark = pytest.mark.slow
+
+
+class Throttled(Exception):
+    pass
+
+
+def fails_twice(counter):
+    """Raise Throttled on the first two runs (counted in a file), then succeed."""
+    path = Path(counter)
+    with path.open("a") as out:
+        out.write(f"{time.time()}\n")
+    runs = len(path.read_text().splitlines())
+    if runs < 3:
+        raise Throttled(f"run {runs}")
+    return runs
+
+
+def fails_with(kind, counter):
+    with Path(counter).open("a") as out:
+        out.write("x\n")
+    raise kind("not listed")
+
+
+def wait_for(predicate, timeout=60.0, what="the condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_listed_exception_is_retried_with_its_delays_and_the_attempts_recorded(local_env, tmp_path):
+    counter = tmp_path / "runs"
+    with BatchExecutor(local_env, retries=Retries(3, on=(Throttled,), backoff=0.3)) as ex:
+        future = ex.submit(fails_twice, str(counter))
+        assert future.result(timeout=120) == 3
+        starts = [float(line) for line in counter.read_text().splitlines()]
+        assert len(starts) == 3
+        assert starts[1] - starts[0] >= 0.3 and starts[2] - starts[1] >= 0.6  # backoff doubles
+        attempts = future.attempts
+        assert [a.exit_code for a in attempts] == [75, 75, 0]
+        assert all(a.started and a.stopped and a.stopped >= a.started for a in attempts)
+        assert future.reclaims == 0
+
+
+def test_an_exception_not_listed_is_not_retried(local_env, tmp_path):
+    counter = tmp_path / "runs"
+    with BatchExecutor(local_env, retries=Retries(3, on=(Throttled,), backoff=0)) as ex:
+        future = ex.submit(fails_with, ValueError, str(counter))
+        with pytest.raises(ValueError, match="not listed"):
+            future.result(timeout=120)
+        assert counter.read_text() == "x\n" and [a.exit_code for a in future.attempts] == [0]
+
+
+def flaky_item(index, folder):
+    marker = Path(folder) / str(index)
+    first = not marker.exists()
+    marker.write_text("ran")
+    if index == 1 and first:
+        raise Throttled("the first run of item 1")
+    return index * 10
+
+
+def test_only_the_failed_child_of_an_array_runs_again(local_env, tmp_path):
+    with BatchExecutor(local_env, retries=Retries(2, on=(Throttled,), backoff=0)) as ex:
+        futures = ex.map_futures(flaky_item, range(3), [str(tmp_path)] * 3)
+        assert [f.result(timeout=120) for f in futures] == [0, 10, 20]
+        assert [len(f.attempts) for f in futures] == [1, 2, 1]
+
+
+def until_interrupted(folder):
+    """A long call that checkpoints as it goes and when it is told to stop."""
+    folder = Path(folder)
+    state = batchfutures.restored()
+    if state is not None:  # a later attempt: carry on from the checkpoint
+        return ("restored", state)
+    (folder / "pid").write_text(str(os.getpid()))
+    steps = 0
+    while not batchfutures.interrupted():
+        steps += 1
+        batchfutures.checkpoint(("steps", steps))
+        time.sleep(0.01)
+    batchfutures.checkpoint(("interrupted at", steps))
+    (folder / "interrupted").write_text(str(steps))
+    time.sleep(600)  # the kill comes
+
+
+def test_a_checkpoint_survives_the_kill_that_follows_sigterm(local_env, tmp_path):
+    with BatchExecutor(local_env, retries=2) as ex:
+        future = ex.submit(until_interrupted, str(tmp_path))
+        pid = int(wait_for(lambda: (tmp_path / "pid").exists() and (tmp_path / "pid").read_text(),
+                           what="the call to start"))
+        os.kill(pid, signal.SIGTERM)  # what ECS sends first when Spot takes the host back
+        steps = int(wait_for(lambda: (tmp_path / "interrupted").exists()
+                             and (tmp_path / "interrupted").read_text(), what="interrupted()"))
+        os.kill(pid, signal.SIGKILL)  # and then, after the notice
+        assert future.result(timeout=120) == ("restored", ("interrupted at", steps))
+        assert [a.exit_code for a in future.attempts][-1] == 0 and len(future.attempts) == 2
+
+
+def test_the_emulators_spot_reclaim_then_the_checkpoint_on_the_next_attempt(local_env, tmp_path):
+    local_env.emulator.set_faults(FaultProfile(spot_reclaim_rate=1.0, spot_reclaim_after=3.0,
+                                               spot_notice=1.0))
+    with BatchExecutor(local_env, retries=2) as ex:
+        future = ex.submit(until_interrupted, str(tmp_path))
+        wait_for(lambda: (tmp_path / "pid").exists(), what="the call to start")
+        # its next attempt is not reclaimed; the notice (read when Spot reclaims) stays short
+        local_env.emulator.set_faults(FaultProfile(spot_notice=1.0))
+        kind, state = future.result(timeout=120)
+        assert kind == "restored" and state[0] in ("steps", "interrupted at")
+        if (tmp_path / "interrupted").exists():  # SIGTERM came once the call could act on it
+            assert state == ("interrupted at", int((tmp_path / "interrupted").read_text()))
+        assert future.reclaims == 1
+        assert future.attempts[0].reason == "Your Spot Task was interrupted."
+
+
+def one_at_a_time(index, folder):
+    """Record when this call held the licence."""
+    started = time.time()
+    time.sleep(0.3)
+    (Path(folder) / str(index)).write_text(f"{started} {time.time()}")
+    return index
+
+
+def test_consumes_holds_a_call_until_its_licence_is_free(local_env, tmp_path):
+    local_env.batch.create_consumable_resource(consumableResourceName="licence", totalQuantity=1,
+                                               resourceType="REPLENISHABLE")
+    with BatchExecutor(local_env, vcpus=0.5) as ex:  # room for 4 at once: the licence decides
+        licensed = ex.with_settings(consumes={"licence": 1})
+        futures = licensed.map_futures(one_at_a_time, range(4), [str(tmp_path)] * 4)
+        assert [f.result(timeout=120) for f in futures] == [0, 1, 2, 3]
+    spans = sorted(tuple(map(float, (tmp_path / str(i)).read_text().split())) for i in range(4))
+    for (_, end), (start, _) in zip(spans, spans[1:]):
+        assert start >= end  # never two at once
