@@ -60,11 +60,19 @@ class AttemptsReader:
     """``future.attempts`` of one Batch job's children: DescribeJobs of the child when asked,
     kept once the child ended (its attempts no longer change)."""
 
-    def __init__(self, batch: Any, job_id: str, array: bool) -> None:
+    def __init__(self, batch: Any, job_id: str, array: bool,
+                 earlier: Optional[Sequence[Sequence[Attempt]]] = None) -> None:
+        """``earlier``: per child, its attempts in the jobs it ran in before this one (a Spot
+        fallback's), listed first."""
         self._batch, self._job_id, self._array = batch, job_id, array
+        self._earlier = [list(attempts) for attempts in earlier or ()]
         self._ended: Dict[int, List[Attempt]] = {}
 
     def __call__(self, child: int) -> List[Attempt]:
+        before = self._earlier[child] if child < len(self._earlier) else []
+        return before + self._read(child)
+
+    def _read(self, child: int) -> List[Attempt]:
         if child in self._ended:
             return list(self._ended[child])
         from . import batchapi

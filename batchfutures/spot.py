@@ -14,11 +14,14 @@ errors.HOST_LOST_PREFIXES. A draining host's task that never started is a start 
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Optional
+import logging
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional
 
-from .errors import HOST_LOST_PREFIXES
+from .errors import HOST_LOST_PREFIXES, HostTerminatedError
 
-__all__ = ["is_reclaim", "reclaims", "next_queue", "SPOT_INTERRUPTED_REASON"]
+logger = logging.getLogger("batchfutures")
+
+__all__ = ["is_reclaim", "reclaims", "next_queue", "SPOT_INTERRUPTED_REASON", "SpotFallback"]
 
 SPOT_INTERRUPTED_REASON = "Your Spot Task was interrupted."
 _RECLAIMED = tuple(prefix.lower() for prefix in HOST_LOST_PREFIXES)
@@ -42,3 +45,56 @@ def next_queue(reclaimed: int, spot_attempts: Optional[int], queue: str,
     if not spot_attempts or not fallback or fallback == queue:
         return None
     return fallback if reclaimed >= spot_attempts else None
+
+
+class SpotFallback:
+    """A TrackedJob's ``retry`` when its settings have ``spot_attempts``: a child Batch failed
+    after its host was taken back ``spot_attempts`` times goes to ``fallback`` (one new Batch job
+    of those children, sent by ``resubmit(job, children, queue, earlier_attempts)``); any other
+    failure is ``inner``'s to decide (an oomretry.OomRetry under retry_on_oom), else fails as
+    usual. Called on the poller thread only (TrackedJob.apply)."""
+
+    def __init__(self, spot_attempts: int, queue: str, fallback: Optional[str],
+                 resubmit: Callable[..., Any], inner: Any = None) -> None:
+        self.spot_attempts, self.queue, self.fallback = spot_attempts, queue, fallback
+        self._resubmit, self.inner = resubmit, inner
+
+    # what TrackedJob and the poller ask of a job's retry: the inner one's, when there is one
+    @property
+    def raised(self) -> bool:
+        return bool(self.inner is not None and self.inner.raised)
+
+    @property
+    def history(self) -> Dict[int, Any]:
+        return self.inner.history if self.inner is not None else {}
+
+    def unplaceable_error(self, index: int, memory_mib: Optional[int], reason: str) -> BaseException:
+        assert self.inner is not None  # only asked for children in ``history``
+        return self.inner.unplaceable_error(index, memory_mib, reason)
+
+    def decide(self, job: Any, errors: Mapping[int, BaseException]) -> Dict[int, Optional[BaseException]]:
+        """None for each child sent to the fallback queue (its futures now belong to the new
+        job); the inner retry's verdicts for the others."""
+        moving: Dict[int, List[Any]] = {}
+        for index, error in sorted(errors.items()):
+            if not isinstance(error, HostTerminatedError):
+                continue
+            attempts = job.attempts_of(index)
+            reclaimed = sum(1 for attempt in attempts if attempt.reclaimed)
+            if next_queue(reclaimed, self.spot_attempts, self.queue, self.fallback):
+                moving[index] = attempts
+        decided: Dict[int, Optional[BaseException]] = {}
+        if self.inner is not None:
+            rest = {i: e for i, e in errors.items() if i not in moving}
+            decided.update(self.inner.decide(job, rest) if rest else {})
+        if moving:
+            assert self.fallback is not None
+            try:
+                self._resubmit(job, sorted(moving), self.fallback,
+                               [moving[i] for i in sorted(moving)])
+            except Exception as failure:  # they fail as usual, with their reclaim
+                logger.warning("batchfutures: could not send %d reclaimed child(ren) of %s to %s: "
+                               "%s", len(moving), job.job_id, self.fallback, failure)
+            else:
+                decided.update({index: None for index in moving})
+        return decided

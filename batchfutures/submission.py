@@ -24,6 +24,7 @@ not SEQUENTIAL arrays). A finished child's futures wake the poller, whose loop c
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import getpass
 import json
@@ -53,6 +54,7 @@ from .jobdefinitions import check_tags, definition_with_secrets, multinode_defin
 from .jobs import TrackedJob, settle
 from .settings import JobSettings
 from .spending import Spending, pricing_of
+from .spot import SpotFallback
 
 if TYPE_CHECKING:
     from .environments import Environment
@@ -135,7 +137,9 @@ def build_request(settings: JobSettings, *, name: str, job_queue: str, job_defin
         "jobQueue": job_queue,
         "jobDefinition": job_definition,
         "containerOverrides": overrides,
-        "retryStrategy": {"attempts": settings.retries, "evaluateOnExit": RETRY_RULES},
+        # spot_attempts: at most that many attempts on the Spot queue, then spot.SpotFallback
+        "retryStrategy": {"attempts": settings.spot_attempts or settings.retries,
+                          "evaluateOnExit": RETRY_RULES},
         "tags": tags,
         "propagateTags": True,
     }
@@ -244,6 +248,10 @@ class PendingJob:
     # a rerun of dependents (Submitter.rerun): upstream results that moved, (first job_url,
     # child, current job_url, child); the worker's Resolver reads them there (header "redirects")
     redirects: Optional[List[Tuple[str, int, str, int]]] = None
+    # a Spot fallback (Submitter.fall_back, never paced): the queue it goes to, and per child
+    # its attempts in the job it left (future.attempts lists them first)
+    queue: Optional[str] = None
+    earlier_attempts: Optional[List[List[Any]]] = None
 
     def _with(self, keep: List[int], depends_on: List[Dict[str, str]]) -> "PendingJob":
         return PendingJob(self.settings, self.function_pickles, [self.blobs[i] for i in keep],
@@ -403,7 +411,8 @@ class Submitter:
         job_url = storage.job_url(self._run_id, job_key)
         items = sum(job.item_counts)
         memory = job.settings.memory_mib(self._env.definition_memory())
-        request = build_request(job.settings, name=job.name, job_queue=self._queue_for(job.settings),
+        request = build_request(job.settings, name=job.name,
+                                job_queue=job.queue or self._queue_for(job.settings),
                                 job_definition=self._definition_for(job.settings),
                                 command=self._env.worker_command(job_url), size=len(job.blobs),
                                 memory_mib=memory, run_id=self._run_id, user=user_tag(),
@@ -477,7 +486,8 @@ class Submitter:
                              item_counts=job.item_counts if job.per_child else None,
                              runnable_timeout=job.settings.runnable_timeout)
         tracked.echo_output = self.echo_output
-        tracked.attempts_reader = AttemptsReader(self._env.batch, job_id, len(job.blobs) > 1)
+        tracked.attempts_reader = AttemptsReader(self._env.batch, job_id, len(job.blobs) > 1,
+                                                 job.earlier_attempts)
         if self._pricing is _UNREAD:
             self._pricing = pricing_of(self._env)
         tracked.pricing = CallPricing(self._pricing, job.settings.vcpus, memory, job.settings.gpus)
@@ -486,6 +496,11 @@ class Submitter:
                 future.add_done_callback(self.spending.count)
         if job.settings.retry_on_oom and job.settings.nodes == 1:  # not multi-node jobs
             tracked.retry = self._oom_retry(job)
+        if job.settings.spot_attempts and job.settings.nodes == 1:  # reclaimed: on demand next
+            tracked.retry = SpotFallback(
+                job.settings.spot_attempts, request["jobQueue"], self._fallback_queue(job.settings),
+                functools.partial(self.fall_back, settings=job.settings, name=job.name),
+                inner=tracked.retry)
         if job.depends_on and job.settings.nodes == 1:
             tracked.rerun = functools.partial(self.rerun, settings=job.settings, name=job.name)
         with self._lock:
@@ -541,6 +556,33 @@ class Submitter:
                          per_child=source.item_counts is not None,
                          retried=[ChildHistory((source.job_url, i), ()) for i in children],
                          redirects=reruns.redirects_of([f for group in futures for f in group]))
+        return self.submit_now(job)
+
+    def _fallback_queue(self, settings: JobSettings) -> Optional[str]:
+        """spot_attempts: where a reclaimed call goes, ``fallback_queue=`` else the
+        environment's on-demand queue (None: nowhere; it fails as Batch failed it)."""
+        return settings.fallback_queue or getattr(self._env, "on_demand_job_queue", None)
+
+    def fall_back(self, source: TrackedJob, children: List[int], queue: str,
+                  earlier_attempts: List[List[Any]], *, settings: JobSettings,
+                  name: str) -> TrackedJob:
+        """Children Spot reclaimed ``spot_attempts`` times, as one new Batch job on ``queue``
+        (spot.py). Nothing is uploaded but a header: the worker reads each child's items, and
+        its calls their checkpoints, where they were first stored ("sources")."""
+        from .oomretry import ChildHistory
+
+        history = getattr(source.retry, "history", None) or {}
+        counts = [source.items_in(i) for i in children]
+        for index in children:
+            source.statuses.forget_ending(index)
+        futures = [source.children[i] for i in children]
+        job = PendingJob(dataclasses.replace(settings, spot_attempts=0), [], [b""] * len(children),
+                         counts, futures, chunksize=max(counts), name=name,
+                         per_child=source.item_counts is not None,
+                         retried=[history[i] if i in history else
+                                  ChildHistory((source.job_url, i), ()) for i in children],
+                         redirects=reruns.redirects_of([f for group in futures for f in group]),
+                         queue=queue, earlier_attempts=earlier_attempts)
         return self.submit_now(job)
 
     def _definition_for(self, settings: JobSettings) -> str:

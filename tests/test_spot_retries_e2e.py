@@ -149,3 +149,35 @@ def test_consumes_holds_a_call_until_its_licence_is_free(local_env, tmp_path):
     spans = sorted(tuple(map(float, (tmp_path / str(i)).read_text().split())) for i in range(4))
     for (_, end), (start, _) in zip(spans, spans[1:]):
         assert start >= end  # never two at once
+
+
+def steps_to(total):
+    """Count to ``total`` from the last checkpoint, one checkpoint a step."""
+    step = batchfutures.restored(default=0)
+    while step < total:
+        step += 1
+        batchfutures.checkpoint(step)
+        time.sleep(0.05)
+    return step
+
+
+def test_k_reclaims_on_spot_then_the_next_attempt_on_the_on_demand_queue(local_env):
+    batch = local_env.batch
+    (queue,) = batch.describe_job_queues(jobQueues=[local_env.job_queue])["jobQueues"]
+    batch.create_job_queue(jobQueueName="on-demand", priority=1,
+                           computeEnvironmentOrder=queue["computeEnvironmentOrder"])
+    wait_for(lambda: batch.describe_job_queues(jobQueues=["on-demand"])["jobQueues"][0]["status"]
+             == "VALID", what="the on-demand queue")
+    spot_queue = {queue["jobQueueName"], queue["jobQueueArn"]}  # only this one is Spot
+    local_env.emulator.set_faults(FaultProfile(spot_reclaim_rate=1.0, spot_reclaim_after=0.5,
+                                               spot_notice=0.5, spot_queues=frozenset(spot_queue)))
+    with BatchExecutor(local_env, spot_attempts=2, fallback_queue="on-demand") as ex:
+        future = ex.submit(steps_to, 40)  # 2 s: Spot reclaims it within 0.5 s, every time
+        assert future.result(timeout=120) == 40
+        attempts = future.attempts
+        assert future.reclaims == 2 and [a.reclaimed for a in attempts] == [True, True, False]
+        assert attempts[0].reason == "Your Spot Task was interrupted." and attempts[-1].exit_code == 0
+        first_job, last_job = attempts[0].job_id, attempts[-1].job_id
+        assert first_job != last_job and future.job_id == last_job
+        (described,) = batch.describe_jobs(jobs=[last_job])["jobs"]
+        assert described["jobQueue"].endswith("on-demand")
