@@ -30,6 +30,17 @@ def total(*values, extra=()):
     return sum(values) + sum(extra)
 
 
+def waits_for(path):
+    """Returns 3 once ``path`` exists (the test creates it when it is ready)."""
+    import os
+    import time
+
+    deadline = time.monotonic() + 60
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return 3
+
+
 def fails(x):
     raise ValueError(f"bad {x}")
 
@@ -160,15 +171,25 @@ def test_a_failed_or_cancelled_argument_settles_its_dependents(env):
             dependent.result(timeout=60)
         assert isinstance(raised.value.__cause__, ValueError)
         # a dependent waiting for its argument can be cancelled: it was never sent
-        slow = ex.submit(allocates, 1)
+        gate = env.workdir / "gate"
+        slow = ex.submit(waits_for, str(gate))
         waiting = ex.submit(square, slow)
-        cancelled = waiting.cancel()
-        assert slow.result(timeout=60) == 1
-        if cancelled:
-            assert waiting.cancelled()
-        else:  # the argument was done first and the call sent
-            assert waiting.result(timeout=60) == 1
+        assert waiting.cancel() and waiting.cancelled()
+        gate.touch()
+        assert slow.result(timeout=60) == 3
         assert ex.submit(square, 5).result(timeout=60) == 25  # the pool goes on
+        assert waiting.cancelled()
+        # an argument cancelled before it was sent cancels its dependent
+        second_gate = env.workdir / "second gate"
+        blocker = ex.submit(waits_for, str(second_gate))
+        queued = [ex.submit(square, i) for i in range(window_for(1) + 2)]  # the last not sent
+        dependent = ex.submit(square, queued[-1])
+        assert queued[-1].cancel()
+        assert dependent.cancelled()
+        second_gate.touch()
+        assert blocker.result(timeout=60) == 3
+        assert [f.result(timeout=60) for f in queued[:-1]] == [i * i for i in range(
+            len(queued) - 1)]
 
 
 @pytest.mark.slow
