@@ -24,7 +24,7 @@ import os
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..workdir import make_private_dirs, open_private
 from .model import arn_resource, cluster_arn, compute_environment_arn
@@ -214,19 +214,20 @@ class ComputeEnvironments:
                  if (record := self.load(n)) is not None]
         return [self.default] + [n for _, n in sorted(found)]
 
-    def vcpu_limit(self, name: str) -> Optional[float]:
-        """The vCPUs the environment runs at once (None: the emulator's own, no limit of its
-        own); 0 when it is DISABLED, gone or not VALID."""
+    def capacity(self, name: str) -> Tuple[Optional[float], bool]:
+        """(its maxvCpus, whether it starts jobs now) of an environment: (None, True) for the
+        emulator's own (no limit but the emulator's); a DISABLED environment, one not VALID
+        (or UPDATING) or one gone starts none."""
         if name == self.default:
-            return None
+            return None, True
         record = self.load(name)
-        if record is None or record["state"] != "ENABLED" or record["status"] not in (
-                "VALID", "UPDATING"):
-            return 0.0
-        resources = record.get("computeResources") or {}
+        if record is None:
+            return 0.0, False
         if record["type"] == "UNMANAGED":
-            return float(record.get("unmanagedvCpus") or 0)
-        return float(resources.get("maxvCpus") or 0)
+            most = float(record.get("unmanagedvCpus") or 0)
+        else:
+            most = float((record.get("computeResources") or {}).get("maxvCpus") or 0)
+        return most, record["state"] == "ENABLED" and record["status"] in ("VALID", "UPDATING")
 
     def spot_type(self, name: str) -> Optional[str]:
         """SPOT or FARGATE_SPOT when the environment runs on Spot capacity, else None."""

@@ -324,18 +324,7 @@ class BatchEmulator:
         return self._cached(f"q/{queue}", lambda: self.queues.environments(queue)[0])
 
     def _lane_limit(self, lane: str) -> Tuple[Optional[float], bool]:
-        def compute() -> Tuple[Optional[float], bool]:
-            if lane == self.compute_environment:
-                return None, True
-            record = self.computeenvs.load(lane)
-            if record is None:
-                return 0.0, False
-            limit = self.computeenvs.vcpu_limit(lane)
-            most = float((record.get("computeResources") or {}).get("maxvCpus")
-                         or record.get("unmanagedvCpus") or 0)
-            return most, bool(limit)
-
-        return self._cached(f"ce/{lane}", compute)
+        return self._cached(f"ce/{lane}", lambda: self.computeenvs.capacity(lane))
 
     def _spot_type(self, lane: str) -> Optional[str]:
         return self._cached(f"spot/{lane}", lambda: self.computeenvs.spot_type(lane))

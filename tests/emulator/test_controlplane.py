@@ -82,6 +82,24 @@ def test_a_transition_ends_after_the_delay(status, elapsed, expected):
     assert settled(status, 1000.0, 1000.0 + elapsed, 0.5) == expected
 
 
+def test_what_an_environment_lets_its_jobs_use(tmp_path):
+    folder = tmp_path / "f"
+    folder.mkdir(mode=0o700)
+    store = computeenvs.ComputeEnvironments(folder, "own", max_vcpus=8, delay=0)
+    store.create("ec2", {"type": "MANAGED", "computeResources": EC2})
+    store.create("off", {"type": "MANAGED", "state": "DISABLED", "computeResources": EC2})
+    store.create("mine", {"type": "UNMANAGED", "unmanagedvCpus": 3})
+    assert store.capacity("own") == (None, True)  # the emulator's own: its max_vcpus only
+    assert store.capacity("ec2") == (4.0, True)
+    assert store.capacity("off") == (4.0, False)
+    assert store.capacity("mine") == (3.0, True)
+    assert store.capacity("gone") == (0.0, False)
+    assert store.spot_type("ec2") is None
+    store.create("spot", {"type": "MANAGED", "computeResources": FARGATE})
+    assert store.spot_type("spot") == "FARGATE_SPOT"
+    assert store.names() == ["own", "ec2", "off", "mine", "spot"]
+
+
 # -- over HTTP, with a stock boto3 client ------------------------------------------------------
 @pytest.fixture
 def endpoint(make_emulator):
