@@ -179,6 +179,16 @@ class BatchExecutor(concurrent.futures.Executor):
 
         return describe_in(self._session.env, job_id)
 
+    def logs(self, search: Optional[str] = None, *, failed_only: bool = False) -> List[Any]:
+        """The log lines of this executor's calls so far, across every child of its jobs, that
+        contain ``search`` (all lines when None), as ``logsearch.LogLine`` (job_id, index,
+        timestamp, message); ``failed_only``: only children Batch failed or with a call that
+        raised. One FilterLogEvents per 100 children (batchfutures.logsearch)."""
+        from .logsearch import search as search_logs
+
+        return list(search_logs(self._session.env, list(self._session.submitter.submitted_jobs),
+                                search, failed_only))
+
     def report(self, path: Any) -> str:
         """Write one self-contained HTML page about this executor's jobs so far to ``path``: a
         timeline of every child, status counts, usage and memory advice, each failure with its

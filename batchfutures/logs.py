@@ -50,6 +50,8 @@ class LogsAPI(Protocol):
 
     def get_log_events(self, **params: Any) -> Dict[str, Any]: ...
 
+    def filter_log_events(self, **params: Any) -> Dict[str, Any]: ...  # ex.logs(search=)
+
 
 # -- where a job's log is --------------------------------------------------------------------
 log_stream = jobdetail.log_stream  # the one definition: the current attempt's, else the latest's

@@ -357,7 +357,12 @@ class ItemRunner:
         except MemoryError:
             raise
         except BaseException as error:  # the user's exception (even SystemExit) is an outcome
-            return wire.encode_error(error, traceback.format_exc())
+            tb_text = traceback.format_exc()
+            # the container's log has it too (ex.logs(search="Traceback") finds it); the client
+            # gets it with the outcome, not echoed (batchfutures' records are not forwarded)
+            logger.warning("child %d: the call raised %s\n%s", self._index, type(error).__name__,
+                           tb_text.rstrip("\n"))
+            return wire.encode_error(error, tb_text)
         finally:
             flush_output()
         return wire.encode_ok(value)
