@@ -299,8 +299,6 @@ def run_child(job_url: str, index: int, attempt: Optional[str] = None,
         logger.info("child %d: a result is already written (an earlier attempt finished); "
                     "keeping it, not running again", index)
     else:
-        if context.fork:  # requirements=: the job's environment first on sys.path, before any
-            envs.activate(storage, context.environ)  # payload is unpickled (not in a thread)
         status = _run_and_record(storage, job_url, index, attempt,
                                  0 if node is not None else index, context)
         if status:
@@ -365,6 +363,8 @@ def _run_and_record(storage: "Storage", job_url: str, index: int, attempt: Optio
     output: Optional[Dict[int, Any]] = None
     usage: List[Any] = []
     try:
+        if context.fork:  # requirements=: the job's environment first on sys.path, before any
+            envs.activate(storage, context.environ)  # payload is unpickled (not in a thread)
         header, blob = storage.read_child_inputs(job_url, child)
         output = {} if header.get("output") else None  # echo_output=True: keep what items print
         # checkpoint()/restored() of its calls: kept under the call's first job (a resubmitted
