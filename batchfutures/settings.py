@@ -94,7 +94,7 @@ class JobSettings:
     retry_policy: Optional[Retries] = None
     consumes: Tuple[Tuple[str, int], ...] = ()  # Batch's consumable resources: name -> quantity
     spot_attempts: int = 0  # > 0: after that many Spot reclaims a call goes on demand (spot.py)
-    fallback_queue: Optional[str] = None  # that on-demand queue (else the stack's)
+    fallback_queue: Optional[str] = None  # that on-demand queue (none: a reclaimed call fails)
 
     @classmethod
     def from_kwargs(cls, base: Optional["JobSettings"] = None, **kwargs: Any) -> "JobSettings":

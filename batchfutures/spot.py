@@ -8,7 +8,8 @@ errors.HOST_LOST_PREFIXES. A draining host's task that never started is a start 
 
     spot_attempts=k, on a Spot queue: the job is sent with at most k attempts; once the call
     was reclaimed k times (`reclaims`), its next attempt goes to the on-demand queue
-    (`next_queue`: ``fallback_queue=``, else the stack's on-demand one), where its checkpoint
+    (`next_queue`: ``fallback_queue=``; without one it fails as Batch failed it; the stack has
+    no on-demand-only CPU queue to default to), where its checkpoint
     (checkpoints.py, kept under the call's first job) is read again.
 """
 

@@ -498,7 +498,7 @@ class Submitter:
             tracked.retry = self._oom_retry(job)
         if job.settings.spot_attempts and job.settings.nodes == 1:  # reclaimed: on demand next
             tracked.retry = SpotFallback(
-                job.settings.spot_attempts, request["jobQueue"], self._fallback_queue(job.settings),
+                job.settings.spot_attempts, request["jobQueue"], job.settings.fallback_queue,
                 functools.partial(self.fall_back, settings=job.settings, name=job.name),
                 inner=tracked.retry)
         if job.depends_on and job.settings.nodes == 1:
@@ -557,11 +557,6 @@ class Submitter:
                          retried=[ChildHistory((source.job_url, i), ()) for i in children],
                          redirects=reruns.redirects_of([f for group in futures for f in group]))
         return self.submit_now(job)
-
-    def _fallback_queue(self, settings: JobSettings) -> Optional[str]:
-        """spot_attempts: where a reclaimed call goes, ``fallback_queue=`` else the
-        environment's on-demand queue (None: nowhere; it fails as Batch failed it)."""
-        return settings.fallback_queue or getattr(self._env, "on_demand_job_queue", None)
 
     def fall_back(self, source: TrackedJob, children: List[int], queue: str,
                   earlier_attempts: List[List[Any]], *, settings: JobSettings,
