@@ -704,8 +704,19 @@ class BatchEmulator:
             if self.queues.resolve(queue) != queue or queue_arn(queue) != arn:
                 raise Rejected(f"Resource {arn} not found")
             return _QueueTags(self, queue)
-        raise Rejected(f"Resource {arn} is not a job, job definition or job queue ARN of this "
-                       "account and Region")
+        environment = arn_resource(arn, "compute-environment")
+        if environment is not None:
+            named = self.computeenvs.resolve(environment)
+            if named is None or named == self.compute_environment or compute_environment_arn(named) != arn:
+                raise Rejected(f"Resource {arn} not found")
+            return _StoredTags(self.computeenvs.load, self.computeenvs.write, named)
+        resource = arn_resource(arn, "consumable-resource")
+        if resource is not None:
+            if self.consumables.resolve(resource) != resource or consumable_resource_arn(resource) != arn:
+                raise Rejected(f"Resource {arn} not found")
+            return _StoredTags(self.consumables.load, self.consumables.write, resource)
+        raise Rejected(f"Resource {arn} is not a job, job definition, job queue, compute "
+                       "environment or consumable resource ARN of this account and Region")
 
     def _set_job_tags(self, job: Job, tags: Dict[str, str]) -> None:
         """A job's tags, in its record: written by its owner (this instance, another of this
@@ -1255,6 +1266,22 @@ class _DefinitionTags(_Tagged):
 
     def set(self, tags: Dict[str, str]) -> None:
         self.emulator.definitions.set_tags(self.definition, tags)
+
+
+class _StoredTags(_Tagged):
+    """A compute environment's or consumable resource's tags, in its file."""
+
+    def __init__(self, load: Callable[[str], Optional[Dict[str, Any]]],
+                 write: Callable[[str, Dict[str, Any]], None], name: str) -> None:
+        self._load, self._write, self.name = load, write, name
+
+    def tags(self) -> Dict[str, str]:
+        return dict((self._load(self.name) or {}).get("tags") or {})
+
+    def set(self, tags: Dict[str, str]) -> None:
+        record = self._load(self.name)
+        if record is not None:
+            self._write(self.name, dict(record, tags=dict(tags)))
 
 
 class _QueueTags(_Tagged):

@@ -323,3 +323,20 @@ def test_a_job_larger_than_its_environment_waits_with_batchs_reason(make_emulato
     detail = emu.wait(big)
     assert detail["statusReason"] == f"Canceled by JobStateTimeLimit action due to reason: {reason}"
     assert emu.run(py("pass"), queue="small-q", vcpus=1)["status"] == "SUCCEEDED"
+
+
+def test_compute_environments_and_consumable_resources_carry_tags(endpoint):
+    _, batch = endpoint
+    arn = batch.create_compute_environment(computeEnvironmentName="tagged", type="MANAGED",
+                                           computeResources=EC2, tags={"a": "1"})["computeEnvironmentArn"]
+    assert batch.list_tags_for_resource(resourceArn=arn)["tags"] == {"a": "1"}
+    batch.tag_resource(resourceArn=arn, tags={"b": "2"})
+    batch.untag_resource(resourceArn=arn, tagKeys=["a"])
+    assert environment(batch, "tagged")["tags"] == {"b": "2"}
+    made = batch.create_consumable_resource(consumableResourceName="licence", totalQuantity=1)
+    batch.tag_resource(resourceArn=made["consumableResourceArn"], tags={"team": "x"})
+    assert batch.describe_consumable_resource(consumableResource="licence")["tags"] == {"team": "x"}
+    assert "not found" in refusal(lambda: batch.tag_resource(
+        resourceArn=arn.replace("tagged", "other"), tags={"c": "3"}))
+    assert "not found" in refusal(lambda: batch.list_tags_for_resource(
+        resourceArn=arn.replace("tagged", "batchfutures-local")))
