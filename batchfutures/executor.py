@@ -33,6 +33,7 @@ from .futures import BatchFuture
 from .progress import for_map as progress_for_map
 from .session import Session
 from .settings import JobSettings
+from .spending import check_max_cost
 
 __all__ = ["BatchExecutor"]
 
@@ -45,7 +46,7 @@ class BatchExecutor(concurrent.futures.Executor):
                  initargs: tuple = (), *, max_tasks_per_child: Optional[int] = None,
                  ship_local_modules: bool = True, dry_run: bool = False, echo_output: bool = True,
                  cache: bool = False, files: Optional[Sequence[Any]] = None,
-                 **settings: Any) -> None:
+                 max_cost: Optional[float] = None, **settings: Any) -> None:
         """``ProcessPoolExecutor``'s parameters, after ``env``, then the job settings.
 
         ``max_workers`` bounds how many of this executor's children run at once (submissions
@@ -63,7 +64,11 @@ class BatchExecutor(concurrent.futures.Executor):
         ``future.cached`` True, instead of running again (see docs/caching.md).
         ``files``: local files and folders (paths as the script opens them, under its working
         directory) shipped with the run into each call's working directory (batchfutures.shipfiles).
+        ``max_cost``: USD; once the estimated cost of the calls that ended (``ex.cost``)
+        reaches it, nothing more is sent and the calls not sent fail with BudgetExceededError
+        (docs/cost.md).
         """
+        budget = check_max_cost(max_cost)  # ConfigurationError before anything starts
         if max_workers is not None:
             if isinstance(max_workers, bool) or not isinstance(max_workers, int):
                 raise TypeError(f"max_workers must be an integer, not {type(max_workers).__name__}")
@@ -88,6 +93,13 @@ class BatchExecutor(concurrent.futures.Executor):
                                 initargs=tuple(initargs), ship_local_modules=ship_local_modules,
                                 dry_run=dry_run, echo_output=bool(echo_output),
                                 cache=bool(cache), files=shipped)
+        self._session.submitter.spending.max_cost = budget
+
+    @property
+    def cost(self) -> float:
+        """The estimated USD of this executor's calls that ended (the sum of their
+        ``future.cost``; docs/cost.md)."""
+        return self._session.submitter.spending.total
 
     @classmethod
     def _view(cls, session: Session, settings: JobSettings) -> "BatchExecutor":

@@ -53,3 +53,10 @@ def test_counting_is_thread_safe():
     for thread in threads:
         thread.join()
     assert spending.total == pytest.approx(4.0)
+
+
+def test_the_executor_refuses_a_bad_max_cost_before_anything_starts(tmp_path):
+    from batchfutures import BatchExecutor, LocalEnvironment
+
+    with pytest.raises(ConfigurationError, match="max_cost"):
+        BatchExecutor(LocalEnvironment(tmp_path / "work"), max_cost=-2)
