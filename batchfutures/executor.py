@@ -44,7 +44,8 @@ class BatchExecutor(concurrent.futures.Executor):
     def __init__(self, env: EnvironmentLike = None, max_workers: Optional[int] = None,
                  mp_context: Any = None, initializer: Optional[Callable[..., Any]] = None,
                  initargs: tuple = (), *, max_tasks_per_child: Optional[int] = None,
-                 ship_local_modules: bool = True, dry_run: bool = False, echo_output: bool = True,
+                 ship_local_modules: bool = True, dry_run: bool = False,
+                 echo_output: Union[bool, str] = True,
                  cache: bool = False, files: Optional[Sequence[Any]] = None,
                  max_cost: Optional[float] = None, **settings: Any) -> None:
         """``ProcessPoolExecutor``'s parameters, after ``env``, then the job settings.
@@ -58,7 +59,8 @@ class BatchExecutor(concurrent.futures.Executor):
         does not have them. ``dry_run``: build every request and object as it would be sent,
         send nothing; the futures raise ``DryRunResult`` (see batchfutures.dryrun).
         ``echo_output``: what a call prints to stdout and stderr is written to this process's
-        sys.stdout and sys.stderr when its future resolves (the job's log has it either way).
+        sys.stdout and sys.stderr when its future resolves (the job's log has it either way);
+        ``"live"``: streamed, each line prefixed by its call, while the call runs (livetail.py).
         ``cache``: a call identical (function, arguments, job environment, as pickled) to one
         that succeeded before in this storage resolves from its stored result, with
         ``future.cached`` True, instead of running again (see docs/caching.md).
@@ -82,6 +84,8 @@ class BatchExecutor(concurrent.futures.Executor):
             if max_tasks_per_child <= 0:
                 raise ValueError("max_tasks_per_child must be >= 1")
         del mp_context  # every attempt is a fresh process: there is no start method to choose
+        if isinstance(echo_output, str) and echo_output != "live":
+            raise ValueError(f"echo_output must be True, False or 'live', not {echo_output!r}")
         # read now, as the script's working directory has them (files= later edits do not ship)
         shipped = shipfiles.pack(shipfiles.collect(files, os.getcwd())) if files else None
         # os.environ's changes since start reach the calls, as a process pool's children inherit
@@ -92,6 +96,7 @@ class BatchExecutor(concurrent.futures.Executor):
         self._session = Session(environment, max_workers=max_workers, initializer=initializer,
                                 initargs=tuple(initargs), ship_local_modules=ship_local_modules,
                                 dry_run=dry_run, echo_output=bool(echo_output),
+                                live=echo_output == "live",
                                 cache=bool(cache), files=shipped)
         self._session.submitter.spending.max_cost = budget
 

@@ -306,6 +306,9 @@ class TrackedJob:
         # BatchExecutor(echo_output=True): what each call printed is written to this process's
         # sys.stdout/sys.stderr as its future resolves (_settle_child)
         self.echo_output = False
+        # echo_output="live": livetail.LiveTail.echo_at_end(child id), False when the child's
+        # output was streamed while it ran (its records are still replayed); None: not live
+        self.echo_at_end: Optional[Callable[[str], bool]] = None
         # future.attempts and future.cost (set by Submitter.submit_now): a
         # callattempts.AttemptsReader, and a costs.CallPricing of its calls
         self.attempts_reader: Optional[Callable[[int], List[Any]]] = None
@@ -335,6 +338,10 @@ class TrackedJob:
     def open_children(self) -> AbstractSet[int]:
         """The children still to be settled, live (read it on the poller thread only)."""
         return self._open
+
+    def _echo_streams(self, index: int) -> bool:
+        """Whether child ``index``'s printed output is echoed as it resolves (not streamed live)."""
+        return self.echo_at_end is None or self.echo_at_end(self.child_id(index))
 
     @property
     def unresolved(self) -> FrozenSet[int]:
@@ -608,7 +615,7 @@ class TrackedJob:
         if self.item_counts is not None:
             if printed and not self.children[index][0].done():
                 for position in sorted(printed):
-                    wire.echo_output(printed[position])
+                    wire.echo_output(printed[position], streams=self._echo_streams(index))
             settle(self.children[index][0], True, functools.partial(decode_result, data, count))
         else:
             # future.usage: each item's entry from the meta, recorded before its
@@ -618,7 +625,7 @@ class TrackedJob:
             for position, (future, (ok, value)) in enumerate(
                     zip(self.children[index], decode_result(data, count))):
                 if position in printed and not future.done():
-                    wire.echo_output(printed[position])
+                    wire.echo_output(printed[position], streams=self._echo_streams(index))
                 if position < len(entries) and not future.done():
                     self.usage.record(index, position, entries[position])
                 settle(future, ok, value)
@@ -628,7 +635,7 @@ class TrackedJob:
         if self.echo_output and not all(f.done() for f in self.children[index]):
             for data in node_data:  # what the call printed on each node, in node order
                 for _, printed in sorted(wire.result_output(data).items()):
-                    wire.echo_output(printed)
+                    wire.echo_output(printed, streams=self._echo_streams(index))
         ok, value = combine_node_results(node_data, self.job_id)
         used = node_usage(node_data)
         for position, future in enumerate(self.children[index]):

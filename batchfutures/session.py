@@ -42,6 +42,7 @@ from .errors import (
 )
 from .futures import BatchFuture
 from .jobs import TrackedJob, settle
+from .livetail import LiveTail
 from .poller import LOG_TAIL_LINES, Poller
 from .retrypolicy import Retries
 from .settings import JobSettings
@@ -266,7 +267,7 @@ class Session:
                  initializer: Optional[Callable[..., Any]] = None, initargs: tuple = (),
                  ship_local_modules: bool = True, dry_run: bool = False,
                  echo_output: bool = True, cache: bool = False,
-                 files: Optional[bytes] = None) -> None:
+                 files: Optional[bytes] = None, live: bool = False) -> None:
         self.env = env
         self.dry_run = dry_run
         self.storage = env.storage
@@ -302,6 +303,12 @@ class Session:
                                    wake=self.poller.wake, max_workers=max_workers,
                                    initargs=pickled_initargs, echo_output=echo_output)
         self.submitter.files = files  # files=: shipfiles.pack's archive, or None
+        # echo_output="live": running calls' output streamed from their logs (livetail.py)
+        self.live_tail: Optional[LiveTail] = None
+        if live and not dry_run:
+            self.live_tail = LiveTail(env, lambda: self.poller.outstanding)
+            self.submitter.live_tail = self.live_tail
+            self.live_tail.start()
         self.cache: Optional[CallCache] = None
         if cache:
             # reads from the real storage, also in a dry run (what would come from the cache)
@@ -629,6 +636,8 @@ class Session:
 
             threading.Thread(target=close_when_done, name="batchfutures-warm-close",
                              daemon=True).start()
+        if self.live_tail is not None:  # the ended calls' last lines, then no more rounds
+            self.live_tail.stop(wait=wait)
         self.poller.stop(wait=wait)
 
     def interrupt(self) -> None:

@@ -310,6 +310,7 @@ class Submitter:
         self._initargs = initargs
         self._initargs_url: Optional[str] = None
         self.files: Optional[bytes] = None  # files=: the archive (shipfiles.pack), put once a run
+        self.live_tail: Optional[Any] = None  # echo_output="live": the session's livetail.LiveTail
         self._files_url: Optional[str] = None
         self.echo_output = echo_output
         self._queue_checked = False
@@ -447,6 +448,8 @@ class Submitter:
             header["output"] = True
             # and its logging records, made only at the levels this client keeps
             header["log_levels"] = logforward.client_levels()
+        if self.live_tail is not None:  # its lines reach the log as printed: line-buffered
+            header["live"] = True
         if job.retried:
             header["sources"] = [list(history.origin) for history in job.retried]
         if job.redirects:
@@ -486,6 +489,8 @@ class Submitter:
                              item_counts=job.item_counts if job.per_child else None,
                              runnable_timeout=job.settings.runnable_timeout)
         tracked.echo_output = self.echo_output
+        if self.live_tail is not None:
+            tracked.echo_at_end = self.live_tail.echo_at_end
         tracked.attempts_reader = AttemptsReader(self._env.batch, job_id, len(job.blobs) > 1,
                                                  job.earlier_attempts)
         if self._pricing is _UNREAD:

@@ -466,17 +466,18 @@ def _echo_stream(stream: Any, text: Any, cut: Any, name: str) -> None:
     stream.flush()
 
 
-def echo_output(printed: Optional[Sequence[Any]]) -> None:
+def echo_output(printed: Optional[Sequence[Any]], streams: bool = True) -> None:
     """Write what one call printed (an entry of result_output) to this process's sys.stdout and
     sys.stderr, as a ProcessPoolExecutor's worker prints to its parent's terminal."""
     if not printed:
         return
     out, err, out_cut, err_cut = printed[:4]
-    try:
-        _echo_stream(sys.stdout, out, out_cut, "stdout")
-        _echo_stream(sys.stderr, err, err_cut, "stderr")
-    except Exception:  # a closed or broken stream: the output stays in the job's log
-        pass
+    if streams:  # not when streamed while the call ran (echo_output="live"): its records only
+        try:
+            _echo_stream(sys.stdout, out, out_cut, "stdout")
+            _echo_stream(sys.stderr, err, err_cut, "stderr")
+        except Exception:  # a closed or broken stream: the output stays in the job's log
+            pass
     if len(printed) > 4 and isinstance(printed[4], list):  # its logging records, after it
         from .logforward import replay
 

@@ -96,7 +96,7 @@ def test_round_trip_through_the_clients_handler_and_format(clean_logging):
     finally:
         keeper.remove()
     assert keeper.take() == []  # taken once
-    assert "INFO:app:first 1" in log.getvalue()  # the container's log has them too
+    assert "batchfutures.log: INFO:app:first 1" in log.getvalue()  # the container's log too
     shipped = json.loads(json.dumps(records))  # as the result object carries them
 
     handler = logging.StreamHandler(stream)

@@ -76,6 +76,16 @@ def flush_output() -> None:
             pass
 
 
+def line_buffered_output() -> None:
+    """The process's stdout and stderr (under Capture's tee) flush at each newline."""
+    for stream in (sys.stdout, sys.stderr):
+        real: Any = getattr(stream, "_stream", stream)  # calls._Tee keeps the original
+        try:
+            real.reconfigure(line_buffering=True)
+        except Exception:  # not a TextIOWrapper (replaced by the user): left as it is
+            pass
+
+
 # -- the payloads -------------------------------------------------------------------------------
 class Prefetched:
     """A child's function, initializer and initargs pickles, each seal checked, all fetched
@@ -210,6 +220,8 @@ def initialize(prefetched: Prefetched, header: Dict[str, Any], items: Sequence[I
     "initializer"; or, header "initargs", with the functions it is bundled with, loaded).
     (functions loaded, failed functions' outcomes, failure for every item or None)."""
     logrecords.apply_levels(header.get("log_levels"))  # before the initializer logs anything
+    if header.get("live"):  # echo_output="live": each line reaches the log as it is printed
+        line_buffered_output()
     failure = unpack_files(prefetched, header, index)
     if failure is not None:
         return {}, {}, failure

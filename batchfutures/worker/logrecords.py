@@ -37,7 +37,9 @@ OWN_LOGGER = "batchfutures"  # the library's own records are not the call's: not
 _PLAIN = ("name", "levelno", "levelname", "pathname", "filename", "module", "lineno", "funcName",
           "created", "msecs", "thread", "threadName", "process")
 _STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
-_LOG_FORMAT = logging.Formatter("%(levelname)s:%(name)s:%(message)s")
+# in the container's log, marked as kept for the client (echo_output="live" does not show them:
+# they reach the client's handlers when the call resolves)
+_LOG_FORMAT = logging.Formatter("batchfutures.log: %(levelname)s:%(name)s:%(message)s")
 
 
 def call_tags(environ: Mapping[str, str]) -> Dict[str, Any]:
