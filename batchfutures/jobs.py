@@ -368,10 +368,15 @@ class TrackedJob:
         return self.attempts_reader(child) if self.attempts_reader is not None else []
 
     def item_cost(self, child: int, position: int) -> Optional[float]:
-        """USD of the item at ``position`` of ``child`` (future.cost); None if not measured."""
+        """USD of the item at ``position`` of ``child`` (future.cost), of all its items for
+        map's one future per child; None if not measured."""
         if self.pricing is None:
             return None
-        return self.pricing.cost(self.usage.at(child, position))
+        if self.item_counts is None:
+            return self.pricing.cost(self.usage.at(child, position))
+        costs = [self.pricing.cost(self.usage.at(child, i)) for i in range(self.items_in(child))]
+        measured = [cost for cost in costs if cost is not None]
+        return sum(measured) if measured else None
 
     def log_text(self, position: int) -> Optional[str]:
         """None: a Batch job's output is its log (CloudWatch Logs, the emulator's files)."""
@@ -616,6 +621,9 @@ class TrackedJob:
             if printed and not self.children[index][0].done():
                 for position in sorted(printed):
                     wire.echo_output(printed[position], streams=self._echo_streams(index))
+            if not self.children[index][0].done():  # its items' usage: the child's cost
+                for position, entry in enumerate(wire.result_usage(data) or ()):
+                    self.usage.record(index, position, entry)
             settle(self.children[index][0], True, functools.partial(decode_result, data, count))
         else:
             # future.usage: each item's entry from the meta, recorded before its

@@ -25,3 +25,12 @@ def test_max_cost_stops_submitting_and_fails_what_was_not_sent(local_env):
         assert all(f.exception() is None for f in sent)  # what was sent ran to its end
         assert ex.cost == pytest.approx(sum(f.cost for f in sent))
         assert ex.cost >= 1e-5
+
+
+def test_a_budget_reached_mid_map(local_env):
+    with BatchExecutor(local_env, max_workers=1, max_cost=1e-5) as ex:
+        results = ex.map(slow_square, range(4))
+        assert next(results) == 0
+        with pytest.raises(BudgetExceededError, match="max_cost=1e-05 USD reached"):
+            next(results)
+        assert ex.cost >= 1e-5
