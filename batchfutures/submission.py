@@ -48,6 +48,7 @@ from .errors import (
     OOM_REASON_PREFIX,
     TIMEOUT_REASON,
     BatchError,
+    BudgetExceededError,
     ConfigurationError,
 )
 from .jobdefinitions import check_tags, definition_with_secrets, multinode_definition_from
@@ -372,6 +373,11 @@ class Submitter:
                     self.submit_now(part)
                 except BaseException as error:
                     fail_all(part.futures, error)
+                    if isinstance(error, BudgetExceededError):  # nothing waiting is sent now
+                        with self._lock:
+                            dropped, self._waiting = list(self._waiting), collections.deque()
+                        for waiting in dropped:
+                            fail_all(waiting.futures, error)
                     if raise_errors or not isinstance(error, Exception):
                         raise
                     logger.warning("batchfutures: could not submit %d waiting children: %s",
