@@ -21,7 +21,7 @@ from batchfutures.errors import (
     classify_failure,
     wants_oom_marker,
 )
-from batchfutures.jobs import JobStatus, JobFacts
+from batchfutures.jobs import JobFacts, JobStatus
 from batchfutures.reconcile import Reads, reconcile
 from batchfutures.storage import Storage
 

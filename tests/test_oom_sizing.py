@@ -16,7 +16,7 @@ from batchfutures.errors import (
     time_limit_status_reason,
 )
 from batchfutures.futures import BatchFuture
-from batchfutures.jobs import Actions, JobStatus, JobFacts, TrackedJob
+from batchfutures.jobs import Actions, JobFacts, JobStatus, TrackedJob
 from batchfutures.oomretry import (
     FARGATE_MAX_MIB,
     ChildHistory,

@@ -35,7 +35,7 @@ from batchfutures.errors import (
     classify_failure,
 )
 from batchfutures.futures import BatchFuture
-from batchfutures.jobs import ChildState, JobStatus, JobFacts, TrackedJob
+from batchfutures.jobs import ChildState, JobFacts, JobStatus, TrackedJob
 from batchfutures.poller import Poller
 from batchfutures.reconcile import Reads, reconcile
 from batchfutures.results import ReadFailed
