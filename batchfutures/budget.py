@@ -177,7 +177,7 @@ def shared_budget(key: Hashable, rate: float) -> RequestBudget:
         return budget
 
 
-def budget_key(client: Any) -> Hashable:
+def budget_key(client: BatchAPI) -> Hashable:
     """Which account budget a boto3 client draws on: its endpoint and Region."""
     meta = getattr(client, "meta", None)
     return (str(getattr(meta, "endpoint_url", "")), str(getattr(meta, "region_name", "")))

@@ -8,9 +8,12 @@ job (an out-of-memory retry, a Spot fallback) keeps the attempts of its earlier 
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, NamedTuple, Optional, Sequence
 
 from .spot import is_reclaim
+
+if TYPE_CHECKING:
+    from .batchapi import BatchAPI
 
 __all__ = ["Attempt", "attempts_from", "reclaims_in", "AttemptsReader"]
 
@@ -60,7 +63,7 @@ class AttemptsReader:
     """``future.attempts`` of one Batch job's children: DescribeJobs of the child when asked,
     kept once the child ended (its attempts no longer change)."""
 
-    def __init__(self, batch: Any, job_id: str, array: bool,
+    def __init__(self, batch: BatchAPI, job_id: str, array: bool,
                  earlier: Optional[Sequence[Sequence[Attempt]]] = None) -> None:
         """``earlier``: per child, its attempts in the jobs it ran in before this one (a Spot
         fallback's), listed first."""

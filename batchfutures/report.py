@@ -28,6 +28,7 @@ from .usage import JobUsage, Totals
 
 if TYPE_CHECKING:
     from .environments import Environment
+    from .storage import Storage
 
 __all__ = ["CallRow", "Failure", "JobReport", "MAX_RESULTS_READ", "MAX_LOG_TAILS", "MAX_ROWS",
            "gather", "render", "write"]
@@ -164,7 +165,7 @@ def gather(env: Environment, job_id: str, *, now: Optional[float] = None) -> Job
     return report
 
 
-def _read_result(storage: Any, job_url: str, child: int, chunksize: int,
+def _read_result(storage: Storage, job_url: str, child: int, chunksize: int,
                  report: JobReport) -> Totals:
     """One child's result object: its calls' usage; the calls that raised join the failures."""
     data = storage.read_result(job_url, child)

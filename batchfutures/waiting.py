@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence
 
 from .errors import is_too_large_reason
+
+if TYPE_CHECKING:
+    from .batchapi import BatchAPI
 
 __all__ = ["Waiting", "why_waiting", "needs_of", "place_in_queue", "SNAPSHOT_LIMIT", "look_up"]
 
@@ -180,7 +183,7 @@ def why_waiting(job: Mapping[str, Any], *, snapshot: Optional[Mapping[str, Any]]
                    max_vcpus or None)
 
 
-def look_up(batch: Any, job: Mapping[str, Any]) -> Optional[Waiting]:
+def look_up(batch: BatchAPI, job: Mapping[str, Any]) -> Optional[Waiting]:
     """`why_waiting` of a DescribeJobs entry, after reading what it needs from Batch (its queue's
     snapshot, the queue, its compute environments, the consumable resources it asks for). A read
     that fails (an older endpoint, a policy without the action) leaves its part unknown."""

@@ -59,13 +59,16 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
 
 from .. import serialization, sqsapi, warmwire, wire
 from ..batchlimits import OOM_EXIT_STATUS
 from ..dependencies import Resolver
 from ..errors import IntegrityError
 from . import calls
+
+if TYPE_CHECKING:
+    from ..storage import Storage
 
 logger = logging.getLogger("batchfutures")
 TAIL_THREADS = 4  # calls whose tails are sent at once
@@ -122,7 +125,7 @@ class World:
     """What the runner keeps between calls: the functions loaded, the initializer's verdict."""
 
     def __init__(self, initargs: Optional[bytes], header: Dict[str, Any],
-                 storage: Any = None) -> None:
+                 storage: Optional[Storage] = None) -> None:
         self.initargs = initargs
         self.header = header
         self.storage = storage  # where a map item's argument that is a done job's result is
