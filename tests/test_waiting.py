@@ -150,6 +150,10 @@ def test_look_up_on_the_emulator_names_the_queue_place_and_capacity(local_env, t
         shown = ex.job(second.job_id).waiting  # the executor's view of the same
         assert (shown.reason, shown.position) == ("capacity-full", 1)
         assert ex.job(first.job_id).waiting is None  # it runs
+        from test_cli import run_cli  # `batchfutures status` says it too, from another process
+
+        shown = run_cli(local_env.workdir, "status", second.job_id).stdout
+        assert "waiting" in shown and "number 1 in its queue" in shown, shown
     finally:
         release.write_text("go")
         ex.shutdown(wait=True)

@@ -86,6 +86,9 @@ def _print_status(info: Any, failures: Any, output: OutputFormat, usage: Any = N
     rows = [("job", info.job_id), ("name", info.name), ("status", info.status)]
     if info.status_reason:
         rows.append(("reason", info.status_reason))
+    waiting = info.waiting  # RUNNABLE: why (its queue's snapshot and state, read now); else None
+    if waiting is not None:
+        rows.append(("waiting", str(waiting)))
     rows += [("created", when(info.created_at) + " UTC"), ("started", when(info.started_at)),
              ("stopped", when(info.stopped_at)), ("duration", span(info.duration(time.time())))]
     if info.is_array:
