@@ -126,6 +126,7 @@ class DryRunEnvironment:
         self.region_name = env.region_name
         self.region_source = env.region_source
         self.signing_secret = env.signing_secret
+        self.image_python = env.image_python
 
     @property
     def batch(self) -> BatchAPI:

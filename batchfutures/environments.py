@@ -168,6 +168,12 @@ class Environment(Protocol):
         ...
 
     @property
+    def image_python(self) -> Optional[str]:
+        """The interpreter a local environment's attempts run on (its ``image=``), None where
+        the job definition's image decides (AWS) or the attempts run this Python."""
+        ...
+
+    @property
     def session(self) -> Any:
         """The boto3 Session the AWS clients come from (boto3 is untyped); None locally."""
         ...
@@ -256,6 +262,7 @@ class BaseEnvironment:
     region_name: Optional[str] = None
     region_source = ""
     signing_secret: Optional[str] = None
+    image_python: Optional[str] = None
 
     def __init__(self) -> None:
         self._definition_memory: Optional[int] = None
