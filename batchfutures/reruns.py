@@ -1,7 +1,8 @@
 """A dependent call whose upstream was retried runs again, reading the retry's result.
 
     upstream child killed for memory ─> retry_on_oom resubmits it (a new Batch job; its futures
-                                        are re-bound to it and resolve from it)
+    (or reclaimed spot_attempts times:  are re-bound to it and resolve from it)
+     spot.SpotFallback, on demand)
     Batch: the dependent child, dependsOn the killed one, FAILS "Dependent Job failed"
       └─> TrackedJob.apply: a DependencyFailedError while an upstream future has not failed
           (`wants_rerun`) ─> the child WAITS: not polled, its futures open, its job tracked
@@ -15,7 +16,9 @@
                          worker's dependencies.Resolver follows.
 
 A rerun has no dependsOn, so Batch cannot fail it for a dependency again: one rerun per upstream
-retry at most. Without retry_on_oom upstream, a failed dependency fails the dependents as before.
+retry at most. Without retry_on_oom or spot_attempts upstream, a failed dependency fails the
+dependents as before. (Batch's own retries of an attempt, `retries=` and `Retries`, keep the job:
+its dependents just wait.)
 """
 
 from __future__ import annotations

@@ -181,3 +181,27 @@ def test_k_reclaims_on_spot_then_the_next_attempt_on_the_on_demand_queue(local_e
         assert first_job != last_job and future.job_id == last_job
         (described,) = batch.describe_jobs(jobs=[last_job])["jobs"]
         assert described["jobQueue"].endswith("on-demand")
+
+
+def plus_one(value):
+    return value + 1
+
+
+def test_a_dependent_of_a_call_that_fell_back_runs_on_its_result(local_env):
+    batch = local_env.batch
+    (queue,) = batch.describe_job_queues(jobQueues=[local_env.job_queue])["jobQueues"]
+    batch.create_job_queue(jobQueueName="on-demand", priority=1,
+                           computeEnvironmentOrder=queue["computeEnvironmentOrder"])
+    wait_for(lambda: batch.describe_job_queues(jobQueues=["on-demand"])["jobQueues"][0]["status"]
+             == "VALID", what="the on-demand queue")
+    local_env.emulator.set_faults(FaultProfile(
+        spot_reclaim_rate=1.0, spot_reclaim_after=0.5, spot_notice=0.5,
+        spot_queues=frozenset({queue["jobQueueName"], queue["jobQueueArn"]})))
+    with BatchExecutor(local_env, spot_attempts=1, fallback_queue="on-demand") as ex:
+        upstream = ex.submit(steps_to, 30)
+        dependent = ex.with_settings(spot_attempts=0).submit(plus_one, upstream)  # dependsOn
+        first_job = wait_for(lambda: upstream.job_id, what="the upstream job")
+        wait_for(lambda: upstream.job_id != first_job, what="the fall back to on demand")
+        local_env.emulator.set_faults(FaultProfile(spot_notice=0.5))  # the rerun runs in peace
+        assert upstream.result(timeout=120) == 30 and upstream.reclaims == 1
+        assert dependent.result(timeout=120) == 31
