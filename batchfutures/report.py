@@ -8,7 +8,8 @@
     render(reports)      JobReport(s) -> HTML (pure): per job the status counts, a timeline of
                          every child (queued from the job's creation to its start, then running
                          to its end, coloured by status: an inline SVG), usage and memory
-                         advice (usage.JobUsage), a table of the children (times, exit code,
+                         advice (usage.JobUsage), the calls' estimated cost (costs.estimate of
+                         their measured wall time), a table of the children (times, exit code,
                          wall, CPU, peak memory), and each failure with its reason and its log
                          tail or traceback
 
@@ -85,6 +86,8 @@ class JobReport:
     failures: List[Failure] = field(default_factory=list)
     usage: Optional[JobUsage] = None
     notes: List[str] = field(default_factory=list)  # what was left out, and why
+    cost_usd: Optional[float] = None  # the calls' measured wall time priced (costs.estimate)
+    cost_basis: str = ""
 
 
 # -- reading (Batch, storage, logs) -------------------------------------------------------------
@@ -107,9 +110,12 @@ def _tail(text: str, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def gather(env: Environment, job_id: str, *, now: Optional[float] = None) -> JobReport:
-    """What the report shows of one job (see the module docstring)."""
-    from . import jobview
+def gather(env: Environment, job_id: str, *, now: Optional[float] = None,
+           pricing: Any = None) -> JobReport:
+    """What the report shows of one job (see the module docstring); ``pricing``: a
+    costs.Pricing (spending.pricing_of(env) when None)."""
+    from . import costs, jobview
+    from .spending import pricing_of
 
     info = jobview.describe_in(env, job_id)
     report = JobReport(info.job_id, info.name, info.status, info.created_at, info.started_at,
@@ -159,6 +165,10 @@ def gather(env: Environment, job_id: str, *, now: Optional[float] = None) -> Job
         report.rows.append(CallRow(index, status, started, stopped, exit_code, reason, used.calls,
                                    used.wall_s if used.calls else None,
                                    used.cpu_s if used.calls else None, used.peak_memory_mib))
+    if all_calls.calls:  # the calls' measured wall time, priced as what ran them
+        estimate = costs.estimate(all_calls.wall_s, info.vcpus or 1.0, info.memory_mib or 2048,
+                                  pricing if pricing is not None else pricing_of(env))
+        report.cost_usd, report.cost_basis = estimate.usd, estimate.basis
     report.usage = JobUsage.of(all_calls, info.vcpus, info.memory_mib,
                                info.run_seconds(time.time() if now is None else now),
                                ended=info.ended)
@@ -272,6 +282,9 @@ def _usage(report: JobReport) -> str:
     if report.usage is None:
         return ""
     lines = "".join(f"<li>{_e(line)}</li>" for line in report.usage.lines())
+    if report.cost_usd is not None:
+        lines += (f'<li class="cost">estimated cost: ${report.cost_usd:.6f} '
+                  f"({_e(report.cost_basis)})</li>")
     return f'<ul class="usage">{lines}</ul>'
 
 
@@ -328,8 +341,11 @@ def write(env: Environment, job_ids: Sequence[str], path: Any, *, title: Optiona
     """Gather each job and write the page to ``path``; returns the path written."""
     import os
 
+    from .spending import pricing_of
+
     now = time.time()
-    reports = [gather(env, job_id, now=now) for job_id in job_ids]
+    pricing = pricing_of(env)  # read once (on AWS: the queue's compute environments)
+    reports = [gather(env, job_id, now=now, pricing=pricing) for job_id in job_ids]
     page = render(reports, title=title or f"batchfutures run: {', '.join(job_ids) or 'no jobs'}",
                   now=now)
     target = os.fspath(path)

@@ -47,7 +47,8 @@ def _job(**changes):
                                  "allocating <10 GiB>\nKilled"),
                   report.Failure(0, 0, "ValueError", "bad <input>",
                                  'Traceback (most recent call last):\n  File "/u/script.py", line 3')],
-        usage=JobUsage.of(totals, 1.0, 2048, 9.0, ended=False))
+        usage=JobUsage.of(totals, 1.0, 2048, 9.0, ended=False), cost_usd=0.0001,
+        cost_basis="Fargate x86_64, test prices")
     for name, value in changes.items():
         setattr(job, name, value)
     return job
@@ -69,6 +70,7 @@ def test_page_shows_counts_timeline_usage_failures_and_children():
     assert float(bars["2"]["x"]) + float(bars["2"]["width"]) == pytest.approx(60 + 900)
     # usage and advice, failures with their detail (escaped), the children's table
     assert "1 calls measured: CPU 3.50 s" in text
+    assert "estimated cost: $0.000100 (Fargate x86_64, test prices)" in text
     assert "memory='256MiB' would hold it" in text
     assert "OutOfMemoryError: Container killed" in text and "allocating <10 GiB>" in text
     assert 'File "/u/script.py", line 3' in text and "bad <input>" in text
@@ -144,6 +146,7 @@ def test_report_of_a_real_run(local_env, tmp_path):
     assert "ValueError: item 2 is bad" in text
     assert 'raise ValueError(f"item {x} is bad")' in text  # the traceback's source line
     assert "calls measured" in text  # usage read from the result objects
+    assert "estimated cost: $" in text and "local emulator" in text
     # the child Batch failed: its reason
     assert [a["data-status"] for a in bars].count("FAILED") == 1
     assert "FAILED: Essential container in task exited" in text
