@@ -205,3 +205,27 @@ def test_a_dependent_of_a_call_that_fell_back_runs_on_its_result(local_env):
         local_env.emulator.set_faults(FaultProfile(spot_notice=0.5))  # the rerun runs in peace
         assert upstream.result(timeout=120) == 30 and upstream.reclaims == 1
         assert dependent.result(timeout=120) == 31
+
+
+def unaware(folder, seconds):
+    """A call that knows nothing of checkpoints: SIGTERM ends it at once, as before."""
+    marker = Path(folder) / "runs"
+    with marker.open("a") as out:
+        out.write("x\n")
+    if len(marker.read_text().splitlines()) == 1:
+        time.sleep(seconds)  # the first attempt: reclaimed meanwhile
+    return "done"
+
+
+def test_a_reclaim_without_a_checkpoint_ends_the_call_on_sigterm_and_batch_retries_it(local_env,
+                                                                                     tmp_path):
+    local_env.emulator.set_faults(FaultProfile(spot_reclaim_rate=1.0, spot_reclaim_after=0.5,
+                                               spot_notice=600.0))
+    with BatchExecutor(local_env, retries=2) as ex:
+        future = ex.submit(unaware, str(tmp_path), 600)
+        wait_for(lambda: (tmp_path / "runs").exists(), what="the call to start")
+        local_env.emulator.set_faults(FaultProfile(spot_notice=600.0))  # the retry is not reclaimed
+        assert future.result(timeout=120) == "done"  # long before the notice's SIGKILL
+        first, last = future.attempts
+        assert first.reclaimed and first.exit_code == 128 + signal.SIGTERM
+        assert last.exit_code == 0 and future.reclaims == 1
