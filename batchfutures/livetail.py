@@ -4,8 +4,9 @@ while they run, each line prefixed by its call.
     worker  header "live": its stdout and stderr line-buffered (calls.initialize), so each line
             reaches the container's log (CloudWatch Logs; the emulator's log files) as printed
     client  one LiveTail thread per executor, a round every INTERVAL seconds:
-              the session's outstanding jobs -> their RUNNING children (ListJobs per array job,
-              DescribeJobs for the rest, 100 ids a request) -> each new child's log stream
+              the session's outstanding jobs -> their RUNNING children (ListJobs of at most
+              LISTINGS_PER_ROUND array jobs a round, taking turns; DescribeJobs for the plain
+              ones, 100 ids a request) -> each new child's log stream
               (DescribeJobs, once) -> GetLogEvents from the child's kept forward token
             at most STREAMS_PER_ROUND streams a round (GetLogEvents' quota is 10 requests a
             second per account and Region): beyond that the children take turns (``choose``) and
@@ -40,6 +41,7 @@ logger = logging.getLogger("batchfutures")
 LIVE = "live"  # echo_output's value
 INTERVAL = 1.0
 STREAMS_PER_ROUND = 5
+LISTINGS_PER_ROUND = 5  # array jobs listed a round (ListJobs): the poller's Batch budget is shared
 _OWN_PREFIX = "batchfutures."
 
 
@@ -84,6 +86,8 @@ class LiveTail:
         self._budget = streams_per_round
         self._followed: Dict[str, _Followed] = {}
         self._turn = 0
+        self._job_turn = 0
+        self._listed: Dict[str, Set[str]] = {}  # array job -> its children RUNNING when last listed
         self._sampled_said = False
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -131,13 +135,20 @@ class LiveTail:
         batch = self._env.batch
         running: Set[str] = set()
         plain: List[str] = []
+        arrays: List[str] = []
         for job in self._outstanding():
-            if getattr(job, "array", False):
-                for summary in batchapi.list_children(batch, job.job_id, JobStatus.RUNNING.value):
-                    if summary.get("jobId"):
-                        running.add(summary["jobId"])
+            (arrays if getattr(job, "array", False) else plain).append(job.job_id)
+        listed, self._job_turn = choose(arrays, self._job_turn, LISTINGS_PER_ROUND)
+        for job_id in listed:
+            self._listed[job_id] = {
+                summary["jobId"] for summary in
+                batchapi.list_children(batch, job_id, JobStatus.RUNNING.value)
+                if summary.get("jobId")}
+        for job_id in list(self._listed):
+            if job_id in arrays:  # not listed this round: as it was when last listed
+                running |= self._listed[job_id]
             else:
-                plain.append(job.job_id)
+                del self._listed[job_id]
         for description in batchapi.describe_jobs(batch, plain) if plain else []:
             if description.get("status") == JobStatus.RUNNING.value:
                 running.add(description.get("jobId", ""))
