@@ -44,7 +44,11 @@ def _code_reduce(code: types.CodeType) -> Any:
 class Pickler(cloudpickle.Pickler):
     """cloudpickle's Pickler; code objects keep the file they were compiled from."""
 
-    dispatch_table = ChainMap({types.CodeType: _code_reduce}, cloudpickle.Pickler.dispatch_table)
+    # cloudpickle's own table with code objects' entry replaced, then the maps after it
+    # (copyreg's, live): as many lookups per object as cloudpickle's Pickler makes
+    dispatch_table = ChainMap({**cloudpickle.Pickler.dispatch_table.maps[0],
+                               types.CodeType: _code_reduce},
+                              *cloudpickle.Pickler.dispatch_table.maps[1:])
 
 
 def dumps(obj: Any, protocol: Optional[int] = None) -> bytes:
