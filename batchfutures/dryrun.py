@@ -171,6 +171,9 @@ class DryRunEnvironment:
     def oom_placement(self) -> Placement:
         return self._env.oom_placement()
 
+    def job_platform(self) -> Optional[str]:
+        return None  # it may be the definition's: reading it would be a request
+
     def multinode_definition(self, nodes: int) -> str:
         """The multinode definition a run would register (named by content), not registered."""
         return self._env.planned_definition(nodes)

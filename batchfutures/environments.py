@@ -204,6 +204,10 @@ class Environment(Protocol):
         """The most memory (MiB) a job can be placed with; None when unknown."""
         ...
 
+    def job_platform(self) -> Optional[str]:
+        """"EC2" or "FARGATE", where the jobs run on AWS; None when unknown (or local)."""
+        ...
+
     def oom_placement(self) -> "Placement":
         """How retry_on_oom sizes a retry here (oomretry.Placement)."""
         ...
@@ -309,6 +313,9 @@ class BaseEnvironment:
         return float(host.cpu_count())
 
     def max_memory_mib(self) -> Optional[int]:
+        return None
+
+    def job_platform(self) -> Optional[str]:
         return None
 
     def oom_placement(self) -> "Placement":

@@ -13,9 +13,12 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from .errors import BudgetExceededError, ConfigurationError
+
+if TYPE_CHECKING:
+    from .environments import Environment
 
 __all__ = ["Spending", "check_max_cost", "pricing_of"]
 
@@ -71,14 +74,14 @@ class Spending:
             spent=spent, max_cost=self.max_cost)
 
 
-def pricing_of(env: Any) -> Any:
+def pricing_of(env: Environment) -> Any:
     """How an environment's calls are priced (a costs.Pricing): the emulator as Fargate; on AWS
     from its queue's first enabled compute environment (read once by the caller), else the job
     definition's platform."""
     from . import costs
-    from .environments import AWSBatchEnvironment, queue_compute_environments
+    from .environments import queue_compute_environments
 
-    if not isinstance(env, AWSBatchEnvironment):  # the emulator (a dry run runs nothing)
+    if env.is_local:  # the emulator
         return costs.LOCAL
     try:
         return costs.pricing_from(queue_compute_environments(env.batch, env.job_queue))

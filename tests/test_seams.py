@@ -100,6 +100,30 @@ def test_no_getattr_probe_of_an_environment_is_left():
     assert not found, "declare these on environments.Environment instead:\n" + "\n".join(found)
 
 
+CONCRETE = {"LocalEnvironment", "AWSBatchEnvironment", "DryRunEnvironment"}
+
+
+def concrete_decisions(tree: ast.AST) -> List[int]:
+    """Lines that decide by ``isinstance(x, <a concrete environment class>)``."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id == "isinstance" and len(node.args) == 2:
+            kinds = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
+            if any(isinstance(k, (ast.Name, ast.Attribute)) and
+                   (k.id if isinstance(k, ast.Name) else k.attr) in CONCRETE for k in kinds):
+                found.append(node.lineno)
+    return found
+
+
+def test_the_core_decides_by_flags_not_by_an_environments_class():
+    assert concrete_decisions(ast.parse("isinstance(env, (int, environments.LocalEnvironment))"))
+    assert not concrete_decisions(ast.parse("isinstance(env, BaseEnvironment)"))
+    found = [f"{module}:{line}" for module, tree in package_modules()
+             for line in concrete_decisions(tree)]
+    assert not found, "use a flag of environments.Environment (is_local, ...):\n" + "\n".join(found)
+
+
 def binding_reads(tree: ast.AST) -> List[int]:
     return [node.lineno for node in ast.walk(tree)
             if isinstance(node, ast.Attribute) and node.attr in ("_job", "_child")]
