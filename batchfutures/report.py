@@ -162,6 +162,8 @@ def gather(env: Environment, job_id: str, *, now: Optional[float] = None,
                     detail = f"(the log could not be read: {type(error).__name__})"
             report.failures.append(Failure(index, None, status, reason or "failed", detail))
         _merge(all_calls, used)
+        if status == JobStatus.SUCCEEDED:  # ECS's "Essential container in task exited": noise
+            reason = None
         report.rows.append(CallRow(index, status, started, stopped, exit_code, reason, used.calls,
                                    used.wall_s if used.calls else None,
                                    used.cpu_s if used.calls else None, used.peak_memory_mib))
