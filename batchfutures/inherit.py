@@ -32,7 +32,7 @@ __all__ = ["MAX_VALUE", "MAX_TOTAL", "Inherited", "decide", "looks_like_credenti
 logger = logging.getLogger("batchfutures")
 
 MAX_VALUE = 1024  # characters of one value sent
-MAX_TOTAL = 4096  # characters of names and values sent in all (ECS's overrides: 8,192)
+MAX_TOTAL = 4096  # characters of names and values, environment='s included (ECS's overrides: 8,192)
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CREDENTIAL_PARTS = ("SECRET", "TOKEN", "PASSWORD", "KEY")
@@ -82,7 +82,7 @@ def decide(current: Mapping[str, str], at_start: Mapping[str, str],
     job whose ``environment=`` is ``explicit`` (explicit names are its own: not inherited)."""
     send: Dict[str, str] = {}
     withheld: Dict[str, str] = {}
-    total = 0
+    total = sum(len(name) + len(str(value)) for name, value in explicit.items())  # the room left
     for name in sorted(current):
         value = current[name]
         if at_start.get(name) == value or name in explicit:

@@ -47,6 +47,12 @@ def test_decide(current, explicit, send, withheld):
     assert choice.withheld == withheld
 
 
+def test_decide_leaves_room_for_the_explicit_environment():
+    explicit = {"BIG_EXPLICIT": "x" * inherit.MAX_TOTAL}
+    choice = inherit.decide({"SMALL": "ok"}, {}, explicit)
+    assert choice.send == {} and "in all" in choice.withheld["SMALL"]
+
+
 def test_decide_bounds_the_total():
     many = {f"VAR_{i:03d}": "v" * 1000 for i in range(10)}
     choice = inherit.decide(many, {})
