@@ -194,3 +194,28 @@ def test_inherited_variables_show_in_the_dry_run(local_env, monkeypatch):
                    for pair in request["containerOverrides"]["environment"]}
     assert environment["BF_INHERITED_SETTING"] == "visible" and environment["EXPLICIT"] == "1"
     assert "BF_INHERITED_PASSWORD" not in environment
+
+
+@slow
+def test_traceback_through_a_helper_module_shipped_by_value(tmp_path):
+    # the script's own module beside it (not installed: shipped by value, docs/environments.md)
+    (tmp_path / "helpers.py").write_text("def parse(text):\n    return int(text)\n")
+    script, outputs = run_both(tmp_path, """
+        import helpers
+
+
+        def load(text):
+            return helpers.parse(text)
+
+
+        if __name__ == "__main__":
+            with executor(sys.argv[1]) as ex:
+                try:
+                    list(ex.map(load, ["1", "two"]))
+                except ValueError as error:
+                    print("".join(traceback.format_exception(error)))
+    """)
+    helpers = tmp_path / "helpers.py"
+    for kind, text in outputs.items():
+        assert f'File "{helpers}", line 2, in parse\n    return int(text)\n' in text, kind
+        assert f'File "{script}", line ' in text and "return helpers.parse(text)" in text, kind
