@@ -115,20 +115,31 @@ def test_a_checkpoint_survives_the_kill_that_follows_sigterm(local_env, tmp_path
         assert [a.exit_code for a in future.attempts][-1] == 0 and len(future.attempts) == 2
 
 
+def until_reclaimed(folder):
+    """until_interrupted, on an attempt after a first one that saved nothing: no wait."""
+    if batchfutures.restored() is None and os.environ.get("AWS_BATCH_JOB_ATTEMPT", "1") != "1":
+        return ("fresh", None)  # the first was reclaimed before it ran this call's first line
+    return until_interrupted(folder)
+
+
 def test_the_emulators_spot_reclaim_then_the_checkpoint_on_the_next_attempt(local_env, tmp_path):
+    # Spot reclaims within 3 s of RUNNING, at a random time: almost always once the call saves
     local_env.emulator.set_faults(FaultProfile(spot_reclaim_rate=1.0, spot_reclaim_after=3.0,
                                                spot_notice=1.0))
-    with BatchExecutor(local_env, retries=2) as ex:
-        future = ex.submit(until_interrupted, str(tmp_path))
-        wait_for(lambda: (tmp_path / "pid").exists(), what="the call to start")
+    with BatchExecutor(local_env, retries=3) as ex:
+        future = ex.submit(until_reclaimed, str(tmp_path))
+        wait_for(lambda: (tmp_path / "pid").exists() or future.done(), what="the call to start")
         # its next attempt is not reclaimed; the notice (read when Spot reclaims) stays short
         local_env.emulator.set_faults(FaultProfile(spot_notice=1.0))
         kind, state = future.result(timeout=120)
-        assert kind == "restored" and state[0] in ("steps", "interrupted at")
         if (tmp_path / "interrupted").exists():  # SIGTERM came once the call could act on it
-            assert state == ("interrupted at", int((tmp_path / "interrupted").read_text()))
-        assert future.reclaims == 1
-        assert future.attempts[0].reason == "Your Spot Task was interrupted."
+            assert (kind, state) == ("restored",
+                                     ("interrupted at", int((tmp_path / "interrupted").read_text())))
+        else:  # reclaimed before the call's first line ran: nothing was saved
+            assert kind == "fresh"
+        attempts = future.attempts
+        assert future.reclaims >= 1 and attempts[0].reason == "Your Spot Task was interrupted."
+        assert attempts[-1].exit_code == 0
 
 
 def one_at_a_time(index, folder):
@@ -209,10 +220,8 @@ def test_a_dependent_of_a_call_that_fell_back_runs_on_its_result(local_env):
 
 def unaware(folder, seconds):
     """A call that knows nothing of checkpoints: SIGTERM ends it at once, as before."""
-    marker = Path(folder) / "runs"
-    with marker.open("a") as out:
-        out.write("x\n")
-    if len(marker.read_text().splitlines()) == 1:
+    (Path(folder) / "runs").write_text("started")
+    if os.environ.get("AWS_BATCH_JOB_ATTEMPT", "1") == "1":
         time.sleep(seconds)  # the first attempt: reclaimed meanwhile
     return "done"
 
@@ -221,11 +230,11 @@ def test_a_reclaim_without_a_checkpoint_ends_the_call_on_sigterm_and_batch_retri
                                                                                      tmp_path):
     local_env.emulator.set_faults(FaultProfile(spot_reclaim_rate=1.0, spot_reclaim_after=0.5,
                                                spot_notice=600.0))
-    with BatchExecutor(local_env, retries=2) as ex:
+    with BatchExecutor(local_env, retries=3) as ex:
         future = ex.submit(unaware, str(tmp_path), 600)
-        wait_for(lambda: (tmp_path / "runs").exists(), what="the call to start")
+        wait_for(lambda: (tmp_path / "runs").exists() or future.done(), what="the call to start")
         local_env.emulator.set_faults(FaultProfile(spot_notice=600.0))  # the retry is not reclaimed
         assert future.result(timeout=120) == "done"  # long before the notice's SIGKILL
-        first, last = future.attempts
-        assert first.reclaimed and first.exit_code == 128 + signal.SIGTERM
-        assert last.exit_code == 0 and future.reclaims == 1
+        attempts = future.attempts
+        assert attempts[0].reclaimed and attempts[0].exit_code == 128 + signal.SIGTERM
+        assert attempts[-1].exit_code == 0 and future.reclaims >= 1
