@@ -119,15 +119,16 @@ class LiveTail:
             return True
 
     def _run(self) -> None:
-        while True:
-            stopping = self._stop.is_set()
-            try:
-                self.round(final=stopping)
-            except Exception:  # a refused or failed read: the next round tries again
-                logger.debug("live output: a round failed", exc_info=True)
-            if stopping or self._stop.wait(self._interval):
-                if stopping:
-                    return
+        while not self._stop.is_set():
+            self._round_logged(final=False)
+            self._stop.wait(self._interval)
+        self._round_logged(final=True)  # the calls followed, read to their end
+
+    def _round_logged(self, final: bool) -> None:
+        try:
+            self.round(final=final)
+        except Exception:  # a refused or failed read: the next round tries again
+            logger.debug("live output: a round failed", exc_info=True)
 
     # -- one round ---------------------------------------------------------------------------
     def _running(self) -> Set[str]:
