@@ -35,10 +35,14 @@ import sys
 import tempfile
 import threading
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from . import envarchive, requirements
 from .errors import ConfigurationError, EnvironmentBuildError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .environments import Environment
+    from .storage import Storage
 
 logger = logging.getLogger("batchfutures")
 
@@ -172,23 +176,25 @@ def interpreter_target(python: str) -> Target:
     return target
 
 
-def target_for(env: Any) -> Target:
+def target_for(env: "Environment") -> Target:
     """The job's platform for `env`: a LocalEnvironment's interpreter, or the AWS job
     definition's architecture with the client's Python."""
-    image_python = getattr(env, "image_python", None)
-    if image_python is not None:  # LocalEnvironment: the interpreter its attempts run on
-        return interpreter_target(image_python)
-    machine = "X86_64"
-    describe = getattr(env, "_describe_definition", None)
+    if env.image_python is not None:  # LocalEnvironment: the interpreter its attempts run on
+        return interpreter_target(env.image_python)
     try:
-        definition = describe() if describe is not None else None
+        definition = env.describe_definition()
     except Exception as error:  # the definition is read again, and explained, at submit
         logger.debug("batchfutures: requirements=: job definition not read (%s)", error)
         definition = None
-    if definition:
-        platform = (definition.get("containerProperties") or {}).get("runtimePlatform") or {}
-        machine = platform.get("cpuArchitecture") or machine
-    return Target(normalize_machine(machine), (sys.version_info[0], sys.version_info[1]))
+    return Target(definition_machine(definition), (sys.version_info[0], sys.version_info[1]))
+
+
+def definition_machine(definition: Optional[Mapping[str, Any]]) -> str:
+    """The architecture a job definition's containers run on: its runtimePlatform's
+    cpuArchitecture (X86_64 or ARM64), X86_64 when it says none (Batch's default)."""
+    container = (definition or {}).get("containerProperties") or {}
+    platform = container.get("runtimePlatform") or {}
+    return normalize_machine(platform.get("cpuArchitecture") or "X86_64")
 
 
 # -- the pins ---------------------------------------------------------------------------------
@@ -239,7 +245,7 @@ def _setting_key(setting: requirements.RequirementsSetting, target: Target) -> O
     return ("specs", tuple(setting), target)
 
 
-def prepare(env: Any, storage: Any, setting: requirements.RequirementsSetting,
+def prepare(env: "Environment", storage: "Storage", setting: requirements.RequirementsSetting,
             functions: Iterable[bytes] = (), arguments: Iterable[bytes] = ()) -> Optional[str]:
     """The URL of the job's environment archive in `storage`, built and stored if missing;
     None when there is nothing to ship beyond the image."""
@@ -264,7 +270,7 @@ def prepare(env: Any, storage: Any, setting: requirements.RequirementsSetting,
 _stored: Dict[Tuple[str, str], str] = {}
 
 
-def store(storage: Any, pins: Sequence[str], target: Target, digest: str) -> str:
+def store(storage: "Storage", pins: Sequence[str], target: Target, digest: str) -> str:
     """R/envs/<digest>.zip: reused when there, else built and written once."""
     url = storage.url(envarchive.FOLDER, envarchive.archive_name(digest))
     with _prepared_lock:

@@ -41,6 +41,18 @@ def test_platform_refused(machine, glibc, words):
         envbuild.platform_tags(machine, glibc)
 
 
+@pytest.mark.parametrize("definition, machine", [
+    (None, "x86_64"),
+    ({"containerProperties": {"image": "x"}}, "x86_64"),
+    ({"containerProperties": {"runtimePlatform": {"cpuArchitecture": "ARM64"}}}, "aarch64"),
+    ({"containerProperties": {"runtimePlatform": {"cpuArchitecture": "X86_64",
+                                                  "operatingSystemFamily": "LINUX"}}}, "x86_64"),
+    ({"type": "multinode", "nodeProperties": {}}, "x86_64"),
+])
+def test_definition_machine(definition, machine):
+    assert envbuild.definition_machine(definition) == machine
+
+
 def test_pip_options_name_the_target():
     options = envbuild.Target("aarch64", (3, 12), (2, 28)).pip_options()
     assert options[:5] == ["--only-binary=:all:", "--implementation", "cp", "--python-version",
