@@ -9,7 +9,10 @@
         │                    (chunking.AutoChunksize), map(buffersize=N)'s room (Budget)
         ├─ send_slice(...)   children read and pickled one at a time (pack_children), their
         │                    futures (new_futures), the job submitted with its dependencies
-        │                    (submit_job: futures among the items become Batch's dependsOn)
+        │                    (submit_job: futures among the items become Batch's dependsOn);
+        │                    on warm workers a child whose items take a warm call's future
+        │                    (or one not sent yet) is held on the client until they are done
+        │                    (held_on_client, hold_children: warmpool.WarmPool.add_held)
         └─ CachedSlices      with cache=True instead: the slice's items at once, hits and calls
                              following one in flight resolved without running, the rest sent
                              in children of consecutive items (see batchfutures.cache)
@@ -32,12 +35,13 @@ from .batchlimits import MAX_ARRAY_SIZE
 from .cache import Follower, has_future
 from .dependencies import substitute
 from .futures import BatchFuture
+from .jobs import TrackedJob
 from .session import Session, Upstream, settle_cached
 from .settings import JobSettings
 from .submission import PendingJob, job_name_for
 
 __all__ = ["MAP_LOOKAHEAD_SLICES", "Budget", "MapPlan", "slices", "ordered_results",
-           "buffered_results"]
+           "buffered_results", "held_on_client"]
 
 # map() keeps this many slices (of up to 10,000 children) submitted ahead of the one it yields.
 MAP_LOOKAHEAD_SLICES = 2
@@ -66,6 +70,7 @@ class MapPlan:
     single: bool  # one iterable: each item is the call's only argument ("arg" encoding)
     name: str
     per_child: bool  # one future per child (map's iterator), else one per item
+    warm: bool = False  # on warm workers: children awaiting warm calls are held (HeldChild)
 
     @property
     def encoding(self) -> str:
@@ -130,16 +135,71 @@ def slice_shape(chunksize: Union[int, str], auto: Optional[chunking.AutoChunksiz
     return int(size), min(MAX_ARRAY_SIZE, children or MAX_ARRAY_SIZE)
 
 
+class HeldChild(NamedTuple):
+    """A warm map's child held on the client until the futures among its items are done."""
+
+    slot: int  # its place among its slice's children
+    chunk: List[Any]  # its items, futures in place
+    first_item: int  # the map position of its first item
+    upstream: List[BatchFuture]  # the futures among its items, once each
+
+
+def held_on_client(on_batch_jobs: List[bool]) -> bool:
+    """Whether a warm map's child waits on the client for the futures among its items (one
+    flag per future: it belongs to a Batch job). A Batch job's future is read by the worker
+    from storage, or awaited through dependsOn, as on the cold path; any other (a warm call's,
+    one not sent yet) is awaited here, as submit on warm workers awaits its arguments."""
+    return not all(on_batch_jobs)
+
+
+def on_batch_job(session: Session, future: BatchFuture) -> bool:
+    """Whether ``future`` belongs to a Batch job (a buffered cold call is sent first)."""
+    if future._bound() is None and not future.done():
+        session.flush_for(future)
+    bound = future._bound()
+    return bound is not None and isinstance(bound.job, TrackedJob)
+
+
+def held_child(plan: MapPlan, chunk: List[Any], first_item: int, slot: int
+               ) -> Optional[HeldChild]:
+    """The child of ``chunk`` as held on the client, or None when it is sent as it is."""
+    futures = futures_of_chunk(plan, chunk)
+    if not held_on_client([on_batch_job(plan.session, future) for future in futures]):
+        return None
+    return HeldChild(slot, chunk, first_item, futures)
+
+
+def futures_of_chunk(plan: MapPlan, chunk: List[Any]) -> List[BatchFuture]:
+    """The futures among a chunk's items' arguments, once each."""
+    from .warmpool import check_same_session, futures_among
+
+    found: Dict[int, BatchFuture] = {}
+    for value in chunk:
+        for future in futures_among(plan.arguments(value), {}):
+            found.setdefault(id(future), future)
+    futures = list(found.values())
+    check_same_session(plan.session, futures)
+    return futures
+
+
 def pack_children(plan: MapPlan, items: Iterator[Any], size: int, max_children: int,
-                  position: int, upstream: Upstream) -> Tuple[List[bytes], List[int]]:
+                  position: int, upstream: Upstream, held: Optional[List[HeldChild]] = None
+                  ) -> Tuple[List[bytes], List[int]]:
     """Up to ``max_children`` children of ``size`` items read and pickled one at a time, so a
-    slice's items are never all alive at once, only their pickles: (blobs, items per child)."""
+    slice's items are never all alive at once, only their pickles: (blobs, items per child).
+    With ``held`` (a warm map), a child held on the client is put there instead."""
     blobs: List[bytes] = []
     counts: List[int] = []
-    while len(blobs) < max_children:
+    while len(blobs) + len(held or ()) < max_children:
         chunk = list(itertools.islice(items, size))
         if not chunk:
             break
+        if held is not None:
+            child = held_child(plan, chunk, position, len(blobs) + len(held))
+            if child is not None:
+                held.append(child)
+                position += len(chunk)
+                continue
         upstream.child = len(blobs)
         blobs.append(plan.pack([plan.substituted(value, upstream) for value in chunk], position))
         counts.append(len(chunk))
@@ -163,15 +223,52 @@ def submit_job(plan: MapPlan, pending: PendingJob, upstream: Upstream) -> None:
 
 def send_slice(plan: MapPlan, items: Iterator[Any], position: int, size: int,
                max_children: int) -> Optional[SentSlice]:
-    """Read, pickle and submit one slice as one Batch job; None once the items are exhausted."""
+    """Read, pickle and submit one slice as one Batch job (a warm map: its children held on
+    the client apart); None once the items are exhausted."""
     upstream = Upstream(plan.session)  # futures among the items: Batch dependencies
-    blobs, counts = pack_children(plan, items, size, max_children, position, upstream)
-    if not blobs:
+    held: Optional[List[HeldChild]] = [] if plan.warm else None
+    blobs, counts = pack_children(plan, items, size, max_children, position, upstream, held)
+    if not blobs and not held:
         return None
     futures = new_futures(plan.session, counts, plan.per_child)
-    submit_job(plan, plan.pending(blobs, counts, futures, size, upstream), upstream)
-    return SentSlice([future for group in futures for future in group], sum(counts),
-                     futures[0][0], sum(counts))
+    if blobs:
+        submit_job(plan, plan.pending(blobs, counts, futures, size, upstream), upstream)
+    first = futures[0][0] if futures else None
+    if held:
+        futures = hold_children(plan, held, futures)
+    return SentSlice([future for group in futures for future in group],
+                     sum(counts) + sum(len(child.chunk) for child in held or ()),
+                     first, sum(counts))
+
+
+def hold_children(plan: MapPlan, held: List[HeldChild], sent: List[List[BatchFuture]]
+                  ) -> List[List[BatchFuture]]:
+    """The held children given to their warm pool, each with its futures; every child's
+    futures in slice order (the held ones in their slots)."""
+    ordered: List[List[BatchFuture]] = []
+    others = iter(sent)
+    for child in held:
+        while len(ordered) < child.slot:
+            ordered.append(next(others))
+        group = new_futures(plan.session, [len(child.chunk)], plan.per_child)[0]
+        hold(plan, child, group)
+        ordered.append(group)
+    ordered.extend(others)
+    return ordered
+
+
+def hold(plan: MapPlan, child: HeldChild, group: List[BatchFuture]) -> None:
+    """One held child given to its warm pool, which sends it once its futures are done."""
+    from .warmpool import HeldCall, await_upstream
+
+    session, single = plan.session, plan.single
+    await_upstream(session, child.upstream)
+    session.warm_pool(plan.settings).add_held(HeldCall(
+        child.upstream, plan.function_pickle, plan.encoding,
+        [(plan.arguments(value), {}) for value in child.chunk], group, plan.per_child,
+        pack=lambda resolved, first: plan.pack(
+            [args[0] if single else args for args, _ in resolved], first),
+        first_item=child.first_item))
 
 
 def slices(session: Session, settings: JobSettings, fn: Callable[..., Any], iterables: tuple,
@@ -192,7 +289,8 @@ def slices(session: Session, settings: JobSettings, fn: Callable[..., Any], iter
     function_pickle = session.pickle_function(fn, settings.retry_policy)  # with the initializer
     single = len(iterables) == 1
     items = iter(iterables[0]) if single else zip(*iterables)
-    plan = MapPlan(session, settings, function_pickle, single, job_name_for(fn), per_child)
+    plan = MapPlan(session, settings, function_pickle, single, job_name_for(fn), per_child,
+                   warm=session._warm(settings))
     auto = None if chunksize != chunking.AUTO else chunking.AutoChunksize(
         session, settings.vcpus, function_pickle, sample=per_child, deadline=deadline)
     cached = CachedSlices(plan) if session.cache is not None and settings.nodes == 1 else None
@@ -310,9 +408,11 @@ class CachedSlices:
                                       functools.partial(cache.settle_follower, future))
                     out.append(future)
         for pending, upstream in jobs:
-            submit_job(self.plan, pending, upstream)
-        first_run = child_futures[0][0] if child_futures else None
-        run_items = sum(jobs[0][0].item_counts) if jobs else 0
+            if pending.blobs:  # not every child held on the client (a warm map)
+                submit_job(self.plan, pending, upstream)
+        sent = [pending for pending, _ in jobs if pending.blobs]
+        first_run = sent[0].futures[0][0] if sent else None
+        run_items = sum(sent[0].item_counts) if sent else 0
         return out, first_run, run_items
 
     def _leaders(self, digests: List[Optional[str]], hits: Dict[int, bytes]) -> Dict[int, Any]:
@@ -342,15 +442,25 @@ class CachedSlices:
 
     def _pending(self, raw: List[Any], first: int, children: List[List[int]],
                  futures: List[List[BatchFuture]], size: int) -> Tuple[PendingJob, Upstream]:
-        """One Batch job of run children (items of ``raw`` by index), with its dependencies."""
+        """One Batch job of run children (items of ``raw`` by index), with its dependencies;
+        on warm workers, the children held on the client go to their pool instead (hold)."""
         upstream = Upstream(self.session)
         blobs: List[bytes] = []
-        for child, indices in enumerate(children):
-            upstream.child = child
-            chunk = [self.plan.substituted(raw[i], upstream) for i in indices]
+        counts: List[int] = []
+        sent: List[List[BatchFuture]] = []
+        for indices, group in zip(children, futures):
+            values = [raw[i] for i in indices]
+            held = held_child(self.plan, values, first + indices[0], 0) \
+                if self.plan.warm else None
+            if held is not None:
+                hold(self.plan, held, group)
+                continue
+            upstream.child = len(blobs)
+            chunk = [self.plan.substituted(value, upstream) for value in values]
             blobs.append(self.plan.pack(chunk, first + indices[0]))
-        counts = [len(indices) for indices in children]
-        return self.plan.pending(blobs, counts, futures, size, upstream), upstream
+            counts.append(len(indices))
+            sent.append(group)
+        return self.plan.pending(blobs, counts, sent, size, upstream), upstream
 
 
 def run_segments(count: int, runs: Callable[[int], bool], size: int) -> List[Tuple[bool, List[int]]]:

@@ -61,8 +61,9 @@ delete) and about 1 by the client (sends, completion receives and deletes in bat
 1 PUT (the result) on AWS and none on the local queues, no GET when the result is under
 180 KiB; Batch 0 (SubmitJob per worker, DescribeJobs per WATCH_EVERY for the whole pool).
 
-Besides plain calls: a future among submit's arguments is awaited here, on the client, and the
-call then sent (submit_warm, WarmPool.add_after); retry_on_oom sends a call killed for memory
+Besides plain calls: a future among submit's arguments, or among a map child's items (a warm
+call's, or one not sent yet: mapping.py), is awaited here, on the client, and the call then
+sent (submit_warm, WarmPool.add_held: HeldCall); retry_on_oom sends a call killed for memory
 to the pool of the settings with more memory (_retried_for_memory, oom_retry_settings); a dry
 run builds what a pool would send and sends nothing (WarmDryRun). nodes > 1 stays on the cold
 path (runs_warm). A client killed outright leaves its queues: its workers exit after keepalive
@@ -83,8 +84,8 @@ import threading
 import time
 import uuid
 import weakref
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Deque, Dict, List, Mapping, Optional, Tuple
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Mapping, Optional, Tuple
 
 from . import batchapi, serialization, sqsapi, warmwire, wire
 from .errors import (
@@ -108,7 +109,8 @@ if TYPE_CHECKING:
 __all__ = ["WarmPool", "WarmCall", "VISIBILITY_TIMEOUT", "WATCH_EVERY", "sqs_spec_for",
            "workers_to_start", "window_for", "completions_to_delete", "local_queue_folder",
            "queue_base", "batches_by_size", "runs_warm", "submit_warm", "WarmDryRun",
-           "oom_retry_settings"]
+           "oom_retry_settings", "HeldCall", "item_fate", "release_plan", "merged_outcomes",
+           "check_same_session", "await_upstream"]
 
 logger = logging.getLogger("batchfutures")
 
@@ -208,23 +210,105 @@ def resolved(value: Any) -> Any:
 def submit_warm(session: Any, settings: JobSettings, fn: Any, args: tuple,
                 kwargs: Dict[str, Any]) -> BatchFuture:
     """``submit`` on warm workers: sent now, or, when futures are among the arguments, once
-    they are done (WarmPool.add_after)."""
+    they are done (WarmPool.add_held)."""
     future = BatchFuture(session)
     function_pickle = session.pickle_function(fn)  # SerializationError now
     upstream = futures_among(args, kwargs)
-    if any(done._core is not session for done in upstream):
-        raise ConfigurationError("a future passed as an argument must come from the same "
-                                 "executor (or one of its with_settings views)")
+    check_same_session(session, upstream)
     pool = session.warm_pool(settings)
     if not upstream:
         blob = wire.pack_items([(0, args, kwargs)], by_value=session.by_value)
         pool.add(function_pickle, wire.CALLS, [blob], [1], [[future]])
         return future
+    await_upstream(session, upstream)
+    by_value = session.by_value
+    pool.add_held(HeldCall(
+        upstream, function_pickle, wire.CALLS, [(args, kwargs)], [future], per_child=False,
+        pack=lambda items, _first: wire.pack_items([(0, a, k) for a, k in items],
+                                                   by_value=by_value)))
+    return future
+
+
+def check_same_session(session: Any, upstream: List[BatchFuture]) -> None:
+    if any(done._core is not session for done in upstream):
+        raise ConfigurationError("a future passed as an argument must come from the same "
+                                 "executor (or one of its with_settings views)")
+
+
+def await_upstream(session: Any, upstream: List[BatchFuture]) -> None:
+    """A buffered cold call among ``upstream`` is sent now: a held call waits for it."""
     for done in upstream:
         if not done.done():
-            session.flush_for(done)  # a buffered cold call: sent now, as its caller waits
-    pool.add_after(upstream, function_pickle, args, kwargs, future, session.by_value)
-    return future
+            session.flush_for(done)
+
+
+# -- a call held on the client until the futures among its arguments are done -----------------
+RUN, FAILED, CANCELLED = "run", "failed", "cancelled"  # an item's fate (item_fate)
+SEND, PART, NONE, CANCEL = "send", "part", "none", "cancel"  # a held call's (release_plan)
+
+
+@dataclass
+class HeldCall:
+    """A call (a submit, or one map child of ``len(items)`` items) whose arguments include
+    futures the client awaits (``upstream``): sent to the pool once they are all done, with
+    their results in their places (WarmPool.add_held)."""
+
+    upstream: List[BatchFuture]  # every future among the items' arguments, once each
+    function_pickle: bytes
+    encoding: str
+    items: List[Tuple[tuple, Dict[str, Any]]]  # each item's (args, kwargs), futures in place
+    futures: List[BatchFuture]  # one per item, or (per_child) the child's one
+    per_child: bool
+    pack: Callable[[List[Tuple[tuple, Dict[str, Any]]], int], bytes]  # resolved items -> blob
+    first_item: int = 0  # the map position of its first item (names an item in errors)
+
+
+def upstream_state(done: BatchFuture) -> str:
+    """A done argument future's part in its dependent's fate."""
+    if done.cancelled():
+        return CANCELLED
+    return FAILED if done.exception() is not None else RUN
+
+
+def item_fate(states: List[str]) -> str:
+    """An item's fate from its argument futures' states: a cancelled one cancels it (first, as
+    the cold path), a failed one fails it with DependencyFailedError, else it runs."""
+    if CANCELLED in states:
+        return CANCELLED
+    return FAILED if FAILED in states else RUN
+
+
+def release_plan(fates: List[str], per_child: bool) -> str:
+    """What a held call does once its arguments are done, from its items' fates: SEND all its
+    items; PART: send those that run, settle (or cancel) the others apart; NONE: send nothing,
+    settle (or cancel) each; CANCEL its one future (a map child, per_child, with a cancelled
+    item: as a cold child is cancelled with its upstream)."""
+    if per_child and CANCELLED in fates:
+        return CANCEL
+    running = fates.count(RUN)
+    if running == len(fates):
+        return SEND
+    return PART if running else NONE
+
+
+def dependency_failure(upstream: List[BatchFuture]) -> DependencyFailedError:
+    """The error of a call whose first failed argument future is among ``upstream``."""
+    failed = next(done for done in upstream if not done.cancelled() and
+                  done.exception() is not None)
+    cause = failed.exception()
+    error = DependencyFailedError(
+        f"an argument of this call is the result of {failed.job_id}, which failed: {cause!r}",
+        job_id=failed.job_id, status_reason="a dependency failed")
+    error.__cause__ = cause
+    return error
+
+
+def merged_outcomes(fates: List[str], errors: Dict[int, BaseException],
+                    ran: List[Tuple[bool, Any]]) -> List[Tuple[bool, Any]]:
+    """A map child's outcomes in item order: the items that ran take ``ran`` in order, the
+    others their ``errors``."""
+    taken = iter(ran)
+    return [next(taken) if fate == RUN else (False, errors[i]) for i, fate in enumerate(fates)]
 
 
 def window_for(max_workers: int) -> int:
@@ -368,10 +452,10 @@ class WarmDryRun:
                 if future.set_running_or_notify_cancel():
                     settle(future, False, result)
 
-    def add_after(self, upstream: List[BatchFuture], function_pickle: bytes, args: tuple,
-                  kwargs: Dict[str, Any], future: BatchFuture, by_value: bool) -> None:
+    def add_held(self, held: HeldCall) -> None:
         """A call on futures of a dry run (which never succeed): what it would send."""
-        self.add(function_pickle, wire.CALLS, [b""], [1], [[future]])
+        self.add(held.function_pickle, held.encoding, [b""], [len(held.items)],
+                 [held.futures], per_child=held.per_child)
 
     def unfinished(self) -> List[BatchFuture]:
         return []
@@ -506,7 +590,7 @@ class WarmPool:
         self._numbers = iter(range(1 << 62))
         self._pending: Deque[WarmCall] = collections.deque()
         self._sent: Dict[int, WarmCall] = {}
-        self._waiting: set = set()  # futures of calls waiting for their arguments (add_after)
+        self._waiting: set = set()  # futures of calls waiting for their arguments (add_held)
         self._placement: Optional[Any] = None  # retry_on_oom: oomretry.Placement, read once
         self.workers: Dict[str, str] = {}  # job id -> last status seen
         self._delivered: set = set()  # workers that completed a call
@@ -597,54 +681,90 @@ class WarmPool:
             self._pending.append(call)
         self._pump()
 
-    def add_after(self, upstream: List[BatchFuture], function_pickle: bytes, args: tuple,
-                  kwargs: Dict[str, Any], future: BatchFuture, by_value: bool) -> None:
-        """A call whose arguments include the futures ``upstream``: it waits for them here, on
-        the client (not on a worker), then goes to the pool with their results in their
-        places; one that failed or was cancelled settles it as the cold path's dependents
-        (DependencyFailedError, or cancelled)."""
-        left = [len(upstream)]
+    def add_held(self, held: HeldCall) -> None:
+        """A call whose arguments include the futures ``held.upstream``: it waits for them
+        here, on the client (not on a worker), then goes to the pool with their results in
+        their places; an item whose argument failed or was cancelled is settled as the cold
+        path's dependents (DependencyFailedError, or cancelled), the others run."""
+        left = [len(held.upstream)]
         with self._lock:
-            self._waiting.add(future)
+            self._waiting.update(held.futures)
 
         def one_done(_: Any) -> None:
             with self._lock:
                 left[0] -= 1
                 if left[0]:
                     return
-                self._waiting.discard(future)
-            self._send_dependent(upstream, function_pickle, args, kwargs, future, by_value)
+            try:
+                self._release(held)
+            except Exception as error:  # SerializationError of a result, the pool shut down
+                for future in held.futures:
+                    settle(future, False, error)
+            finally:  # after it is in _pending: unfinished() sees it all along
+                with self._lock:
+                    self._waiting.difference_update(held.futures)
 
-        for done in upstream:
+        for done in held.upstream:
             done.add_done_callback(one_done)
 
-    def _send_dependent(self, upstream: List[BatchFuture], function_pickle: bytes,
-                        args: tuple, kwargs: Dict[str, Any], future: BatchFuture,
-                        by_value: bool) -> None:
-        if future.done():  # cancelled (or the pool closed) while it waited
+    def _release(self, held: HeldCall) -> None:
+        if all(future.done() for future in held.futures):  # cancelled while it waited
             return
-        if any(done.cancelled() for done in upstream):
-            future.cancel()
+        argument_futures = [futures_among(args, kwargs) for args, kwargs in held.items]
+        fates = [item_fate([upstream_state(done) for done in found])
+                 for found in argument_futures]
+        plan = release_plan(fates, held.per_child)
+        if plan == CANCEL:
+            held.futures[0].cancel()
             return
-        failed = next((done for done in upstream if done.exception() is not None), None)
-        if failed is not None:
-            cause = failed.exception()
-            error = DependencyFailedError(
-                f"an argument of this call is the result of {failed.job_id}, which failed: "
-                f"{cause!r}", job_id=failed.job_id, status_reason="a dependency failed")
-            error.__cause__ = cause
-            settle(future, False, error)
+        errors: Dict[int, BaseException] = {i: dependency_failure(argument_futures[i])
+                                            for i, fate in enumerate(fates) if fate == FAILED}
+        if not held.per_child:  # one future per item: each settled apart
+            for i, fate in enumerate(fates):
+                if fate == CANCELLED:
+                    held.futures[i].cancel()
+                elif fate == FAILED:
+                    settle(held.futures[i], False, errors[i])
+        elif plan == NONE:
+            outcomes = merged_outcomes(fates, errors, [])
+            settle(held.futures[0], True, functools.partial(_same, outcomes))
+        if plan == NONE:
             return
-        try:
-            args = tuple(resolved(value) for value in args)
-            kwargs = {name: resolved(value) for name, value in kwargs.items()}
-            blob = wire.pack_items([(0, args, kwargs)], by_value=by_value)
-            if self._closed.is_set():
-                raise JobAbortedError("the warm pool was shut down while this call waited for "
-                                      "its arguments")
-            self.add(function_pickle, wire.CALLS, [blob], [1], [[future]])
-        except Exception as error:  # SerializationError of a result, the pool shut down
-            settle(future, False, error)
+        running = [i for i, fate in enumerate(fates) if fate == RUN]
+        items = [(tuple(resolved(a) for a in held.items[i][0]),
+                  {name: resolved(v) for name, v in held.items[i][1].items()}) for i in running]
+        blob = held.pack(items, held.first_item + running[0])
+        if self._closed.is_set():
+            raise JobAbortedError("the warm pool was shut down while this call waited for its "
+                                  "arguments")
+        if not held.per_child:
+            self.add(held.function_pickle, held.encoding, [blob], [len(items)],
+                     [[held.futures[i] for i in running]])
+        elif plan == SEND:
+            self.add(held.function_pickle, held.encoding, [blob], [len(items)],
+                     [held.futures], per_child=True)
+        else:  # a map child with items that do not run: its outcome merged from a call's
+            self.add(held.function_pickle, held.encoding, [blob], [len(items)],
+                     [[self._merging(held.futures[0], fates, errors)]], per_child=True)
+
+    def _merging(self, child: BatchFuture, fates: List[str],
+                 errors: Dict[int, BaseException]) -> BatchFuture:
+        """The future of the call that runs some items of a map child: when it is done, the
+        child's future resolves to every item's outcome (merged_outcomes)."""
+        part = BatchFuture(self._session_ref())
+
+        def done(_: Any) -> None:
+            if part.cancelled():
+                child.cancel()
+            elif part.exception() is not None:
+                settle(child, False, part.exception())
+            else:
+                outcomes = merged_outcomes(fates, errors, part.result()())
+                settle(child, True, functools.partial(_same, outcomes))
+
+        part.add_done_callback(done)
+        child.add_done_callback(lambda _: child.cancelled() and part.cancel())
+        return part
 
     def _pump(self) -> None:
         """Send waiting calls while the window has room; start workers the calls need."""
