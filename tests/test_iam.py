@@ -96,7 +96,8 @@ _S3_COMMON = {"s3:AccessGrantsInstanceArn", "s3:authType", "s3:ResourceAccount",
 _KMS_KEY = {"aws:ResourceTag/${TagKey}", "kms:KeyOrigin", "kms:KeySpec", "kms:KeyUsage",
             "kms:MultiRegion", "kms:MultiRegionKeyType", "kms:ResourceAliases"}
 SAR: Dict[str, Tuple[Tuple[str, ...], frozenset]] = {
-    "batch:SubmitJob": (("job", "job-queue", "job-definition", "job-definition-revision"),
+    "batch:SubmitJob": (("job", "job-queue", "job-definition", "job-definition-revision",
+                         "consumable-resource"),
                         frozenset({"batch:ShareIdentifier", "batch:EKSImage", "batch:EKSNamespace",
                                    "aws:RequestTag/${TagKey}", "aws:TagKeys"})),
     "batch:TagResource": (("job", "job-definition-revision", "job-queue", "compute-environment",
@@ -117,6 +118,10 @@ SAR: Dict[str, Tuple[Tuple[str, ...], frozenset]] = {
     "batch:DescribeComputeEnvironments": ((), frozenset()),
     "ec2:DescribeInstanceTypes": ((), frozenset()),
     "batch:DescribeJobDefinitions": ((), frozenset()),
+    # the resource types job-queue and consumable-resource carry aws:ResourceTag/${TagKey}
+    "batch:GetJobQueueSnapshot": (("job-queue",), frozenset({"aws:ResourceTag/${TagKey}"})),
+    "batch:DescribeConsumableResource": (("consumable-resource",),
+                                         frozenset({"aws:ResourceTag/${TagKey}"})),
     "s3:GetObject": (("object",), frozenset(_S3_COMMON | {"s3:ExistingObjectTag/<key>"})),
     "s3:PutObject": (("object",), frozenset(_S3_COMMON | {
         "s3:if-none-match", "s3:if-match", "s3:x-amz-server-side-encryption",
@@ -169,6 +174,7 @@ RESOURCE_ARNS = {
     "compute-environment": ":batch:{region}:{account}:compute-environment/",
     "scheduling-policy": ":batch:{region}:{account}:scheduling-policy/",
     "job-queue": ":batch:{region}:{account}:job-queue/",
+    "consumable-resource": ":batch:{region}:{account}:consumable-resource/",
     "job-definition": ":batch:{region}:{account}:job-definition/",
     "job-definition-revision": ":batch:{region}:{account}:job-definition/",
     "object": ":s3:::", "bucket": ":s3:::", "Secret": ":secretsmanager:{region}:{account}:secret:",
@@ -566,6 +572,11 @@ def test_the_client_policy_allows_the_batch_and_logs_calls_the_client_makes(stac
         ("batch:DescribeJobs", "*"), ("batch:ListJobs", "*"), ("batch:DescribeJobQueues", "*"),
         ("batch:DescribeJobDefinitions", "*"), ("batch:DescribeComputeEnvironments", "*"),
         ("ec2:DescribeInstanceTypes", "*"),
+        # why a job waits: the stack's queues' snapshots, the account's consumable resources
+        ("batch:GetJobQueueSnapshot", outputs["JobQueue"]),
+        ("batch:GetJobQueueSnapshot", outputs["MultiNodeJobQueue"]),
+        ("batch:DescribeConsumableResource", f"{batch}:consumable-resource/licence"),
+        ("batch:SubmitJob", f"{batch}:consumable-resource/licence"),  # consumes=
         ("ecr:DescribeImages", f"arn:aws:ecr:{REGION}:{ACCOUNT}:repository/batchfutures-worker"),
         ("iam:PassRole", roles["JobRole"]), ("iam:PassRole", roles["ExecutionRole"]),
         ("logs:GetLogEvents", f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/batch/{STACK}"
@@ -576,6 +587,12 @@ def test_the_client_policy_allows_the_batch_and_logs_calls_the_client_makes(stac
         assert allowed(document, action, resource), (action, resource)
     for action, resource in [
         ("batch:SubmitJob", f"{batch}:job-queue/someone-elses-queue"),
+        ("batch:GetJobQueueSnapshot", f"{batch}:job-queue/someone-elses-queue"),
+        ("batch:GetJobQueueSnapshot", f"arn:aws:batch:eu-north-1:{ACCOUNT}:job-queue/{STACK}-ec2"),
+        ("batch:DescribeConsumableResource",
+         f"arn:aws:batch:eu-north-1:{ACCOUNT}:consumable-resource/licence"),
+        ("batch:UpdateConsumableResource", f"{batch}:consumable-resource/licence"),
+        ("batch:ListConsumableResources", "*"),
         ("batch:RegisterJobDefinition", f"{batch}:job-definition/{outputs['JobDefinition']}"),
         ("batch:CreateComputeEnvironment", f"{batch}:compute-environment/x"),
         ("iam:PassRole", f"arn:aws:iam::{ACCOUNT}:role/Admin"),
