@@ -24,6 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
+from . import wire
+from .errors import IntegrityError, JobFailedError
+
 if TYPE_CHECKING:
     from .storage import Storage
 
@@ -92,16 +95,12 @@ class Resolver:
         self._moved = {(str(a), int(b)): (str(c), int(d)) for a, b, c, d in redirects or ()}
 
     def _outcome(self, ref: FutureRef) -> bytes:
-        from . import wire
-
         key = self._moved.get((ref.job_url, ref.child), (ref.job_url, ref.child))
         if key not in self._outcomes:
             if self._storage is None:
                 raise RuntimeError(f"{ref.job_id or 'an upstream result'} was not preloaded")
             data = self._storage.read_result(*key) if key[0] else None
             if data is None:  # failed as a container, or cancelled: it wrote no result
-                from .errors import JobFailedError
-
                 self._outcomes[key] = wire.encode_error(JobFailedError(
                     f"{ref.job_id or 'an upstream call'} ended without a result (it failed, or "
                     f"was cancelled)", job_id=ref.job_id or None))
@@ -116,8 +115,6 @@ class Resolver:
         """Read (and check the seal of) every upstream result the items' arguments refer to.
         IntegrityError and MemoryError propagate; a missing result or item is kept for the
         item's own outcome."""
-        from .errors import IntegrityError
-
         refs: List[FutureRef] = []
 
         def collect(value: Any) -> None:
@@ -139,8 +136,6 @@ class Resolver:
                     pass
 
     def value(self, ref: FutureRef) -> Any:
-        from . import wire
-
         if ref.nodes > 1:  # as the client's jobs.combine_node_results: each node's, in order
             return [self.value(FutureRef(ref.job_url, node, 0, f"{ref.job_id}#{node}"))
                     for node in range(ref.nodes)]

@@ -517,7 +517,8 @@ class Storage:
 
         if self.local:
             return local()
-        from fsspec.asyn import sync  # start-up: ~60 ms that a file:// worker never needs
+        # start-up: fsspec.asyn adds ~1 ms to each worker's start; a file:// one never needs it
+        from fsspec.asyn import sync
 
         bucket, key, _ = self.fs.split_path(path)
         extra = {"Range": f"bytes={start or 0}-{'' if end is None else end - 1}"} if ranged else {}
@@ -612,7 +613,7 @@ class Storage:
     def _names_after(self, url: str, after: str) -> List[str]:
         """The names in a folder that sort after ``after``: ListObjectsV2 with StartAfter, through
         s3fs's own paging and retries (its ``ls`` has no StartAfter)."""
-        from fsspec.asyn import sync  # start-up, as in _read_verified (s3fs has imported it here)
+        from fsspec.asyn import sync  # start-up: as in _read_verified (s3fs imported it here)
 
         list_pages = getattr(self.fs, "_list_pages", None)
         if list_pages is None:  # an s3fs without it: the whole folder

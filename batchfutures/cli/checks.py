@@ -27,6 +27,8 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from .. import batchapi
+from ..awsclients import CLIENT_CONFIG
 from ..errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -285,8 +287,6 @@ def _image(env: Environment) -> str:
     if image is None:
         return (f"{uri} is not in ECR: not checked (it must exist and run Python "
                 f"{client_minor})")
-    from .. import batchapi
-
     try:
         answer = batchapi.call(_ecr_client(env, image.region).describe_images,
                                registryId=image.registry, repositoryName=image.repository,
@@ -306,9 +306,8 @@ def _image(env: Environment) -> str:
 def _ecr_client(env: Environment, region: str) -> Any:
     if region == env.region_name:
         return env.client("ecr")
+    # start-up: botocore.config costs ~35 ms, which `check` on the local emulator never needs
     from botocore.config import Config
-
-    from ..awsclients import CLIENT_CONFIG
 
     return env.session.client("ecr", region_name=region, config=Config(**CLIENT_CONFIG))
 

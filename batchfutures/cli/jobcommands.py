@@ -12,7 +12,7 @@ import time
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
 from ..jobdetail import attempt_count
-from ..statuses import FINISHED, JobStatus
+from ..statuses import FINISHED, STATUS_ORDER, JobStatus
 from .envargs import environment
 from .output import (
     CLIError,
@@ -46,7 +46,7 @@ TEXT_LIST_LIMIT = 20  # failed children / calls the text view lists; table and j
 
 
 def _print_status(info: Any, failures: Any, output: OutputFormat, usage: Any = None) -> None:
-    from ..jobview import duration
+    from ..jobview import duration  # start-up: as cmd_status's
 
     if output is OutputFormat.JSON:
         data = info.as_dict()
@@ -135,7 +135,7 @@ def _watch_line(info: Any) -> str:
 
 def _watch(env: Environment, args: argparse.Namespace) -> Any:
     """Refresh Batch's counts per status until the job ends; the final description."""
-    from .. import jobview
+    from .. import jobview  # start-up: as cmd_status's
 
     interactive = sys.stdout.isatty() and args.output is OutputFormat.TEXT
     last = None
@@ -160,6 +160,8 @@ def _watch(env: Environment, args: argparse.Namespace) -> Any:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    # start-up: jobview (botocore, tenacity) adds ~30 ms to the CLI's start; only the job
+    # commands use it (so for batchapi, logs, childstops and the executor below)
     from .. import jobview
 
     env = environment(args)
@@ -180,14 +182,13 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 # -- logs ---------------------------------------------------------------------------------------
-def _stream_lines(logs: Any, group: str, stream: str, cursor: Any) -> Iterator[str]:
+def _stream_lines(client: Any, group: str, stream: str, cursor: Any) -> Iterator[str]:
     """Lines after ``cursor`` (a `logs.Cursor`, moved on as pages are read), yielded as each
     page of GetLogEvents arrives: the log is printed as it is read, never held whole."""
-    from .. import batchapi
-    from .. import logs as logreader
+    from .. import batchapi, logs  # start-up: as cmd_status's
 
     try:
-        yield from logreader.lines_after(logs, group, stream, cursor)
+        yield from logs.lines_after(client, group, stream, cursor)
     except Exception as error:
         if batchapi.error_code(error) != "ResourceNotFoundException":
             raise
@@ -195,9 +196,7 @@ def _stream_lines(logs: Any, group: str, stream: str, cursor: Any) -> Iterator[s
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from .. import jobview
-    from .. import logs as logreader
-    from ..logs import Cursor
+    from .. import jobview, logs  # start-up: as cmd_status's
 
     env = environment(args)
     info = jobview.describe(env.batch, args.job, log_group=env.log_group, children=False)
@@ -214,7 +213,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
             child = jobview.describe(env.batch, f"{info.job_id}:{index}", children=False,
                                      log_group=env.log_group)
             if child.log_stream:
-                for line in _stream_lines(env.logs, child.log_group, child.log_stream, Cursor()):
+                for line in _stream_lines(env.logs, child.log_group, child.log_stream, logs.Cursor()):
                     out(line)
         return ExitCode.OK
     if args.follow:
@@ -226,14 +225,14 @@ def cmd_logs(args: argparse.Namespace) -> int:
                 number = attempt_count(description) + (0 if ended else 1)
                 note(f"job {args.job}: attempt {number} started, a new log stream")
 
-        for line in logreader.follow_job(env.batch, env.logs, args.job, env.log_group,
+        for line in logs.follow_job(env.batch, env.logs, args.job, env.log_group,
                                          poll=args.interval, on_new_stream=new_stream):
             out(line)
         return ExitCode.OK
     if not info.log_stream:
         note(f"no output yet: job {args.job} is {info.status}")
         return ExitCode.OK
-    for line in _stream_lines(env.logs, info.log_group, info.log_stream, Cursor()):
+    for line in _stream_lines(env.logs, info.log_group, info.log_stream, logs.Cursor()):
         out(line)  # printed as each page is read
     return ExitCode.OK
 
@@ -248,7 +247,7 @@ def _value_json(value: Any) -> Any:
 
 
 def cmd_result(args: argparse.Namespace) -> int:
-    from ..executor import BatchExecutor
+    from ..executor import BatchExecutor  # start-up: as cmd_status's (the executor: ~100 ms)
 
     env = environment(args)
     executor = BatchExecutor(env)
@@ -310,7 +309,7 @@ def cmd_result(args: argparse.Namespace) -> int:
 
 # -- cancel -------------------------------------------------------------------------------------
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from .. import batchapi, jobview
+    from .. import batchapi, childstops, jobview  # start-up: as cmd_status's
 
     env = environment(args)
     info = jobview.describe(env.batch, args.job, children=False)
@@ -320,24 +319,21 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     try:
         batchapi.call(env.batch.terminate_job, jobId=args.job, reason=reason)
     except Exception as error:
-        from ..childstops import parent_of, refused_alone
-
         why = batchapi.StopFailed.of(error)
-        if not refused_alone(args.job, why.code, why.message):
+        if not childstops.refused_alone(args.job, why.code, why.message):
             raise
         # an array child is not a taggable resource: the stack's client policy may stop only
         # the whole job (docs/aws.md, "IAM, role by role")
         raise CLIError(f"{args.job}: you may not stop one child of an array alone here "
                        f"({why.code}); stop the whole job with `batchfutures cancel "
-                       f"{parent_of(args.job)}`", ExitCode.FAILED) from error
+                       f"{childstops.parent_of(args.job)}`", ExitCode.FAILED) from error
     out(f"{args.job}: termination requested (it was {info.status})")
     return ExitCode.OK
 
 
 # -- jobs ---------------------------------------------------------------------------------------
 def _our_jobs(env: Environment) -> List[Dict[str, Any]]:
-    from .. import batchapi
-    from ..statuses import STATUS_ORDER
+    from .. import batchapi  # start-up: as cmd_status's
 
     found: List[Dict[str, Any]] = []
     for status in STATUS_ORDER:
@@ -359,8 +355,6 @@ def job_matches(job: Dict[str, Any], status: Optional[str]) -> bool:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    from ..statuses import STATUS_ORDER
-
     env = environment(args)
     jobs = [job for job in _our_jobs(env) if job_matches(job, args.status)]
     now = time.time()

@@ -27,6 +27,7 @@ from typing import Dict, List, Optional, Tuple
 
 from .._version import __version__
 from ..errors import ConfigurationError
+from ..worker.storagelib import S3FS_MINIMUM, parse_version
 
 __all__ = [
     "DEFAULT_REPOSITORY",
@@ -243,8 +244,6 @@ def image_commands(python_version: str | None = None, repository: str | None = N
     chosen = parse_platforms(platforms, machine)
     extras = pinned_requirements(extra_packages, pin=own_python)
     if "s3fs" in versions:
-        from ..worker.storagelib import S3FS_MINIMUM, parse_version
-
         if parse_version(versions["s3fs"]) < S3FS_MINIMUM:  # the image's build would fail on it
             raise ConfigurationError(
                 f"s3fs {versions['s3fs']} is installed here; batchfutures needs s3fs>="

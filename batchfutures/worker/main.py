@@ -69,6 +69,7 @@ Imports stay light: no boto3 for file:// URLs, s3fs only through fsspec for s3:/
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import platform
@@ -77,17 +78,18 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
-from .. import checkpoints, serialization, wire
+from .. import checkpoints, serialization, signing, wire
+from ..awsclients import worker_storage_options
 from ..batchlimits import OOM_EXIT_STATUS
 from ..dependencies import Resolver
 from ..errors import ConfigurationError, IntegrityError
 from ..retrypolicy import RETRY_EXIT_STATUS
+from ..storage import Storage, size_limit
 from . import calls, envs, oomguard, pool
 from .storagelib import check_storage_library
 
 if TYPE_CHECKING:
     from ..signing import Signer
-    from ..storage import Storage
     from .nodes import NodeInfo
 
 logger = logging.getLogger("batchfutures")
@@ -159,15 +161,10 @@ def _out_of_memory(job_url: Optional[str] = None) -> None:
 def _record_out_of_memory(job_url: str, environ: Mapping[str, str]) -> None:
     """_out_of_memory's marker, best effort: never raises."""
     try:
-        from ..storage import Storage
-
         raw = environ.get("AWS_BATCH_JOB_NODE_INDEX") or environ.get("AWS_BATCH_JOB_ARRAY_INDEX")
         index = int(raw or 0)
         storage = Storage.opened(job_url)
         if storage is None:  # the attempt failed before it made one: make it as run_child does
-            from ..awsclients import worker_storage_options
-            from ..storage import size_limit
-
             storage = Storage.from_url(
                 job_url, signer=_job_signer(environ),
                 storage_options=worker_storage_options(dict(environ)) or None,
@@ -183,9 +180,6 @@ def _record_out_of_memory(job_url: str, environ: Mapping[str, str]) -> None:
 def result_written(job_url: str, environ: Mapping[str, str]) -> bool:
     """Whether this attempt's child (or node) has its result in storage (oomguard asks, after
     a kill: a result written is kept, and needs no out-of-memory marker)."""
-    from ..awsclients import worker_storage_options
-    from ..storage import Storage, size_limit
-
     raw = environ.get("AWS_BATCH_JOB_NODE_INDEX") or environ.get("AWS_BATCH_JOB_ARRAY_INDEX")
     storage = Storage.from_url(job_url, signer=_job_signer(environ),
                                storage_options=worker_storage_options(dict(environ)) or None,
@@ -288,11 +282,9 @@ def run_child(job_url: str, index: int, attempt: Optional[str] = None,
     the job and stops the nodes still running (BATCHFUTURES_NODE_WAIT bounds the wait, in
     seconds; unset, the job's timeout does).
     """
-    from ..awsclients import worker_storage_options  # the S3 guards the client set for the job
-    from ..storage import Storage, size_limit
-
     context = context or _process_context()
     storage = Storage.from_url(job_url, signer=_job_signer(context.environ),
+                               # the S3 guards the client set for the job
                                storage_options=worker_storage_options(dict(context.environ)) or None,
                                max_object_size=size_limit(context.environ))
     if storage.has_result(job_url, index):
@@ -310,8 +302,6 @@ def run_child(job_url: str, index: int, attempt: Optional[str] = None,
 
 def _job_signer(environ: Mapping[str, str]) -> "Signer":
     """signing.job_signer's choice of key, made from ``environ`` (a thread's is not os.environ)."""
-    from .. import signing
-
     if environ is os.environ:
         return signing.job_signer()
     source = environ.get(signing.SOURCE_VARIABLE)
@@ -354,8 +344,6 @@ def _run_and_record(storage: "Storage", job_url: str, index: int, attempt: Optio
     """Run child ``child``'s items and write the result at ``index``; the exit status: 0, or
     RETRY_EXIT_STATUS (no result written) when a call raised an exception its Retries policy
     lists with attempts left (retrypolicy.py), after the policy's delay."""
-    from .. import serialization, signing, wire
-
     meta: Dict[str, Any] = {
         "index": index, "attempt": attempt, "started": time.time(), "host": socket.gethostname(),
         "pid": os.getpid(), "worker": serialization.payload_stamp(),
@@ -417,6 +405,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     if len(args) == 2 and args[0] == "--warm":  # a warm pool's worker (warm.py)
         _configure_logging()
+        # start-up: warm.py adds ~1.7 ms (8 modules) to each worker's start; only --warm needs it
         from .warm import main as warm_main
 
         return warm_main(args[1])
@@ -453,6 +442,8 @@ def run(job_url: str, environ: Mapping[str, str], *, fork: bool = True,
     the items in this thread; ``cancelled()`` true stops it before the next item and before the
     result is written (exit status 137, as the kill it stands for).
     """
+    # start-up: nodes.py (urllib.request) adds ~8 ms to each worker's start; only a node of a
+    # multi-node job needs it
     from .nodes import node as this_node
 
     context = Context(environ, fork=fork, cancelled=cancelled or _never)
@@ -492,8 +483,6 @@ def exit_process(code: int) -> None:
     its timeout. atexit handlers still run; then the process ends with ``code``.
     """
     try:
-        import atexit
-
         atexit._run_exitfuncs()
     finally:
         calls.flush_output()
