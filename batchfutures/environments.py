@@ -43,7 +43,9 @@ from typing import (
     runtime_checkable,
 )
 
-from . import batchapi, signing
+from botocore import exceptions as aws
+
+from . import batchapi, jobdefinitions, signing
 from .awsclients import (
     CLIENT_CONFIG,
     EXPIRED_TOKEN_CODES,
@@ -52,12 +54,21 @@ from .awsclients import (
     AWSClients,
 )
 from .batchapi import BatchAPI
+from .budget import DEFAULT_REQUEST_RATE, RATE_VARIABLE, budgeted_client, parse_rate
+from .emulator.runtime import host
 from .errors import BatchError, ConfigurationError
+from .jobdefinitions import (
+    definition_name,
+    definition_properties,
+    describe_job_definition,
+    ensure_job_definition,
+    with_stack_defaults,
+)
 from .jobdetail import resources
 from .logs import LogsAPI
-from .settings import JobSettings
+from .settings import JobSettings, parse_memory
 from .storage import Storage
-from .workdir import default_workdir
+from .workdir import default_workdir, secure_folder
 
 if TYPE_CHECKING:
     from .emulator import BatchEmulator
@@ -308,8 +319,6 @@ class BaseEnvironment:
     def max_vcpus_at_once(self) -> float:
         """The vCPUs this environment's jobs can use at once (an executor's ``_max_workers``
         divides it by a job's vCPUs)."""
-        from .emulator.runtime import host
-
         return float(host.cpu_count())
 
     def max_memory_mib(self) -> Optional[int]:
@@ -320,6 +329,7 @@ class BaseEnvironment:
 
     def oom_placement(self) -> "Placement":
         """Sized as on one machine: doubled up to `max_memory_mib` (when known)."""
+        # start-up: oomretry costs ~2.5 ms; only retry_on_oom and Fargate's caps need it
         from .oomretry import Placement
 
         return Placement("LOCAL", self.max_memory_mib())
@@ -394,8 +404,7 @@ class BaseEnvironment:
             return dict(self._definition_tags)
 
     def describe_definition(self) -> Optional[Dict[str, Any]]:
-        from .jobdefinitions import describe_job_definition  # without a revision: highest ACTIVE
-
+        # without a revision: highest ACTIVE
         return describe_job_definition(self.batch, self.job_definition)
 
 
@@ -437,8 +446,6 @@ class LocalEnvironment(BaseEnvironment):
         self.metadata_ttl = metadata_ttl
         self.inherit_client_path = bool(inherit_client_path)
         # no account to share locally: unbudgeted unless asked (budget.py says why)
-        from .budget import parse_rate
-
         self.request_rate = None if request_rate is None else parse_rate(request_rate,
                                                                          "request_rate")
         self._budgeted: Optional[BatchAPI] = None
@@ -455,13 +462,11 @@ class LocalEnvironment(BaseEnvironment):
         before anything runs."""
         if self._secured:
             return
-        from . import workdir as rules
-
-        rules.secure_folder(self.workdir, "workdir")
-        storage = rules.secure_folder(self.workdir / "storage", "storage folder")
+        secure_folder(self.workdir, "workdir")
+        storage = secure_folder(self.workdir / "storage", "storage folder")
         for name in ("runs", "jobs"):
-            rules.secure_folder(storage / name, "storage folder")
-        rules.secure_folder(self.workdir / "emulator", "emulator folder")
+            secure_folder(storage / name, "storage folder")
+        secure_folder(self.workdir / "emulator", "emulator folder")
         key = self.workdir / signing.KEY_FILE_NAME
         if os.path.lexists(key) and not os.environ.get(signing.KEY_VARIABLE):
             signing.read_key_file(key, create=False)  # refuses a symlink, a foreign or open file
@@ -471,15 +476,15 @@ class LocalEnvironment(BaseEnvironment):
     def gpus(self) -> int:
         """GPUs jobs may use: as given, else the machine's (detected once)."""
         if self._gpus is None:
-            from .emulator.runtime.host import gpu_count
-
-            self._gpus = gpu_count()
+            self._gpus = host.gpu_count()
         return self._gpus
 
     @property
     def emulator(self) -> "BatchEmulator":
         if self._emulator is None:
-            from .emulator import BatchEmulator  # the emulator starts threads: only when used
+            # start-up: the emulator's service (botocore's models, its runtime) costs ~20 ms,
+            # which an AWSBatchEnvironment never needs
+            from .emulator import BatchEmulator
 
             self.secure_workdir()
             with self._lock:
@@ -495,8 +500,6 @@ class LocalEnvironment(BaseEnvironment):
         if self.request_rate is None:
             return self.emulator
         if self._budgeted is None:  # one budget per emulator folder, as one per AWS endpoint
-            from .budget import budgeted_client
-
             self._budgeted = budgeted_client(self.emulator, self.request_rate,
                                              key=("local", str(self.workdir / "emulator")))
         return self._budgeted
@@ -520,8 +523,6 @@ class LocalEnvironment(BaseEnvironment):
     def multinode_definition(self, nodes: int) -> str:
         """A multinode definition of ``nodes`` nodes running the worker (``nodes=N`` settings):
         registered in the emulator's folder once, found there again (content-addressed)."""
-        from .jobdefinitions import ensure_job_definition
-
         batch = self.batch  # before the lock: making the emulator takes it too
         with self._lock:
             known = self._multinode.get(nodes)
@@ -535,21 +536,15 @@ class LocalEnvironment(BaseEnvironment):
         (named by content), named without a request."""
         if nodes == 1:
             return self.job_definition
-        from .jobdefinitions import definition_name, definition_properties
-
         return definition_name(definition_properties(LOCAL_IMAGE, nodes=nodes))
 
     def max_memory_mib(self) -> Optional[int]:
         """The most memory a job can be placed with here: the machine's (validate_settings
         refuses more)."""
-        from .emulator.runtime import host
-
         return host.memory_mib()
 
     def validate_settings(self, settings: JobSettings) -> None:
         """Refuse a job this machine can never place (it would wait RUNNABLE forever)."""
-        from .emulator.runtime import host
-
         vcpus = self.max_vcpus if self.max_vcpus is not None else host.cpu_count()
         if settings.nodes > 1 and settings.nodes * settings.vcpus > vcpus:  # all nodes at once
             raise ConfigurationError(
@@ -575,8 +570,6 @@ class LocalEnvironment(BaseEnvironment):
 
     def max_vcpus_at_once(self) -> float:
         """``max_vcpus``, or the machine's CPUs."""
-        from .emulator.runtime import host
-
         return float(self.max_vcpus if self.max_vcpus is not None else host.cpu_count())
 
     def subscribe(self, callback: Callable[[], None]) -> None:
@@ -649,13 +642,13 @@ class AWSBatchEnvironment(BaseEnvironment):
         self._given_definition = job_definition
         self._registered_definition: Optional[str] = None
         self._multinode: Dict[int, str] = {}
-        import boto3  # boto3 is heavy to import; only the AWS path needs it
-        import botocore.exceptions
+        # start-up: boto3 costs ~70 ms, which the emulator's path never needs
+        import boto3
 
         try:
             self.session = session or boto3.session.Session(profile_name=profile_name,
                                                             region_name=region_name)
-        except botocore.exceptions.ProfileNotFound as error:
+        except aws.ProfileNotFound as error:
             raise ConfigurationError(
                 f"AWS profile {profile_name!r} is not configured: run `aws configure --profile "
                 f"{profile_name}` or pass another profile_name") from error
@@ -668,8 +661,6 @@ class AWSBatchEnvironment(BaseEnvironment):
             raise ConfigurationError(conflict)
         self._clients = AWSClients(self.session, self.region_name)
         self._storage: Optional[Storage] = None
-        from .budget import DEFAULT_REQUEST_RATE, RATE_VARIABLE, parse_rate
-
         # this process's share of the account's Batch budget (budget.py)
         if request_rate is None and os.environ.get(RATE_VARIABLE):
             self.request_rate = parse_rate(os.environ[RATE_VARIABLE], RATE_VARIABLE)
@@ -697,8 +688,6 @@ class AWSBatchEnvironment(BaseEnvironment):
         """The Batch client behind the process's request budget for its endpoint and Region
         (`budget.budgeted_client`): every Batch request of the process passes it."""
         if self._budgeted is None:
-            from .budget import budgeted_client
-
             # boto3's clients are untyped: the one place its Batch client is taken as the seam
             self._budgeted = budgeted_client(cast(BatchAPI, self.client("batch")),
                                              self.request_rate)
@@ -778,8 +767,6 @@ class AWSBatchEnvironment(BaseEnvironment):
         if self._given_definition:
             return self._given_definition
         if self._registered_definition is None:
-            from .jobdefinitions import ensure_job_definition
-
             with self._lock:
                 if self._registered_definition is None:
                     try:
@@ -799,8 +786,6 @@ class AWSBatchEnvironment(BaseEnvironment):
         and must itself be a multinode definition (Batch refuses nodeOverrides otherwise)."""
         if self._given_definition:
             return self._given_definition
-        from .jobdefinitions import ensure_job_definition
-
         batch = self.batch  # before the lock: making the client may take it too
         with self._lock:
             known = self._multinode.get(nodes)
@@ -823,8 +808,6 @@ class AWSBatchEnvironment(BaseEnvironment):
         ``image=`` (with the stack's defaults, as `jobdefinitions.ensure_job_definition`)."""
         if self._given_definition:
             return self._given_definition
-        from .jobdefinitions import definition_name, definition_properties, with_stack_defaults
-
         properties = definition_properties(self.image or "", nodes=nodes, **self.definition_options)
         return definition_name(with_stack_defaults(properties, self.stack, self.region_name),
                                self.stack)
@@ -854,8 +837,6 @@ class AWSBatchEnvironment(BaseEnvironment):
         platformCapabilities (read once); None when it cannot be read."""
         if self.image:
             return str(self.definition_options.get("platform", "EC2")).upper()
-        from . import jobdefinitions
-
         try:
             return jobdefinitions.definition_platform(self.describe_definition())
         except Exception:  # unreadable here: SubmitJob still checks
@@ -872,7 +853,7 @@ class AWSBatchEnvironment(BaseEnvironment):
         definition's platform, and ``max_memory=`` or what the queue's compute environments can
         place (DescribeJobQueues, DescribeComputeEnvironments, then EC2 DescribeInstanceTypes of
         their instanceTypes). What cannot be read leaves the cap unknown, logged once."""
-        from .oomretry import Placement
+        from .oomretry import Placement  # start-up: as BaseEnvironment.oom_placement's
 
         if self._placement is None:
             platform = self.job_platform()
@@ -897,8 +878,6 @@ class AWSBatchEnvironment(BaseEnvironment):
         if settings.timeout is not None and settings.timeout < 60:
             raise ConfigurationError(
                 f"timeout={settings.timeout}: AWS Batch requires at least 60 seconds per attempt")
-        from . import jobdefinitions
-
         platform = str(self.definition_options.get("platform", "EC2")).upper() if self.image else None
         if platform is None and settings.vcpus < 1:
             try:  # under 1 vCPU is a Fargate size: only then is the definition read
@@ -927,7 +906,7 @@ class AWSBatchEnvironment(BaseEnvironment):
         with self._lock:
             if self._fargate_cap_read:
                 return self._fargate_cap
-        from . import oomretry
+        from . import oomretry  # start-up: as BaseEnvironment.oom_placement's
 
         try:
             cap = oomretry.learn_fargate_vcpus(self.batch, self.job_queue,
@@ -976,6 +955,7 @@ def queue_max_memory(batch: BatchAPI, job_queue: str, ec2: Callable[[], Any]
     """The platform of ``job_queue``'s compute environments and the most container memory one
     of them can place (oomretry.queue_max_memory_mib; None: some cannot say). ``ec2()``: the EC2
     client, made only when an EC2 compute environment names instance types."""
+    # start-up: as BaseEnvironment.oom_placement's
     from .oomretry import instance_type_queries, queue_max_memory_mib
 
     described = queue_compute_environments(batch, job_queue)
@@ -1011,8 +991,6 @@ def instance_memory_mib(ec2: Any, exact: Tuple[str, ...], families: Tuple[str, .
 def _max_memory(value: Union[int, str, None]) -> Optional[int]:
     if value is None:
         return None
-    from .settings import parse_memory
-
     try:
         mib = parse_memory(value)
     except (ConfigurationError, TypeError, ValueError) as error:
@@ -1149,8 +1127,6 @@ def _optional_text(value: Any, label: str) -> Optional[str]:
 
 def explain_aws_error(error: BaseException) -> str:
     """One line about a botocore failure, saying what to do where it is clear."""
-    from botocore import exceptions as aws
-
     if isinstance(error, aws.NoCredentialsError):
         return ("no AWS credentials found: set AWS_PROFILE (or profile_name=), environment "
                 "variables, or run where a role is attached")
