@@ -87,7 +87,7 @@ import weakref
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Mapping, Optional, Tuple
 
-from . import batchapi, serialization, sqsapi, warmwire, wire
+from . import batchapi, logforward, serialization, sqsapi, warmwire, wire
 from .errors import (
     ConfigurationError,
     DependencyFailedError,
@@ -613,6 +613,8 @@ class WarmPool:
                   "results_in_messages": warmwire.results_in_messages(
                       self.spec, INJECTED_LATENCY.get("storage", 0)),
                   **serialization.payload_stamp()}
+        if self.echo_output:  # the calls' logging records, made at the client's levels
+            config["log_levels"] = logforward.client_levels()
         url = f"{self.pool_url}/config"
         storage = self.storage
         storage.put_bytes(url, storage.signer.seal(warmwire.CONFIG_KIND, storage.name_of(url),

@@ -219,3 +219,23 @@ def test_traceback_through_a_helper_module_shipped_by_value(tmp_path):
     for kind, text in outputs.items():
         assert f'File "{helpers}", line 2, in parse\n    return int(text)\n' in text, kind
         assert f'File "{script}", line ' in text and "return helpers.parse(text)" in text, kind
+
+
+@slow
+def test_warm_workers_make_records_at_the_clients_levels(local_env):
+    seen = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    handler = Keep()
+    logger = logging.getLogger("tagged_app")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)  # a warm worker's loggers default to WARNING: INFO must travel
+    try:
+        with BatchExecutor(local_env, keepalive=30) as ex:
+            assert ex.submit(_log_twice, 4).result(timeout=120) == 4
+    finally:
+        logger.removeHandler(handler)
+    assert seen == ["first 4", "second 4"]

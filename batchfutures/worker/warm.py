@@ -221,7 +221,8 @@ class Pool:
         self.initargs: Optional[bytes] = None
         if self.config.get("initargs"):
             self.initargs = bytes(self.storage.get_function(self.config["initargs"]))
-        self.header = {k: v for k, v in self.config.items() if k in ("python", "cloudpickle")}
+        self.header = {k: v for k, v in self.config.items()
+                       if k in ("python", "cloudpickle", "log_levels")}  # (calls.ItemRunner's)
         self.counts: "collections.Counter[str]" = collections.Counter({"storage:GET": 1})
         self.sqs: sqsapi.SQSAPI = self.new_sqs()
 
