@@ -79,6 +79,7 @@ from .jobs import Actions, TrackedJob, settle
 from .reconcile import LISTING_LIMIT, Needs, Reads, arrived, reconcile
 from .results import ReadFailed, ResultReader
 from .statuses import JobStatus
+from .waiting import WaitWatcher
 
 if TYPE_CHECKING:
     from .storage import Storage
@@ -155,6 +156,9 @@ class Poller:
         self._described: Dict[str, int] = {}  # job id -> the round that last described it
         # jobs a stop of one child of was refused (childstops.refused_alone): no more child stops
         self._alone_refused: Set[str] = set()
+        # why jobs wait (waiting.py): a queue's snapshot at most once a round, only for jobs
+        # RUNNABLE longer than its threshold; read by the progress bar
+        self.waits = WaitWatcher()
 
     # -- control (any thread) ------------------------------------------------------------------
     def start(self) -> None:
@@ -452,6 +456,12 @@ class Poller:
             except BaseException as error:  # noqa: B036 - nothing is committed; next poll
                 logger.warning("batchfutures poller: job %s not updated this poll: %r",
                                job.job_id, error)
+        try:
+            self.waits.observe(batch, {job_id: found[job_id] for job_id in described
+                                       if job_id in found},
+                               {job.job_id for job in jobs}, time.monotonic())
+        except Exception:  # never into a future: the bar shows no reason instead
+            logger.debug("batchfutures poller: why jobs wait not read", exc_info=True)
         self._forget([job for job in active if job.done])
         return changed or rerun
 

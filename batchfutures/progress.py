@@ -45,6 +45,7 @@ import types
 import weakref
 from typing import IO, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, TypeVar, Union
 
+from . import waiting
 from .futures import BatchFuture
 from .statuses import FINISHED, STATUS_ORDER, JobStatus
 
@@ -65,7 +66,13 @@ F = TypeVar("F", bound=concurrent.futures.Future)  # BatchFutures, or any Future
 
 # -- the one accessor of the poller's data (jobs.py/poller.py may change: adapt here only) ------
 def _counts_of(futures: Iterable[Any]) -> Dict[str, int]:
-    """Children per Batch status among ``futures``, from what the poller already recorded.
+    """Children per Batch status among ``futures`` (`_tally`'s counts)."""
+    return _tally(futures)[0]
+
+
+def _tally(futures: Iterable[Any]) -> Tuple[Dict[str, int], str]:
+    """Children per Batch status among ``futures``, from what the poller already recorded, and
+    why they wait (`why_of`; "" when no job of theirs has a reason read).
 
     A job whose every child is among the futures is counted from its ``statusSummary`` (Batch's
     own counts) until every child is settled; a plain job, an array before its first
@@ -94,6 +101,8 @@ def _counts_of(futures: Iterable[Any]) -> Dict[str, int]:
             children = jobs.setdefault(id(job), (job, {}))[1]
         # map_futures gives one future per item: a child of several items is counted once
         children.setdefault(bound.child, future)
+    why = why_of(job.job_id for job, _children in jobs.values()
+                 if not getattr(job, "done", False) and getattr(job, "job_id", None))
     for job, children in jobs.values():
         summary = job.summary
         # Batch's counts may lag what the poller settled from results (a child's result is read
@@ -108,7 +117,18 @@ def _counts_of(futures: Iterable[Any]) -> Dict[str, int]:
         counts.update(warm_counts([call.default_status for call in calls.values()
                                    if not all(f.cancelled() for f in call.futures)],
                                   list(pool.workers.values())))
-    return {status: count for status, count in counts.items() if count}
+    return {status: count for status, count in counts.items() if count}, why
+
+
+def why_of(job_ids: Iterable[str]) -> str:
+    """``"waiting: 12th in queue, 64/64 vCPUs in use"``: the reason its poller last read for the
+    job nearest the front of its queue among ``job_ids`` (no request: waiting.reason_of)."""
+    found = [reason for reason in map(waiting.reason_of, job_ids) if reason is not None and reason.short]
+    if not found:
+        return ""
+    nearest = min(found, key=lambda reason: reason.position if reason.position is not None
+                  else waiting.SNAPSHOT_LIMIT + 1)
+    return f"waiting: {nearest.short}"
 
 
 def warm_counts(call_statuses: Iterable[str], worker_statuses: Iterable[str]) -> Dict[str, int]:
@@ -133,11 +153,15 @@ def warm_counts(call_statuses: Iterable[str], worker_statuses: Iterable[str]) ->
 
 
 def _safe_counts(futures: Iterable[Any]) -> Dict[str, int]:
+    return _safe_tally(futures)[0]
+
+
+def _safe_tally(futures: Iterable[Any]) -> Tuple[Dict[str, int], str]:
     try:
-        return _counts_of(futures)
+        return _tally(futures)
     except Exception:  # never into the user's code: show nothing rather than fail their wait
         logger.debug("batchfutures: could not count the futures' statuses", exc_info=True)
-        return {}
+        return {}, ""
 
 
 # -- pure rendering -----------------------------------------------------------------------------
@@ -153,13 +177,14 @@ def finished_of(counts: Mapping[str, int]) -> int:
     return sum(counts.get(status, 0) for status in FINISHED)
 
 
-def render_line(counts: Mapping[str, int], desc: Optional[str] = None) -> str:
-    """The plain progress line: ``"square: 95/100 children | RUNNING 2, SUCCEEDED 95, ..."``."""
+def render_line(counts: Mapping[str, int], desc: Optional[str] = None, why: str = "") -> str:
+    """The plain progress line: ``"square: 95/100 children | RUNNING 2, SUCCEEDED 95, ..."``,
+    then why jobs wait when known (``" | waiting: 3rd in queue, 64/64 vCPUs in use"``)."""
     total = sum(counts.values())
     head = f"{finished_of(counts)}/{total} children"
     if desc:
         head = f"{desc}: {head}"
-    body = render_counts(counts)
+    body = " | ".join(part for part in (render_counts(counts), why) if part)
     return f"{head} | {body}" if body else head
 
 
@@ -173,6 +198,7 @@ def _is_terminal(stream: Any) -> bool:
 
 def _tqdm_class() -> Optional[type]:
     try:
+        # optional: tqdm (the [progress] extra) may be absent; start-up: ~5 ms, only for a bar
         from tqdm import tqdm
     except ImportError:
         return None
@@ -226,15 +252,15 @@ class _Display:
             self._broken = True
             logger.debug("batchfutures: progress display failed; it stops drawing", exc_info=True)
 
-    def refresh(self, counts: Mapping[str, int], *, final: bool = False) -> None:
+    def refresh(self, counts: Mapping[str, int], *, final: bool = False, why: str = "") -> None:
         if self._closed or not (counts or final):  # nothing submitted yet: nothing to show
             return
         if self._bar_class is not None:
-            self._guard(lambda: self._draw_bar(counts))
+            self._guard(lambda: self._draw_bar(counts, why))
         elif self._terminal:
-            self._guard(lambda: self._draw_line(counts))
+            self._guard(lambda: self._draw_line(counts, why))
         else:
-            self._guard(lambda: self._write_line(counts, final))
+            self._guard(lambda: self._write_line(counts, final, why))
 
     def close(self, counts: Mapping[str, int]) -> None:
         """Draw the final counts and leave the cursor on a fresh line."""
@@ -251,7 +277,7 @@ class _Display:
         self._stream.write("\n")
         self._stream.flush()
 
-    def _draw_bar(self, counts: Mapping[str, int]) -> None:
+    def _draw_bar(self, counts: Mapping[str, int], why: str = "") -> None:
         if self._bar is None:
             self._bar = _quiet_bar(self._bar_class)(
                 total=sum(counts.values()), desc=self._desc, unit="child", file=self._stream,
@@ -259,19 +285,20 @@ class _Display:
         bar = self._bar
         bar.total = sum(counts.values())
         bar.n = finished_of(counts)
-        bar.set_postfix_str(render_counts(counts), refresh=False)
+        bar.set_postfix_str("; ".join(part for part in (render_counts(counts), why) if part),
+                            refresh=False)
         bar.refresh()
 
-    def _draw_line(self, counts: Mapping[str, int]) -> None:
+    def _draw_line(self, counts: Mapping[str, int], why: str = "") -> None:
         # longer than the terminal, it would wrap and "\r" would redraw only its last row
         columns = shutil.get_terminal_size().columns
-        line = render_line(counts, self._desc)[:max(columns - 1, 20)]
+        line = render_line(counts, self._desc, why)[:max(columns - 1, 20)]
         self._stream.write("\r" + line + " " * max(0, self._width - len(line)))
         self._stream.flush()
         self._width = len(line)
 
-    def _write_line(self, counts: Mapping[str, int], final: bool) -> None:
-        line = render_line(counts, self._desc)
+    def _write_line(self, counts: Mapping[str, int], final: bool, why: str = "") -> None:
+        line = render_line(counts, self._desc, why)
         now = time.monotonic()
         if line == self._last_line or (not final and now - self._last_line_at < LINE_INTERVAL
                                        and self._last_line is not None):
@@ -318,7 +345,8 @@ def progress(futures: Iterable[F], *, file: Optional[IO[str]] = None, desc: Opti
                 continue
             concurrent.futures.wait([futures[position]], timeout=pace.interval)
             if display is not None:
-                display.refresh(pace.timed(lambda: _safe_counts(futures)))
+                counts, why = pace.timed(lambda: _safe_tally(futures))
+                display.refresh(counts, why=why)
     finally:
         if display is not None:
             display.close(_safe_counts(futures))
@@ -334,6 +362,7 @@ class MapProgress:
         self._lock = threading.Lock()
         self._live: List[List[Any]] = []  # slices with futures not done yet
         self._finished: Dict[str, int] = collections.Counter()  # final counts of done slices
+        self.why = ""  # why the live slices' jobs wait (the last counts' tally)
         self._all_submitted = False
         self._stop = threading.Event()
         self._owner: Optional[weakref.ref] = None
@@ -369,15 +398,19 @@ class MapProgress:
             live = list(self._live)
         counts: Dict[str, int] = collections.Counter(self._finished)
         still: List[List[Any]] = []
+        reasons: List[str] = []
         for group in live:
-            group_counts = _safe_counts(group)
+            group_counts, group_why = _safe_tally(group)
             counts.update(group_counts)
+            if group_why:
+                reasons.append(group_why)
             if all(future.done() for future in group):
                 self._finished.update(group_counts)  # keep the numbers, not the futures
             else:
                 still.append(group)
         with self._lock:
             self._live = still + self._live[len(live):]
+        self.why = reasons[0] if reasons else ""  # the earliest slice's: its jobs start first
         return {status: count for status, count in counts.items() if count}
 
     def _run(self) -> None:
@@ -387,7 +420,7 @@ class MapProgress:
                 counts = pace.timed(self.counts)
                 if self._all_submitted and not self._live:
                     break
-                self._display.refresh(counts)
+                self._display.refresh(counts, why=self.why)
             self._display.close(self.counts())
         except Exception:  # the drawing thread must end quietly whatever happens
             logger.debug("batchfutures: progress thread failed", exc_info=True)
