@@ -585,6 +585,8 @@ class WarmPool:
             raise
         self._initargs_url = (session.submitter._initargs_location()
                               if session.submitter._initargs is not None else None)
+        self._files_url = (session.submitter._files_location()  # files=: unpacked by each worker
+                           if session.submitter.files is not None else None)
         self._write_config()
         self._lock = threading.RLock()
         self._numbers = iter(range(1 << 62))
@@ -615,6 +617,8 @@ class WarmPool:
                   **serialization.payload_stamp()}
         if self.echo_output:  # the calls' logging records, made at the client's levels
             config["log_levels"] = logforward.client_levels()
+        if self._files_url is not None:
+            config["files"] = self._files_url
         url = f"{self.pool_url}/config"
         storage = self.storage
         storage.put_bytes(url, storage.signer.seal(warmwire.CONFIG_KIND, storage.name_of(url),

@@ -104,7 +104,8 @@ if __name__ == "__main__":
     if kind == "ppe":
         ex = concurrent.futures.ProcessPoolExecutor(1)
     else:
-        ex = BatchExecutor(files=["data"] if kind == "files" else None)
+        ex = BatchExecutor(files=["data"] if kind in ("files", "warm") else None,
+                           keepalive=30 if kind == "warm" else 0)
     with ex:
         future = ex.submit(read, "data/a.csv")
         try:
@@ -118,7 +119,7 @@ if __name__ == "__main__":
 def test_a_relative_path_resolves_as_on_the_client(tree):
     (tree / "script.py").write_text(textwrap.dedent(SCRIPT))
     outputs = {}
-    for kind in ("ppe", "files", "none"):
+    for kind in ("ppe", "files", "warm", "none"):
         environment = {**os.environ, "BATCHFUTURES_WORKDIR": str(tree / "work")}
         done = subprocess.run([sys.executable, "script.py", kind], cwd=tree, env=environment,
                               capture_output=True, text=True, timeout=240)
@@ -126,5 +127,6 @@ def test_a_relative_path_resolves_as_on_the_client(tree):
         outputs[kind] = done.stdout
     assert "READ: '1,2\\n'" in outputs["ppe"]
     assert outputs["files"] == outputs["ppe"]
+    assert outputs["warm"] == outputs["ppe"]  # warm workers unpack it when they start
     # without files=: the FileNotFoundError says what to do
     assert "MISSING:" in outputs["none"] and "files=['data/a.csv']" in outputs["none"]

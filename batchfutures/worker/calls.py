@@ -261,36 +261,8 @@ def unpack_files(prefetched: Prefetched, header: Dict[str, Any], index: int) -> 
     url = header.get("files")
     if not url:
         return None
-    import io  # only a run with files= pays for these imports
-    import shutil
-    import tarfile
-
     try:
-        with tarfile.open(fileobj=io.BytesIO(prefetched.get_function(url)), mode="r:") as archive:
-            for member in archive.getmembers():
-                name = _file_member_name(member)
-                if name is None:
-                    continue
-                if member.isdir():
-                    os.makedirs(name, exist_ok=True)
-                    continue
-                if os.path.lexists(name):
-                    continue
-                folder = os.path.dirname(name)
-                if folder:
-                    os.makedirs(folder, exist_ok=True)
-                source = archive.extractfile(member)
-                assert source is not None  # a regular file's
-                aside = f"{name}.{os.getpid()}.batchfutures-partial"
-                with open(aside, "wb") as handle:
-                    shutil.copyfileobj(source, handle)
-                os.chmod(aside, (member.mode & 0o755) | 0o600)
-                try:
-                    os.link(aside, name)
-                except FileExistsError:  # another process put it there first
-                    pass
-                finally:
-                    os.unlink(aside)
+        write_files(prefetched.get_function(url))
     except (MemoryError, IntegrityError):
         raise
     except Exception as error:
@@ -298,6 +270,40 @@ def unpack_files(prefetched: Prefetched, header: Dict[str, Any], index: int) -> 
                        type(error).__name__)
         return load_failure("the files shipped with files=", header, error)
     return None
+
+
+def write_files(data: Union[bytes, bytearray]) -> None:
+    """The files= archive ``data`` (its seal checked) into the working directory, as
+    unpack_files says; raises what writing raised."""
+    import io  # only a run with files= pays for these imports
+    import shutil
+    import tarfile
+
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as archive:
+        for member in archive.getmembers():
+            name = _file_member_name(member)
+            if name is None:
+                continue
+            if member.isdir():
+                os.makedirs(name, exist_ok=True)
+                continue
+            if os.path.lexists(name):
+                continue
+            folder = os.path.dirname(name)
+            if folder:
+                os.makedirs(folder, exist_ok=True)
+            source = archive.extractfile(member)
+            assert source is not None  # a regular file's
+            aside = f"{name}.{os.getpid()}.batchfutures-partial"
+            with open(aside, "wb") as handle:
+                shutil.copyfileobj(source, handle)
+            os.chmod(aside, (member.mode & 0o755) | 0o600)
+            try:
+                os.link(aside, name)
+            except FileExistsError:  # another process put it there first
+                pass
+            finally:
+                os.unlink(aside)
 
 
 # -- the items ----------------------------------------------------------------------------------

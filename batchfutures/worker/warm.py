@@ -221,6 +221,8 @@ class Pool:
         self.initargs: Optional[bytes] = None
         if self.config.get("initargs"):
             self.initargs = bytes(self.storage.get_function(self.config["initargs"]))
+        if self.config.get("files"):  # files=: into the working directory the runner inherits
+            calls.write_files(self.storage.get_function(self.config["files"]))
         self.header = {k: v for k, v in self.config.items()
                        if k in ("python", "cloudpickle", "log_levels")}  # (calls.ItemRunner's)
         self.counts: "collections.Counter[str]" = collections.Counter({"storage:GET": 1})
