@@ -121,6 +121,7 @@ class DryRunEnvironment:
         self.is_local = env.is_local
         self.workdir = env.workdir
         self.stack = env.stack
+        self.fallback_queue = env.fallback_queue
         self.given_definition = env.given_definition
         self.session = env.session
         self.region_name = env.region_name

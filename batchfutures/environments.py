@@ -67,6 +67,7 @@ from .jobdefinitions import (
 from .jobdetail import resources
 from .logs import LogsAPI
 from .settings import JobSettings, parse_memory
+from .spot import check_fallback
 from .storage import Storage
 from .workdir import default_workdir, secure_folder
 
@@ -171,6 +172,12 @@ class Environment(Protocol):
     @property
     def stack(self) -> Optional[str]:
         """The batchfutures CloudFormation stack whose policies the requests must fit; None."""
+        ...
+
+    @property
+    def fallback_queue(self) -> Optional[str]:
+        """The on-demand queue a call Spot reclaimed ``spot_attempts`` times goes to when no
+        ``fallback_queue=`` is given (spot.py); None when the environment has none."""
         ...
 
     @property
@@ -315,6 +322,11 @@ class BaseEnvironment:
 
     def validate_settings(self, settings: JobSettings) -> None:
         """Refuse settings this environment cannot run (before anything is uploaded)."""
+        check_fallback(settings.spot_attempts, settings.fallback_queue, self.fallback_queue)
+
+    @property
+    def fallback_queue(self) -> Optional[str]:
+        return None
 
     def max_vcpus_at_once(self) -> float:
         """The vCPUs this environment's jobs can use at once (an executor's ``_max_workers``
@@ -545,6 +557,7 @@ class LocalEnvironment(BaseEnvironment):
 
     def validate_settings(self, settings: JobSettings) -> None:
         """Refuse a job this machine can never place (it would wait RUNNABLE forever)."""
+        super().validate_settings(settings)  # spot_attempts needs a fallback queue
         vcpus = self.max_vcpus if self.max_vcpus is not None else host.cpu_count()
         if settings.nodes > 1 and settings.nodes * settings.vcpus > vcpus:  # all nodes at once
             raise ConfigurationError(
@@ -780,6 +793,16 @@ class AWSBatchEnvironment(BaseEnvironment):
                             f"{explain_aws_error(error)}") from error
         return self._registered_definition
 
+    @property
+    def fallback_queue(self) -> Optional[str]:
+        """The stack's on-demand-only queue, ``<stack>-multinode`` (its one compute environment
+        is on-demand EC2 with the instance types of the ``-ec2`` queue's), when the job queue is
+        the stack's ``<stack>-ec2`` queue (on demand and Spot); None for any other queue."""
+        if not self.stack:
+            return None
+        head, slash, name = self.job_queue.rpartition("/")
+        return f"{head}{slash}{self.stack}-multinode" if name == f"{self.stack}-ec2" else None
+
     def multinode_definition(self, nodes: int) -> str:
         """The definition of a ``nodes=N`` job: with ``image=``, a multinode one registered from
         it (``type: multinode``, once per content); a given ``job_definition`` is used as it is
@@ -875,6 +898,7 @@ class AWSBatchEnvironment(BaseEnvironment):
         return self._placement
 
     def validate_settings(self, settings: JobSettings) -> None:
+        super().validate_settings(settings)  # spot_attempts needs a fallback queue
         if settings.timeout is not None and settings.timeout < 60:
             raise ConfigurationError(
                 f"timeout={settings.timeout}: AWS Batch requires at least 60 seconds per attempt")

@@ -8,9 +8,10 @@ errors.HOST_LOST_PREFIXES. A draining host's task that never started is a start 
 
     spot_attempts=k, on a Spot queue: the job is sent with at most k attempts; once the call
     was reclaimed k times (`reclaims`), its next attempt goes to the on-demand queue
-    (`next_queue`: ``fallback_queue=``; without one it fails as Batch failed it; the stack has
-    no on-demand-only CPU queue to default to), where its checkpoint
-    (checkpoints.py, kept under the call's first job) is read again.
+    (`next_queue`: ``fallback_queue=``, else the environment's ``fallback_queue``: the stack's
+    on-demand-only ``<stack>-multinode`` queue when the job queue is its ``<stack>-ec2`` one),
+    where its checkpoint (checkpoints.py, kept under the call's first job) is read again.
+    spot_attempts with neither is refused when the settings are made (`check_fallback`).
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional
 
-from .errors import HOST_LOST_PREFIXES, HostTerminatedError
+from .errors import HOST_LOST_PREFIXES, ConfigurationError, HostTerminatedError
 
 logger = logging.getLogger("batchfutures")
 
-__all__ = ["is_reclaim", "reclaims", "next_queue", "SPOT_INTERRUPTED_REASON", "SpotFallback"]
+__all__ = ["is_reclaim", "reclaims", "next_queue", "SPOT_INTERRUPTED_REASON", "SpotFallback",
+           "check_fallback"]
 
 SPOT_INTERRUPTED_REASON = "Your Spot Task was interrupted."
 _RECLAIMED = tuple(prefix.lower() for prefix in HOST_LOST_PREFIXES)
@@ -36,6 +38,18 @@ def is_reclaim(reason: Optional[str]) -> bool:
 def reclaims(attempts: Iterable[Mapping[str, Any]]) -> int:
     """How many of a job's attempts (DescribeJobs' ``attempts``) were reclaimed."""
     return sum(1 for attempt in attempts if is_reclaim(attempt.get("statusReason")))
+
+
+def check_fallback(spot_attempts: int, fallback_queue: Optional[str],
+                   environment_fallback: Optional[str]) -> None:
+    """Refuse ``spot_attempts`` when a reclaimed call would have nowhere to go: neither
+    ``fallback_queue=`` nor the environment's own on-demand queue."""
+    if spot_attempts and not (fallback_queue or environment_fallback):
+        raise ConfigurationError(
+            f"spot_attempts={spot_attempts} needs an on-demand job queue to send a reclaimed call "
+            f"to: pass fallback_queue='<job queue name or ARN>' (the batchfutures stack's "
+            f"<stack>-multinode queue is used by itself when the job queue is its <stack>-ec2 "
+            f"queue and stack= / BATCHFUTURES_STACK is set)")
 
 
 def next_queue(reclaimed: int, spot_attempts: Optional[int], queue: str,

@@ -509,7 +509,8 @@ class Submitter:
             tracked.retry = self._oom_retry(job)
         if job.settings.spot_attempts and job.settings.nodes == 1:  # reclaimed: on demand next
             tracked.retry = SpotFallback(
-                job.settings.spot_attempts, request["jobQueue"], job.settings.fallback_queue,
+                job.settings.spot_attempts, request["jobQueue"],
+                job.settings.fallback_queue or self._env.fallback_queue,
                 functools.partial(self.fall_back, settings=job.settings, name=job.name),
                 inner=tracked.retry)
         if job.depends_on and job.settings.nodes == 1:
