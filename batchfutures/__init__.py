@@ -7,6 +7,7 @@ With no environment the jobs run on the embedded emulator of the AWS Batch API, 
 processes; with an `AWSBatchEnvironment` they run on AWS Batch. See docs/architecture.md.
 """
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
@@ -115,6 +116,7 @@ def register_joblib() -> None:
     """Register the joblib backend ``"batchfutures"`` (batchfutures.joblib_backend):
     ``with joblib.parallel_config(backend="batchfutures", executor=ex): ...``. Needs joblib
     (``pip install 'batchfutures[joblib]'``), imported only now."""
+    # optional: joblib (the [joblib] extra) may be absent, and costs ~100 ms to import
     from .joblib_backend import register_joblib as register
 
     register()
@@ -124,8 +126,6 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'batchfutures' has no attribute {name!r}")
-    import importlib
-
     value = getattr(importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value
     return value

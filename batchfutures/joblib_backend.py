@@ -34,6 +34,7 @@ from joblib._parallel_backends import (  # type: ignore[import-untyped]
     ParallelBackendBase,
 )
 
+from .executor import BatchExecutor
 from .futures import BatchFuture
 
 __all__ = ["BatchBackend", "register_joblib", "BACKEND_NAME"]
@@ -66,8 +67,6 @@ class BatchBackend(AutoBatchingMixin, ParallelBackendBase):
     @property
     def executor(self) -> Any:
         if self._executor is None:
-            from .executor import BatchExecutor
-
             self._executor = BatchExecutor(**self._options)
             weakref.finalize(self, self._executor.shutdown, wait=False)
         return self._executor

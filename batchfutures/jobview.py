@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
@@ -392,8 +393,6 @@ def job_usage(storage: Storage, info: JobInfo, *, calls: Optional[CallFailures] 
 
     A job still running counts its running children up to ``now`` (default: the time now).
     """
-    import time
-
     if calls is None:
         try:
             calls = failed_calls(storage, info, limit=limit)

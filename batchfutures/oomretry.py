@@ -58,6 +58,7 @@ from typing import (
     Union,
 )
 
+from . import batchapi  # its retries (throttling, 5xx); the clients' own are off
 from .errors import JobUnplaceableError, MemoryLimitExceeded
 from .jobdefinitions import FARGATE_MEMORY
 from .settings import JobSettings
@@ -296,8 +297,6 @@ def read_fargate_quotas(service_quotas: Any, kinds: Iterable[str]) -> Dict[str, 
     """The account's Fargate vCPU quota of each kind ("FARGATE", "FARGATE_SPOT") from Service
     Quotas' GetServiceQuota (the applied value); None for one that cannot be read (refused:
     the caller needs servicequotas:GetServiceQuota), logged once."""
-    from . import batchapi  # its retries (throttling, 5xx); the clients' own are off
-
     found: Dict[str, Optional[float]] = {}
     for kind in kinds:
         code = FARGATE_VCPU_QUOTAS.get(kind)
@@ -322,8 +321,6 @@ def learn_fargate_vcpus(batch: BatchAPI, job_queue: str, service_quotas: Callabl
     """``fargate_vcpu_cap`` of ``job_queue``: DescribeJobQueues, DescribeComputeEnvironments,
     then GetServiceQuota for each kind of Fargate environment it has (``service_quotas()``:
     the Service Quotas client, made only then)."""
-    from . import batchapi
-
     queues = batchapi.call(batch.describe_job_queues, jobQueues=[job_queue]).get("jobQueues") or []
     names = [entry["computeEnvironment"]
              for queue in queues[:1] for entry in queue.get("computeEnvironmentOrder") or []]

@@ -210,7 +210,10 @@ class Signer:
         secretsmanager client, on first use."""
         def load() -> bytes:
             try:
-                from . import batchapi  # retried there: the clients have botocore's retries off
+                # retried there: the clients have botocore's retries off; start-up: batchapi
+                # (botocore.exceptions, tenacity) adds ~4 ms to a worker's start, whose key is
+                # rarely in Secrets Manager
+                from . import batchapi
 
                 response = batchapi.call(client().get_secret_value, SecretId=secret_arn)
             except Exception as error:  # the error names the secret and the code, not its value
@@ -339,7 +342,8 @@ def _create_key_file(path: Path) -> None:
 
 
 def _worker_secretsmanager(secret_arn: str) -> Any:
-    import boto3  # only a worker whose key is in Secrets Manager needs boto3
+    # start-up: boto3 costs ~70 ms; only a worker whose key is in Secrets Manager needs it
+    import boto3
 
     parts = secret_arn.split(":")
     region = parts[3] if len(parts) > 3 and parts[3] else None
