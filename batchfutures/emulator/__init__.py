@@ -36,6 +36,8 @@ __all__ = ["BatchEmulator"]
 
 def __getattr__(name: str) -> Any:
     if name == "BatchEmulator":
+        # start-up: the service (botocore, the runtime) costs ~50 ms; `import batchfutures`
+        # and the runtime's modules import this package without it
         from .service import BatchEmulator
 
         return BatchEmulator

@@ -46,10 +46,14 @@ import stat
 import sys
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .faults import FaultProfile
+from ..errors import ConfigurationError
+from ..workdir import check_private_file, open_private, secure_folder
+from .auth import check_secret_strength, is_loopback, new_credentials
+from .faults import FaultProfile
+from .server import EmulatorServer
+from .service import BatchEmulator
 
 
 def default_folder() -> Path:
@@ -158,9 +162,6 @@ HOW_TO_PASS_THE_SECRET = (
 def read_secret_file(path: Path) -> str:
     """The secret in ``path``: a regular file (not a symlink, FIFO or device) owned by this user
     and private to them (ConfigurationError otherwise), at most SECRET_FILE_LIMIT bytes."""
-    from ..errors import ConfigurationError
-    from ..workdir import check_private_file, open_private
-
     descriptor = open_private(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     with os.fdopen(descriptor, "rb") as stream:
         if not stat.S_ISREG(os.fstat(descriptor).st_mode):
@@ -198,8 +199,6 @@ def given_credentials(args: argparse.Namespace) -> Optional[Tuple[str, str]]:
 def write_endpoint_file(folder: Path, endpoint_url: str, key_id: str, secret: str) -> Path:
     """<folder>/endpoint.json, mode 0600 from its creation: written to a new file of a random
     name in the (checked) folder, opened O_CREAT|O_EXCL|O_NOFOLLOW, then renamed over."""
-    from ..workdir import open_private, secure_folder
-
     folder = secure_folder(folder, "emulator folder")
     path = folder / "endpoint.json"
     aside = folder / f".endpoint.json.{secrets.token_hex(8)}"
@@ -220,8 +219,6 @@ def write_endpoint_file(folder: Path, endpoint_url: str, key_id: str, secret: st
 
 
 def fault_profile(args: argparse.Namespace) -> FaultProfile:
-    from .faults import FaultProfile
-
     operations = None
     if args.fault_operations:
         operations = frozenset(p.strip() for p in args.fault_operations.split(",") if p.strip())
@@ -246,10 +243,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    from . import BatchEmulator  # lazily: the service (and botocore) load only now
-    from .auth import check_secret_strength, is_loopback, new_credentials
-    from .server import EmulatorServer
-
     try:
         given = given_credentials(args)
         if given is not None:

@@ -45,6 +45,10 @@ import string
 import threading
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+
 MAX_CLOCK_SKEW = datetime.timedelta(minutes=15)  # how old a signed request may be (AWS's window)
 # How far ahead of this clock a request may be dated: client and server share one clock on the
 # loopback, and NTP keeps machines within seconds of each other; 5 minutes (AWS's own tolerance
@@ -221,10 +225,6 @@ def check_signature(method: str, path: str, headers: Any, body: bytes, access_ke
                     secret_access_key: str, now: Optional[datetime.datetime] = None) -> Signed:
     """Refuse (403) a request not SigV4-signed with this pair, or dated outside the window;
     its signature and date, for ReplayGuard.admit once the operation is known."""
-    from botocore.auth import SigV4Auth
-    from botocore.awsrequest import AWSRequest
-    from botocore.credentials import Credentials
-
     authorization = headers.get("Authorization")
     if not authorization:
         raise Refused(403, "MissingAuthenticationTokenException",

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..workdir import make_private_dirs, open_private
+from .catalog import NAME  # one name rule for every Batch resource of the emulator
 from .model import arn_resource, consumable_resource_arn
 from .records import read_checked, write_atomically
 from .schema import Fields, Int, Json, Nullable, Str
@@ -47,8 +48,6 @@ Needs = List[Tuple[str, int]]
 
 def check_create(name: str, total: Optional[int], kind: Optional[str]) -> Optional[str]:
     """The ClientException message for a CreateConsumableResource, or None."""
-    from .catalog import NAME  # one name rule for every Batch resource of the emulator
-
     if not NAME.fullmatch(name):
         return (f"consumableResourceName {name!r} must be 1-128 letters, digits, hyphens and "
                 "underscores")
@@ -138,8 +137,6 @@ class ConsumableResources:
             pass
 
     def resolve(self, reference: str) -> Optional[str]:
-        from .catalog import NAME
-
         name = arn_resource(reference, "consumable-resource") or reference
         return name if NAME.fullmatch(name) and self.load(name) is not None else None
 

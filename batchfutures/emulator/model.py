@@ -38,6 +38,8 @@ def service_model(service: str = "batch") -> Any:
         with _models_lock:
             model = _models.get(service)
             if model is None:
+                # start-up: botocore.session costs ~100 ms; the modules that import this one
+                # for its errors and ARNs (the runtime's container.py) never need a model
                 import botocore.session
 
                 model = botocore.session.get_session().get_service_model(service)
@@ -88,7 +90,7 @@ def validate_request(operation: str, params: Mapping[str, Any], service: str = "
     """Raise ParamValidationError, as boto3 would, when `params` do not fit the input shape."""
     global _validator
     if _validator is None:
-        from botocore.validate import ParamValidator
+        from botocore.validate import ParamValidator  # start-up: as service_model's
 
         _validator = ParamValidator()
     shape = service_model(service).operation_model(operation).input_shape

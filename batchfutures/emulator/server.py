@@ -72,6 +72,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Set, Tuple
 from urllib.parse import parse_qs, unquote, urlsplit
 
+import botocore.session
 from botocore import xform_name
 from botocore.exceptions import ClientError, ParamValidationError
 from botocore.validate import ParamValidator
@@ -89,6 +90,7 @@ from .auth import (
     may_repeat,
     new_credentials,
 )
+from .sqs import LocalSQS
 
 logger = logging.getLogger("batchfutures")
 
@@ -112,8 +114,6 @@ class _Answer(Exception):
 
 @functools.lru_cache(maxsize=None)
 def _load_model(service: str) -> Any:
-    import botocore.session
-
     return botocore.session.get_session().get_service_model(service)
 
 
@@ -755,8 +755,6 @@ class EmulatorServer:
             sqs_folder = Path(service.folder) / "sqs"
         self.sqs: Optional[Any] = None
         if sqs_folder is not None:
-            from .sqs import LocalSQS
-
             self.sqs = LocalSQS(sqs_folder)
         self.json_apis.append(json_api_for(_load_model("sqs"), self.sqs))
         self._httpd: Optional[_HTTPServer] = None

@@ -60,7 +60,7 @@ from .catalog import (
     resolve_resources,
 )
 from .computeenvs import SETTLE_SECONDS, ComputeEnvironments
-from .consumables import ConsumableResources, requirements, updated_total
+from .consumables import ConsumableResources, check_create, requirements, updated_total
 from .faults import FaultInjector, FaultProfile
 from .jobstate import (
     DependencyKind,
@@ -762,8 +762,6 @@ class BatchEmulator:
 
     @_api("CreateConsumableResource")
     def create_consumable_resource(self, params: Dict[str, Any]) -> Dict[str, Any]:
-        from .consumables import check_create
-
         name = params["consumableResourceName"]
         problem = (check_create(name, params.get("totalQuantity"), params.get("resourceType"))
                    or check_tags(params.get("tags")))

@@ -45,17 +45,22 @@ What the server holds is what no attempt should pay for again, and nothing that 
 
 from __future__ import annotations
 
+import atexit
 import gc
 import importlib
 import importlib.util
 import json
 import os
+import resource
+import runpy
 import select
 import signal
 import subprocess
 import sys
 import sysconfig
 import threading
+import traceback
+import types
 from typing import IO, Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from ...workdir import ATTEMPT_UMASK, open_private
@@ -228,8 +233,6 @@ def _child(request: Dict[str, Any], server_fds: Tuple[int, ...], base_path: List
     ``learned``: where to tell the server, at the end, which library modules it imported."""
     code = 1
     if learned is not None:  # at exit: the worker ends with os._exit after the atexit handlers
-        import atexit
-
         recorder = ImportRecorder()
         sys.meta_path.insert(0, recorder)
         atexit.register(_report_imports, learned, recorder)
@@ -268,20 +271,14 @@ def _child(request: Dict[str, Any], server_fds: Tuple[int, ...], base_path: List
         sys.path[:] = _fresh_sys_path(cwd, environment.get("PYTHONPATH", ""), base_path)
         memory = request.get("memory_mib")
         if memory:
-            import resource
-
             limit = int(memory) * 1024 * 1024
             resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
         # As `python -m`: a fresh __main__ runs the package's __main__.py, which the server
         # never imported (it would have run); the package and what it imports are preloaded.
-        import types
-
         sys.modules["__main__"] = types.ModuleType("__main__")
         arguments = [str(a) for a in request.get("args") or [request["url"]]]
         sys.argv = ["-m", *arguments]  # runpy puts the module's file in argv[0]
         sys.orig_argv = [sys.executable, "-m", WORKER_MODULE, *arguments]
-        import runpy
-
         compiled: Any = None
         spec: Any = None
         if worker is not None:
@@ -300,8 +297,6 @@ def _child(request: Dict[str, Any], server_fds: Tuple[int, ...], base_path: List
             print(exit_.code, file=sys.stderr)
             code = 1
     except BaseException:  # an uncaught exception: the interpreter prints it and exits 1
-        import traceback
-
         traceback.print_exc()
         code = 1
     finally:
@@ -355,8 +350,6 @@ def _finalize() -> None:
     except BaseException:
         pass
     try:
-        import atexit
-
         atexit._run_exitfuncs()
     except BaseException:
         pass
@@ -375,6 +368,8 @@ def serve() -> None:
     worker.refresh()
 
     try:  # fsspec imports what resolving a URL needs on the first call: here, not per attempt
+        # start-up: fsspec costs ~20 ms, which the processes that import this module for
+        # is_worker_command (a standalone emulator's) never need; WORKER_IMPORTS loaded it here
         import fsspec
 
         fsspec.core.url_to_fs(os.path.abspath(os.sep))
@@ -466,7 +461,9 @@ def serve() -> None:
                             pass
                 if not s3_loaded and str(request.get("url", "")).startswith("s3://"):
                     s3_loaded = imported = True
-                    try:  # S3 payloads: s3fs and aiobotocore take ~0.5 s to import, once here
+                    try:  # S3 payloads: imported once here, for every s3:// attempt after
+                        # start-up: s3fs and aiobotocore cost ~0.5 s; file:// attempts fork
+                        # from a smaller server without them
                         import s3fs  # noqa: F401
                     except ImportError:
                         pass

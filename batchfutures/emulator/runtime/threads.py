@@ -203,6 +203,8 @@ class ThreadLauncher:
     def _run(self, attempt: ThreadAttempt, job_url: str, env: Dict[str, str],
              log: IO[bytes]) -> Callable[[], None]:
         """The attempt's work in this thread; returns its report (`attempt.end(status)`)."""
+        # start-up: the worker's code costs ~58 ms after the service's imports (a standalone
+        # emulator's start); only launcher="threads" runs it
         from ...worker import main as worker
 
         status = 1
