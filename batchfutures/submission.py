@@ -524,6 +524,7 @@ class Submitter:
 
     # -- retry_on_oom --------------------------------------------------------------------------
     def _oom_retry(self, job: PendingJob) -> Any:
+        # start-up: oomretry costs ~2.5 ms; only retry_on_oom, reruns and Spot fallbacks use it
         from .oomretry import OomRetry, placement_of
 
         if self._placeable_mib is _UNREAD:  # a Placement: the platform and its cap
@@ -559,7 +560,7 @@ class Submitter:
         first job's inputs ("sources") and each moved upstream result where it is now
         ("redirects"). Their futures are re-bound to the new job (see reruns.py).
         """
-        from .oomretry import ChildHistory
+        from .oomretry import ChildHistory  # start-up: as _oom_retry's
 
         counts = [source.items_in(i) for i in children]
         futures = [source.children[i] for i in children]
@@ -576,7 +577,7 @@ class Submitter:
         """Children Spot reclaimed ``spot_attempts`` times, as one new Batch job on ``queue``
         (spot.py). Nothing is uploaded but a header: the worker reads each child's items, and
         its calls their checkpoints, where they were first stored ("sources")."""
-        from .oomretry import ChildHistory
+        from .oomretry import ChildHistory  # start-up: as _oom_retry's
 
         history = getattr(source.retry, "history", None) or {}
         counts = [source.items_in(i) for i in children]
