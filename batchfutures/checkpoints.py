@@ -17,8 +17,9 @@ usual meaning (the process ends at once, as before: an abort does not wait for t
 A checkpoint is pickled (cloudpickle), sealed with the job's signing key (kind "checkpoint",
 bound to its name under the storage root, as every payload) and written to
 ``<job_url>/checkpoints/<child>.<item>`` of the call's first job (a resubmitted call, out of
-memory or fallen back from Spot, reads its items from that job and so keeps its key); each
-checkpoint replaces the one before. `restored()` reads it on the call's next attempt (once per
+memory or fallen back from Spot, reads its items from that job and so keeps its key); a warm
+worker's call (worker/warm.py) keeps it at ``<pool_url>/checkpoints/<call number>.<item>`` of
+the pool it was first sent to; each checkpoint replaces the one before. `restored()` reads it on the call's next attempt (once per
 attempt; an unsigned or altered one raises IntegrityError, nothing is unpickled). Outside a call
 run by a worker, `checkpoint` does nothing (False) and `restored` gives the default.
 
@@ -50,7 +51,7 @@ class Storage(Protocol):
 
 __all__ = ["checkpoint", "restored", "interrupted", "attempt", "CHECKPOINT_KIND",
            "checkpoint_url", "begin_call", "at_item", "end_call", "on_sigterm",
-           "install_sigterm_handler", "request_retry", "retry_requested"]
+           "install_sigterm_handler", "request_retry", "retry_requested", "retry_reason"]
 
 CHECKPOINT_KIND = "checkpoint"
 _NOT_READ = object()
@@ -66,6 +67,7 @@ class _Call:
         self.item = 0
         self.restored: Any = _NOT_READ
         self.retry_after: Optional[float] = None  # retrypolicy: end this attempt for a retry
+        self.retry_reason: Optional[str] = None  # the listed exception that asked for it
 
 
 _local = threading.local()
@@ -103,7 +105,7 @@ def end_call() -> None:
     _local.call = None
 
 
-def request_retry(delay: float) -> bool:
+def request_retry(delay: float, error: Optional[BaseException] = None) -> bool:
     """retrypolicy.Retrying: the call raised a listed exception with attempts left; the worker
     ends this attempt after ``delay`` seconds without a result, for Batch to retry it. False
     outside a worker (nothing to retry: the exception is the outcome)."""
@@ -111,6 +113,8 @@ def request_retry(delay: float) -> bool:
     if call is None:
         return False
     call.retry_after = max(call.retry_after or 0.0, delay)
+    if error is not None and call.retry_reason is None:
+        call.retry_reason = f"{type(error).__name__}: {error}"
     return True
 
 
@@ -118,6 +122,12 @@ def retry_requested() -> Optional[float]:
     """The worker: the delay before this attempt ends for a retry, None when none was asked."""
     call = _current()
     return call.retry_after if call is not None else None
+
+
+def retry_reason() -> Optional[str]:
+    """The worker: the exception that asked for this attempt's retry ("Type: message")."""
+    call = _current()
+    return call.retry_reason if call is not None else None
 
 
 def attempt() -> int:

@@ -14,6 +14,9 @@ aborts). So everything here rides on Batch's own retries, attempt by attempt:
     resources not set up, the task never started, its host drained) and a lost host
         -> no rule matches, so Batch retries it: retried by default under a Retries policy
 
+On warm workers (keepalive=) the same `Retrying` asks, with the call's message's receive count
+as its attempt: the worker leaves the message to come back after the delay (worker/warm.py).
+
 `retries=int` keeps its meaning (Batch's attempts; a user exception is an outcome, never retried).
 The delays are spent in the failing attempt's container, just before it exits (Batch has no delay
 between attempts); `backoff` doubles each time up to `max_delay`.
@@ -119,7 +122,7 @@ class Retrying:
         except BaseException as error:  # the outcome stays the error; the worker may retry it
             attempt = checkpoints.attempt()
             if retry_in_worker(self.policy, error, attempt):
-                checkpoints.request_retry(delay_after(self.policy, attempt))
+                checkpoints.request_retry(delay_after(self.policy, attempt), error)
             raise
 
 

@@ -212,7 +212,8 @@ def submit_warm(session: Any, settings: JobSettings, fn: Any, args: tuple,
     """``submit`` on warm workers: sent now, or, when futures are among the arguments, once
     they are done (WarmPool.add_held)."""
     future = BatchFuture(session)
-    function_pickle = session.pickle_function(fn)  # SerializationError now
+    # under a Retries policy listing exceptions, as retrypolicy.Retrying: the worker retries
+    function_pickle = session.pickle_function(fn, settings.retry_policy)  # SerializationError
     upstream = futures_among(args, kwargs)
     check_same_session(session, upstream)
     pool = session.warm_pool(settings)
@@ -472,7 +473,8 @@ class WarmCall:
     the ShownStatuses of its one child."""
 
     __slots__ = ("pool", "number", "futures", "items", "per_child", "_status", "worker",
-                 "output", "usage", "body", "_reason", "parts", "tries", "resent")
+                 "output", "usage", "body", "_reason", "parts", "tries", "resent", "reported",
+                 "earlier", "key", "__weakref__")
 
     def __init__(self, pool: "WarmPool", number: int, futures: List[BatchFuture], items: int,
                  body: str, per_child: bool) -> None:
@@ -492,6 +494,15 @@ class WarmCall:
         self.parts: Optional[Tuple[bytes, str, bytes]] = None
         self.tries: Tuple[Any, ...] = ()
         self.resent = False
+        # future.attempts: the attempts its workers reported, by receive count (warmwire
+        # .attempts_listed), after those on the pools it ran on before (retry_on_oom)
+        self.reported: Dict[int, Any] = {}
+        self.earlier: List[Any] = []
+        self.key: Optional[Tuple[str, int]] = None  # its checkpoints' key, when not its own
+
+    def attempts_of(self, child: int) -> List[Any]:
+        """The call's ended attempts (callattempts.Attempt), oldest first."""
+        return self.earlier + warmwire.attempts_listed(dict(self.reported))
 
     # BoundJob
     def child_id(self, index: Optional[int]) -> str:
@@ -592,6 +603,10 @@ class WarmPool:
         self._numbers = iter(range(1 << 62))
         self._pending: Deque[WarmCall] = collections.deque()
         self._sent: Dict[int, WarmCall] = {}
+        # calls settled lately: a retry notice that came after its call's completion (SQS
+        # does not keep their order) still goes to its future.attempts
+        self._settled: "weakref.WeakValueDictionary[int, WarmCall]" = \
+            weakref.WeakValueDictionary()
         self._waiting: set = set()  # futures of calls waiting for their arguments (add_held)
         self._placement: Optional[Any] = None  # retry_on_oom: oomretry.Placement, read once
         self.workers: Dict[str, str] = {}  # job id -> last status seen
@@ -656,13 +671,14 @@ class WarmPool:
         self._pump()
 
     def _new_call(self, function_url: str, encoding: str, blob: bytes, count: int,
-                  group: List[BatchFuture], per_child: bool) -> WarmCall:
+                  group: List[BatchFuture], per_child: bool,
+                  key: Optional[Tuple[str, int]] = None) -> WarmCall:
         """A call sealed for this pool (its items inline, or stored when large), its futures
-        bound to it."""
+        bound to it; ``key``: where its checkpoints are, when not its own (a resent call's)."""
         storage = self.storage
         number = next(self._numbers)
         sealed = warmwire.encode_call(storage.signer, storage.mac_root, self.pool_name,
-                                      number, function_url, encoding, count, blob)
+                                      number, function_url, encoding, count, blob, key=key)
         if len(sealed) > warmwire.INLINE_LIMIT:
             url = f"{self.pool_url}/calls/{number}"
             storage.put_bytes(url, sealed)
@@ -670,6 +686,7 @@ class WarmPool:
                                              self.pool_name, number, url)
         call = WarmCall(self, number, group, count, base64.b64encode(sealed).decode(),
                         per_child)
+        call.key = key
         for position, future in enumerate(group):
             future._bind(call, 0)
             future._set_item(position)
@@ -681,8 +698,10 @@ class WarmPool:
         assert earlier.parts is not None
         function_pickle, encoding, blob = earlier.parts
         call = self._new_call(self.storage.put_function(self.run_id, function_pickle), encoding,
-                              blob, earlier.items, earlier.futures, earlier.per_child)
+                              blob, earlier.items, earlier.futures, earlier.per_child,
+                              key=earlier.key or (earlier.pool.pool_url, earlier.number))
         call.parts, call.tries, call.resent = earlier.parts, earlier.tries, True
+        call.earlier = earlier.attempts_of(0)
         with self._lock:
             self._pending.append(call)
         self._pump()
@@ -853,15 +872,22 @@ class WarmPool:
 
     def _complete(self, body: str) -> None:
         try:
-            number, worker, sealed = warmwire.decode_completion(body)
+            completion = warmwire.read_completion(body)
         except (ValueError, KeyError, TypeError):
             logger.warning("batchfutures: warm pool %s: a malformed completion was dropped",
                            self.pool_name)
             return
+        number, worker, sealed = completion.number, completion.worker, completion.result
         with self._lock:
-            call = self._sent.pop(number, None)
+            call = self._sent.get(number) if completion.retry else self._sent.pop(number, None)
+        if completion.retry:  # an attempt ended, the call goes on (its message comes back)
+            call = call or self._settled.get(number)
+            if call is not None and completion.attempt is not None and completion.receives:
+                call.reported.setdefault(completion.receives, completion.attempt)
+            return
         if call is None:  # a duplicate (a call completed again by a later holder)
             return
+        self._settled[number] = call
         storage = self.storage
         url = storage.result_url(self.pool_url, number)
         data: Any
@@ -874,6 +900,8 @@ class WarmPool:
         except Exception as error:  # IntegrityError: nothing of it is unpickled
             data = error
         call.worker = worker
+        if completion.attempt is not None and completion.receives:
+            call.reported[completion.receives] = completion.attempt
         if worker is not None:
             with self._lock:
                 self._delivered.add(worker)
@@ -887,6 +915,8 @@ class WarmPool:
         call.output = wire.result_output(data)
         call.usage = list(wire.result_usage(data) or [])
         decoded = decode_result(data, call.items)
+        if completion.attempt is not None and completion.receives:  # named by its outcome
+            call.reported[completion.receives] = _with_reason(completion.attempt, decoded)
         if call.parts is not None and self._retried_for_memory(call, decoded):
             return
         call._status = JobStatus.SUCCEEDED.value if all(ok for ok, _ in decoded) \
@@ -1045,3 +1075,12 @@ class WarmPool:
 
 def _same(value: Any) -> Any:
     return value
+
+
+def _with_reason(attempt: Any, decoded: List[Tuple[bool, Any]]) -> Any:
+    """The last attempt, its reason the exception it ended with (the first item's that
+    failed), when the worker gave none."""
+    failed = next((value for ok, value in decoded if not ok), None)
+    if attempt.reason is not None or failed is None:
+        return attempt
+    return attempt._replace(reason=f"{type(failed).__name__}: {failed}")

@@ -3,15 +3,20 @@
     pool config   <pool_url>/config, sealed ("warm-pool"): the queues, the SQS spec, keepalive,
                   visibility timeout, per-call timeout, attempts, the initargs' URL, the stamp
     call          a work queue message: base64 of a sealed ("warm-call", named
-                  <pool>/calls/<n>) CALL: JSON head {n, fn, enc, items} + the items' blob
+                  <pool>/calls/<n>) CALL: JSON head {n, fn, enc, items[, key]} + the items' blob
                   (wire.pack_items/pack_arguments); a CALL over INLINE_LIMIT is
                   stored at <pool_url>/calls/<n> (sealed the same) and the message is that
                   sealed pointer {n, url} instead
-    completion    a completions queue message: JSON {n, worker, result}: ``result`` the
-                  base64 of the result object exactly as write_result sealed it (kind "result",
-                  <pool_url>/results/<n>), or null when larger than INLINE_LIMIT (then the
-                  client reads it from storage). ``worker`` (the worker's Batch job id) is not
-                  authenticated and is only shown (future.job_id)
+    completion    a completions queue message: JSON {n, worker, result, attempt}: ``result``
+                  the base64 of the result object exactly as write_result sealed it (kind
+                  "result", <pool_url>/results/<n>), or null when larger than INLINE_LIMIT (then
+                  the client reads it from storage). ``worker`` (the worker's Batch job id) and
+                  ``attempt`` (the attempt that ended: {r: its receive count, s/e: started and
+                  stopped, x: exit status or null, why}) are not authenticated and are only
+                  shown (future.job_id, future.attempts)
+    retry notice  a completions queue message {n, worker, attempt, retry: true}: that attempt
+                  ended for another (a listed exception with attempts left, a crash); the call
+                  is not settled, its message comes back to the queue (retry_visibility)
 
 A message whose seal does not check is dropped by its reader, never unpickled.
 
@@ -21,17 +26,24 @@ past its ``timeout`` -> JobTimeoutError; any other death is tried again while th
 attempts left (``runner_death_retried``, Batch's retry rules), then JobFailedError; the call's
 message seen more times than its attempts (the workers holding it died: host lost, Spot reclaim,
 stopped job) -> HostTerminatedError.
+
+A call's attempt is its message's receive count (ApproximateReceiveCount): a retry by exception
+(retrypolicy.retry_in_worker decides, in the call's process, as on the cold path), a crash and a
+lost worker each use one, up to ``retries``. The client lists the attempts (`attempts_listed`),
+an attempt no worker reported (its worker was lost) as `lost_attempt`.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import math
 import signal
 import struct
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 from .batchlimits import OOM_EXIT_STATUS
+from .callattempts import Attempt
 from .errors import (
     OOM_REASON_PREFIX,
     TIMEOUT_REASON,
@@ -45,13 +57,19 @@ from .signing import Signer
 
 __all__ = ["INLINE_LIMIT", "CALL_KIND", "CONFIG_KIND", "call_name", "encode_call",
            "decode_call", "encode_pointer", "encode_completion", "decode_completion",
-           "runner_failure", "runner_death_retried", "lost_failure", "results_in_messages"]
+           "runner_failure", "runner_death_retried", "lost_failure", "results_in_messages",
+           "Completion", "read_completion", "attempt_record", "attempt_of", "lost_attempt",
+           "attempts_listed", "retry_visibility", "LOST_REASON", "MAX_VISIBILITY"]
 
 # SQS's message limit is 256 KiB; base64 makes 4 bytes of 3, with room for the JSON around it
 INLINE_LIMIT = 180 * 1024
 CALL_KIND = "warm-call"
 CONFIG_KIND = "warm-pool"
 _LENGTH = struct.Struct("<I")
+MAX_VISIBILITY = 43200  # SQS: a message's visibility timeout is 0 to 12 hours, whole seconds
+# an attempt whose worker ended before it finished (the reason Batch gives a lost host's attempt:
+# spot.is_reclaim counts it, as lost_failure's)
+LOST_REASON = "Host EC2 (instance) terminated."
 
 
 def call_name(pool_name: str, number: int) -> str:
@@ -60,10 +78,14 @@ def call_name(pool_name: str, number: int) -> str:
 
 
 def encode_call(signer: Signer, root: str, pool_name: str, number: int, function_url: str,
-                encoding: str, items: int, blob: bytes) -> bytes:
-    """The sealed CALL (see module doc); the caller sends its base64 or stores it."""
-    head = json.dumps({"n": number, "fn": function_url, "enc": encoding, "items": items},
-                      separators=(",", ":")).encode()
+                encoding: str, items: int, blob: bytes,
+                key: Optional[Tuple[str, int]] = None) -> bytes:
+    """The sealed CALL (see module doc); the caller sends its base64 or stores it. ``key``:
+    (pool URL, call number) of its checkpoints when not its own (a call resent for memory)."""
+    fields: Dict[str, Any] = {"n": number, "fn": function_url, "enc": encoding, "items": items}
+    if key is not None:
+        fields["key"] = [key[0], int(key[1])]
+    head = json.dumps(fields, separators=(",", ":")).encode()
     payload = _LENGTH.pack(len(head)) + head + blob
     return signer.seal(CALL_KIND, call_name(pool_name, number), payload, root=root)
 
@@ -113,23 +135,93 @@ def _peek_number(signer: Signer, sealed: bytes) -> int:
     return number
 
 
-def encode_completion(number: int, worker: Optional[str], sealed_result: Optional[bytes]) -> str:
+def encode_completion(number: int, worker: Optional[str], sealed_result: Optional[bytes],
+                      attempt: Optional[Dict[str, Any]] = None, retry: bool = False) -> str:
+    """A completion (``retry``: a retry notice, no result); ``attempt``: attempt_record's."""
     inline = sealed_result is not None and len(sealed_result) <= INLINE_LIMIT
-    return json.dumps({"n": number, "worker": worker,
-                       "result": base64.b64encode(sealed_result).decode() if inline
-                       and sealed_result is not None else None}, separators=(",", ":"))
+    record: Dict[str, Any] = {"n": number, "worker": worker,
+                              "result": base64.b64encode(sealed_result).decode() if inline
+                              and sealed_result is not None else None}
+    if attempt is not None:
+        record["attempt"] = attempt
+    if retry:
+        record["retry"] = True
+    return json.dumps(record, separators=(",", ":"))
 
 
-def decode_completion(body: str) -> Tuple[int, Optional[str], Optional[bytes]]:
-    """(call number, worker job id, sealed result or None); ValueError when malformed."""
+class Completion(NamedTuple):
+    number: int
+    worker: Optional[str]
+    result: Optional[bytes]  # the sealed result, None when stored (or a retry notice)
+    attempt: Optional[Attempt]  # the attempt that ended, when the worker said
+    receives: int  # that attempt's number (its message's receive count), 0 when not said
+    retry: bool  # a retry notice: the call goes on
+
+
+def read_completion(body: str) -> Completion:
+    """A completions queue message; ValueError (KeyError, TypeError) when malformed."""
     record = json.loads(body)
     number = record["n"]
     if not isinstance(number, int):
         raise ValueError("bad call number")
     result = record.get("result")
     worker = record.get("worker")
-    return (number, worker if isinstance(worker, str) else None,
-            base64.b64decode(result, validate=True) if isinstance(result, str) else None)
+    worker = worker if isinstance(worker, str) else None
+    raw = record.get("attempt")
+    attempt = attempt_of(raw, worker) if isinstance(raw, dict) else None
+    receives = raw.get("r") if isinstance(raw, dict) else 0
+    return Completion(number, worker,
+                      base64.b64decode(result, validate=True) if isinstance(result, str) else None,
+                      attempt, receives if isinstance(receives, int) and receives > 0 else 0,
+                      record.get("retry") is True)
+
+
+def decode_completion(body: str) -> Tuple[int, Optional[str], Optional[bytes]]:
+    """(call number, worker job id, sealed result or None); ValueError when malformed."""
+    completion = read_completion(body)
+    return completion.number, completion.worker, completion.result
+
+
+def attempt_record(receives: int, started: float, stopped: float, exit_code: Optional[int],
+                   reason: Optional[str]) -> Dict[str, Any]:
+    """What a worker says of an attempt that ended (the completion's ``attempt``)."""
+    return {"r": int(receives), "s": started, "e": stopped, "x": exit_code,
+            "why": None if reason is None else str(reason)[:1024]}
+
+
+def _number(value: Any) -> Optional[float]:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        else None
+
+
+def attempt_of(record: Mapping[str, Any], worker: Optional[str]) -> Attempt:
+    """The callattempts.Attempt of a worker's record (its fields checked: not authenticated)."""
+    code = record.get("x")
+    why = record.get("why")
+    return Attempt(_number(record.get("s")), _number(record.get("e")),
+                   code if isinstance(code, int) and not isinstance(code, bool) else None,
+                   why if isinstance(why, str) else None, worker)
+
+
+def lost_attempt() -> Attempt:
+    """An attempt no worker reported: the worker holding the call ended before it finished."""
+    return Attempt(None, None, None, LOST_REASON, None)
+
+
+def attempts_listed(reported: Mapping[int, Attempt]) -> List[Attempt]:
+    """A call's attempts in order, from those its workers reported by receive count: a
+    number missing below the highest is an attempt whose worker was lost (lost_attempt)."""
+    if not reported:
+        return []
+    return [reported.get(receive) or lost_attempt() for receive in range(1, max(reported) + 1)]
+
+
+def retry_visibility(delay: float) -> int:
+    """The visibility timeout that brings a call's message back after ``delay`` seconds (the
+    Retries policy's, retrypolicy.delay_after): whole seconds, rounded up, as SQS counts them."""
+    if not delay > 0:
+        return 0
+    return min(MAX_VISIBILITY, math.ceil(delay))
 
 
 def results_in_messages(sqs_spec: Dict[str, Any], storage_latency: float) -> bool:
@@ -182,4 +274,4 @@ def lost_failure(receives: int, attempts: int) -> HostTerminatedError:
     return HostTerminatedError(
         f"the warm worker(s) running this call ended before it finished, {receives - 1} time(s) "
         f"(host lost, Spot reclaim, or the worker's Batch job was stopped); retries={attempts} "
-        f"allows no further attempt", status_reason="Host EC2 (instance) terminated.")
+        f"allows no further attempt", status_reason=LOST_REASON)

@@ -36,6 +36,21 @@ a ProcessPoolExecutor worker does.
         at once (runner_death_retried); then fork
         a new runner (the initializer runs again)
       the runner exited 0 holding nothing: exit 0
+      SIGTERM (a Spot notice, TerminateJob): passed  (checkpoints.on_sigterm: a call that used
+        to the runner; the call held is leased       checkpoint/restored/interrupted goes on,
+        NOTICE_LEASE s at a time, so the kill that   interrupted() true; any other ends the
+        follows leaves it to another worker at       runner at once); no new call is taken,
+        once; a runner that ends holding it puts     the runner exits 0 once the call is done
+        it back in the queue (the worker lost);
+        no new runner: exit
+
+Each call runs as attempt r, its message's receive count (warmwire module doc): a call under a
+Retries policy that raised a listed exception with attempts left (retrypolicy.Retrying asked,
+checkpoints.request_retry) is released, its retry notice sent and its message left to come
+back after the policy's delay (ChangeMessageVisibility, warmwire.retry_visibility): the worker
+takes its next call at once. `checkpoint()` in a call stores at the call's own key,
+checkpoints.checkpoint_url(<pool_url>, n, item) (a call resent for memory keeps its first key),
+and `restored()` reads it on the call's next attempt.
 
 The runner's path has no round trip to the supervisor (a call costs no pipe write and no
 context switch): the supervisor only reads the small shared record of the call held.
@@ -61,7 +76,7 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
 
-from .. import serialization, sqsapi, warmwire, wire
+from .. import checkpoints, serialization, sqsapi, warmwire, wire
 from ..batchlimits import OOM_EXIT_STATUS
 from ..dependencies import Resolver
 from ..errors import IntegrityError
@@ -75,6 +90,9 @@ TAIL_THREADS = 4  # calls whose tails are sent at once
 TAIL_BACKLOG = 8  # calls run whose tails are not sent yet, at most
 HEARTBEAT_FRACTION = 3  # extend the held message's visibility every V / this seconds
 SUPERVISOR_TICK = 1.0  # the supervisor looks at the call held at least this often
+# after SIGTERM, the call held stays hidden this many seconds at a time (renewed every tick):
+# the kill that follows leaves it to another worker after this, not the visibility timeout
+NOTICE_LEASE = 3
 
 
 # -- the call held, shared between runner and supervisor ---------------------------------------
@@ -187,6 +205,7 @@ class World:
                 outcomes = []
                 self.capture.take()  # what was printed between calls is nobody's
                 for item in items:
+                    checkpoints.at_item(len(outcomes))  # checkpoint() of this item: its own key
                     try:
                         outcomes.append(runner.run((0, item[1], item[2])))
                         usage.append(runner.usage)
@@ -265,9 +284,10 @@ class Pool:
         return wire.pack_result([outcome] * items,
                                          {"index": number, "finished": time.time()})
 
-    def finish(self, number: int, data: Optional[bytes], handle: str) -> None:
+    def finish(self, number: int, data: Optional[bytes], handle: str,
+               attempt: Optional[Dict[str, Any]] = None) -> None:
         """Write call ``number``'s result once (``data``: None when already written), send its
-        completion, delete its message."""
+        completion (with ``attempt``, warmwire.attempt_record), delete its message."""
         storage, config = self.storage, self.config
         sealed: Optional[bytes] = None
         if data is not None:
@@ -282,8 +302,19 @@ class Pool:
                     sealed = None  # another holder wrote it first: the client reads that one
         self.sqs.send_message(QueueUrl=config["completions"],
                               MessageBody=warmwire.encode_completion(number, self.worker_id,
-                                                                     sealed))
+                                                                     sealed, attempt))
         self.sqs.delete_message(QueueUrl=config["queue"], ReceiptHandle=handle)
+
+    def retry_later(self, number: int, handle: str, attempt: Dict[str, Any],
+                    delay: float) -> None:
+        """Attempt ``attempt`` of call ``number`` ended for another: its retry notice (the
+        client lists the attempt), then its message back in the queue after ``delay`` s
+        (notice first: the next attempt's completion comes after it)."""
+        self.sqs.send_message(QueueUrl=self.config["completions"],
+                              MessageBody=warmwire.encode_completion(
+                                  number, self.worker_id, None, attempt, retry=True))
+        self.sqs.change_message_visibility(QueueUrl=self.config["queue"], ReceiptHandle=handle,
+                                           VisibilityTimeout=warmwire.retry_visibility(delay))
 
 
 # -- the runner ------------------------------------------------------------------------------
@@ -308,7 +339,7 @@ class Runner:
         # a call's tail (its result PUT, completion, DeleteMessage) is sent by these threads
         # while the next call is taken and run: three round trips off each call's path, and
         # the tails of calls shorter than their round trips in parallel
-        self._tails: "queue.Queue[Optional[Tuple[int, Optional[bytes], str]]]" = \
+        self._tails: "queue.Queue[Optional[Tuple[int, Optional[bytes], str, Any]]]" = \
             queue.Queue(maxsize=TAIL_BACKLOG)
         threads = TAIL_THREADS if tails_in_background(pool.config) else 0
         self._tail_threads = [threading.Thread(target=self._send_tails, name="warm-tails",
@@ -340,6 +371,9 @@ class Runner:
         keepalive = float(config["keepalive"])
         idle_since = time.monotonic()
         while True:
+            if checkpoints.interrupted():  # SIGTERM: the call it held is done; no new one
+                logger.info("warm worker asked to stop (SIGTERM): taking no more calls")
+                return 0
             idle = time.monotonic() - idle_since
             if idle >= keepalive:
                 logger.info("warm worker idle for %.0f s (keepalive): exiting", idle)
@@ -356,6 +390,11 @@ class Runner:
                     return 0
                 raise
             for message in answer.get("Messages", []):
+                if checkpoints.interrupted():  # asked to stop while it waited: another's
+                    pool.sqs.change_message_visibility(QueueUrl=config["queue"],
+                                                       ReceiptHandle=message["ReceiptHandle"],
+                                                       VisibilityTimeout=0)
+                    continue
                 self.handle(message)
                 idle_since = time.monotonic()
 
@@ -374,7 +413,9 @@ class Runner:
         receives = int(message.get("Attributes", {}).get("ApproximateReceiveCount", "1"))
         self.calls += 1
         self.holding.hold(number, items, receives, handle)
+        started = time.time()
         data: Optional[bytes]
+        retry: Optional[Tuple[float, str]] = None
         if receives > 1 and pool.storage_request("HEAD") and \
                 storage.has_result(pool.pool_url, number):
             data = None  # an earlier holder finished: its completion may be lost, send again
@@ -382,15 +423,39 @@ class Runner:
             data = pool.failure(number, items,
                                 warmwire.lost_failure(receives, int(config["attempts"])))
         else:
-            data = self._run(head, blob)
+            data, retry = self._attempt(head, blob, receives)
+        if retry is not None:  # a listed exception, attempts left: this worker goes on
+            self.holding.release()
+            delay, why = retry
+            logger.warning("call %d: attempt %d raised %s, which its retries=Retries(on=...) "
+                           "lists; back in the queue in %g s", number, receives, why, delay)
+            pool.retry_later(number, handle, warmwire.attempt_record(
+                receives, started, time.time(), None, f"retried: {why}"), delay)
+            return
+        attempt = warmwire.attempt_record(receives, started, time.time(), None, None)
         if not self._tail_threads:  # a local folder's: ~0.3 ms of CPU, nothing to overlap
-            pool.finish(number, data, handle)
+            pool.finish(number, data, handle, attempt)
             self.holding.release()
             return
         # released before its tail is sent: a death now leaves the message to come back after
         # the visibility timeout (its result written once, whichever holder writes it)
         self.holding.release()
-        self._tails.put((number, data, handle))
+        self._tails.put((number, data, handle, attempt))
+
+    def _attempt(self, head: Dict[str, Any], blob: bytes, receives: int
+                 ) -> Tuple[bytes, Optional[Tuple[float, str]]]:
+        """Attempt ``receives`` of a call: its result, and (delay, exception) when its Retries
+        policy asked for another attempt instead (retrypolicy.Retrying)."""
+        key_url, key_child = head.get("key") or (self.pool.pool_url, head["n"])
+        checkpoints.begin_call(self.pool.storage, str(key_url), int(key_child), str(receives))
+        try:
+            data = self._run(head, blob)
+            delay = checkpoints.retry_requested()
+            if delay is None:
+                return data, None
+            return data, (delay, checkpoints.retry_reason() or "a listed exception")
+        finally:
+            checkpoints.end_call()
 
     def _decode(self, body: str) -> Tuple[Dict[str, Any], bytes]:
         pool = self.pool
@@ -425,7 +490,7 @@ def _run_in_child(pool: Pool, holding: Holding) -> None:
     """The runner process's body; never returns."""
     status = 1
     try:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        checkpoints.install_sigterm_handler()  # SIGTERM (passed on by the supervisor): interrupted()
         pool.renew_after_fork()
         runner = Runner(pool, holding)
         try:
@@ -452,6 +517,27 @@ class Supervisor:
         self.holding = Holding()
         self.pid = 0
         self.pidfd: Optional[int] = None
+        self.own_pid = os.getpid()
+        self.stopping = False  # SIGTERM came: finish or give back the call held, then exit
+        self.lease_now = False
+        # the SIGTERM handler wakes _wait through this pipe: the lease is set at once, not at
+        # the next tick (the kill may come within a second)
+        self._wake_read, self._wake_write = os.pipe()
+        os.set_blocking(self._wake_write, False)
+
+    def on_sigterm(self, signum: int = signal.SIGTERM, frame: Any = None) -> None:
+        if os.getpid() != self.own_pid:  # a runner just forked, before its own handler
+            return
+        self.stopping = self.lease_now = True
+        try:
+            os.write(self._wake_write, b"!")
+        except OSError:  # full: a wake is pending anyway
+            pass
+        if self.pid:
+            try:
+                os.kill(self.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
 
     def start(self) -> None:
         calls.flush_output()
@@ -466,13 +552,17 @@ class Supervisor:
         if self.pidfd is not None:
             poller = select.poll()
             poller.register(self.pidfd, select.POLLIN)
-            if not poller.poll(max(0, int(seconds * 1000))):
+            poller.register(self._wake_read, select.POLLIN)
+            ready = {fd for fd, _ in poller.poll(max(0, int(seconds * 1000)))}
+            if self._wake_read in ready:
+                os.read(self._wake_read, 64)
+            if self.pidfd not in ready:
                 return None
         else:
             deadline = time.monotonic() + seconds
             while True:
                 pid, _ = os.waitpid(self.pid, os.WNOHANG)
-                if pid or time.monotonic() >= deadline:
+                if pid or time.monotonic() >= deadline or self.lease_now:
                     break
                 time.sleep(0.05)
         pid, status = os.waitpid(self.pid, 0 if self.pidfd is not None else os.WNOHANG)
@@ -488,6 +578,7 @@ class Supervisor:
         pool, config = self.pool, self.pool.config
         visibility = int(config["visibility"])
         timeout = config.get("timeout")
+        signal.signal(signal.SIGTERM, self.on_sigterm)
         self.start()
         watched: Optional[int] = None  # the call number whose deadlines are being kept
         next_beat = 0.0
@@ -496,10 +587,14 @@ class Supervisor:
             held = self.holding.read()
             now = time.time()
             wait = SUPERVISOR_TICK
+            if self.stopping:  # the kill follows: the call held is leased a little at a time
+                visibility = NOTICE_LEASE
             if held is not None:
                 number, started, _items, _receives, handle = held
                 if number != watched:
                     watched, next_beat = number, started + visibility / HEARTBEAT_FRACTION
+                if self.lease_now:
+                    self.lease_now, next_beat = False, now
                 if timeout is not None:
                     if now - started >= timeout and timed_out != number and self.pid:
                         timed_out = number
@@ -514,22 +609,37 @@ class Supervisor:
                 continue
             held = self.holding.read()
             if held is None:
-                if status != 0:
+                if status != 0 and not self.stopping:
                     logger.error("the warm worker's runner ended with status %s", status)
-                return status
-            number, _started, items, receives, handle = held
+                return 0 if self.stopping else status
+            number, started, items, receives, handle = held
+            if self.stopping:  # asked to stop: as a worker lost, the call goes to another
+                logger.warning("call %s: its process ended (status %s) after SIGTERM; back in "
+                               "the queue", number, status)
+                self._extend(handle, 0)
+                self.holding.release()
+                return 0
             logger.warning("call %s: its process ended (status %s%s); starting a new one",
                            number, status, ", past its timeout" if timed_out == number else "")
+            why = f"the call's process ended with status {status}"
             if warmwire.runner_death_retried(status, timed_out=timed_out == number,
                                              receives=receives,
                                              attempts=int(config["attempts"])):
-                self._extend(handle, 0)  # back in the queue now, for another attempt
+                try:  # the attempt, for future.attempts; then back in the queue now
+                    pool.retry_later(number, handle, warmwire.attempt_record(
+                        receives, started, time.time(), status, why), 0)
+                except Exception:
+                    self._extend(handle, 0)
             else:
                 error = warmwire.runner_failure(status, timed_out=timed_out == number,
                                                 timeout=timeout, worker=pool.worker_id,
                                                 memory_mib=config.get("memory_mib"))
-                pool.finish(number, pool.failure(number, items, error), handle)
+                pool.finish(number, pool.failure(number, items, error), handle,
+                            warmwire.attempt_record(receives, started, time.time(), status,
+                                                    error.status_reason or why))
             self.holding.release()
+            if self.stopping:
+                return 0
             self.start()
 
     def _extend(self, handle: str, visibility: int) -> None:
