@@ -17,7 +17,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 from .errors import ConfigurationError
-from .requirements import check_setting
 from .retrypolicy import Retries
 
 MAX_ATTEMPTS = 10
@@ -167,6 +166,9 @@ class JobSettings:
             values["keepalive"] = 0 if keepalive is None else _check_timeout(
                 keepalive, name="keepalive") if keepalive != 0 else 0
         if "requirements" in kwargs:
+            # start-up: requirements (pickletools) costs ~1 ms; only requirements= needs it
+            from .requirements import check_setting
+
             values["requirements"] = check_setting(kwargs["requirements"])
         if "consumes" in kwargs:
             values["consumes"] = _check_consumes(kwargs["consumes"])
