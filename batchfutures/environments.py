@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sys
 import threading
 from pathlib import Path
 from typing import (
@@ -430,6 +431,9 @@ class LocalEnvironment(BaseEnvironment):
     environment. `inherit_client_path=True` is the explicit way back for quick local iteration:
     attempts then get this process's sys.path on their PYTHONPATH and its working directory, so
     functions of modules that exist only here import by reference; a container on AWS has neither.
+    `image=PYTHON` (an interpreter's path, e.g. a venv's bin/python holding only the worker's
+    dependencies) is the image: attempts run on it instead of this interpreter, so a library
+    the client has and that image lacks is missing as on AWS (docs/environments.md).
     Settings of one emulator folder are those of the first environment that started it.
     """
 
@@ -442,8 +446,12 @@ class LocalEnvironment(BaseEnvironment):
     def __init__(self, workdir: Union[str, os.PathLike, None] = None, *,
                  max_vcpus: Optional[float] = None, gpus: Optional[int] = None,
                  metadata_ttl: float = 86400, inherit_client_path: bool = False,
-                 request_rate: Optional[float] = None) -> None:
+                 request_rate: Optional[float] = None,
+                 image: Union[str, os.PathLike, None] = None) -> None:
         super().__init__()
+        self.image = None if image is None else _interpreter_path(image)
+        self.image_python = self.image or sys.executable
+        self._image_definition: Optional[str] = None
         if max_vcpus is not None and (isinstance(max_vcpus, bool) or not max_vcpus > 0):
             raise ConfigurationError(f"max_vcpus={max_vcpus!r} must be positive")
         if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0):
@@ -530,7 +538,15 @@ class LocalEnvironment(BaseEnvironment):
 
     @property
     def job_definition(self) -> str:
-        return "batchfutures-worker"
+        """The emulator's own definition; with `image=`, one registered for that interpreter."""
+        if self.image is None:
+            return "batchfutures-worker"
+        if self._image_definition is None:
+            batch = self.batch  # before the lock: making the emulator takes it too
+            with self._lock:
+                if self._image_definition is None:
+                    self._image_definition = ensure_job_definition(batch, self.image)
+        return self._image_definition
 
     def multinode_definition(self, nodes: int) -> str:
         """A multinode definition of ``nodes`` nodes running the worker (``nodes=N`` settings):
@@ -540,15 +556,16 @@ class LocalEnvironment(BaseEnvironment):
             known = self._multinode.get(nodes)
             if known is None:
                 known = self._multinode[nodes] = ensure_job_definition(
-                    batch, LOCAL_IMAGE, nodes=nodes)
+                    batch, self.image or LOCAL_IMAGE, nodes=nodes)
         return known
 
     def planned_definition(self, nodes: int = 1) -> str:
         """The emulator's definition, or the multinode one `multinode_definition` registers
         (named by content), named without a request."""
         if nodes == 1:
-            return self.job_definition
-        return definition_name(definition_properties(LOCAL_IMAGE, nodes=nodes))
+            return (self.job_definition if self.image is None else
+                    definition_name(definition_properties(self.image)))
+        return definition_name(definition_properties(self.image or LOCAL_IMAGE, nodes=nodes))
 
     def max_memory_mib(self) -> Optional[int]:
         """The most memory a job can be placed with here: the machine's (validate_settings
@@ -593,7 +610,18 @@ class LocalEnvironment(BaseEnvironment):
 
     def __repr__(self) -> str:
         return (f"LocalEnvironment(workdir={str(self.workdir)!r}, max_vcpus={self.max_vcpus!r}, "
-                f"gpus={self._gpus!r})")
+                f"gpus={self._gpus!r}" + (f", image={self.image!r})" if self.image else ")"))
+
+
+def _interpreter_path(image: Union[str, os.PathLike]) -> str:
+    """`LocalEnvironment(image=)`: an interpreter's path, made absolute but never resolved (a
+    venv's bin/python links to the interpreter it was made from; resolved, it is not the venv)."""
+    path = os.path.abspath(os.fspath(image))
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        raise ConfigurationError(
+            f"image={os.fspath(image)!r}: a LocalEnvironment's image is a Python interpreter's "
+            f"path (e.g. a venv's bin/python), and no executable file is there")
+    return path
 
 
 class AWSBatchEnvironment(BaseEnvironment):

@@ -418,13 +418,21 @@ class Submitter:
         job_url = storage.job_url(self._run_id, job_key)
         items = sum(job.item_counts)
         memory = job.settings.memory_mib(self._env.definition_memory())
+        variables = self._job_environment()
+        if job.settings.requirements is not None:  # built or found before anything is uploaded
+            from . import envarchive, envbuild
+
+            pointer = envbuild.prepare(self._env, storage, job.settings.requirements,
+                                       job.function_pickles, job.blobs)
+            if pointer is not None:
+                variables[envarchive.POINTER_VARIABLE] = pointer
         request = build_request(job.settings, name=job.name,
                                 job_queue=job.queue or self._queue_for(job.settings),
                                 job_definition=self._definition_for(job.settings),
                                 command=self._env.worker_command(job_url), size=len(job.blobs),
                                 memory_mib=memory, run_id=self._run_id, user=user_tag(),
                                 depends_on=job.depends_on,
-                                signing_environment=self._job_environment(),
+                                signing_environment=variables,
                                 environment_tags=self._env.job_tags())
         # before anything is uploaded: tags Batch would refuse, or fail the job for; a request
         # over SubmitJob's size limits
