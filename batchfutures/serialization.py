@@ -147,9 +147,11 @@ def missing_module_message(what: str, error: BaseException) -> Optional[str]:
     name = getattr(error, "name", None) or str(error)
     return (f"the worker could not load {what}: module {name!r} is not installed in the "
             f"worker's image ({type(error).__name__}: {error}). Either install it in the image "
-            f"(`batchfutures image` builds one from this client's packages), or let batchfutures "
-            f"ship it by value: keep BatchExecutor(..., ship_local_modules=True) and make sure "
-            f"the module is not installed in site-packages on the client either.")
+            f"(`batchfutures image` builds one from this client's packages), or ship it with "
+            f"the job: BatchExecutor(..., requirements=\"auto\") (or a list) for an installed "
+            f"library, at this client's version; or let batchfutures ship it by value: keep "
+            f"BatchExecutor(..., ship_local_modules=True) and make sure the module is not "
+            f"installed in site-packages on the client either.")
 
 
 # -- pickling on the client ---------------------------------------------------------------------
