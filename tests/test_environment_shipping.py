@@ -165,3 +165,18 @@ def test_requirements_on_the_aws_path(aws, image, tinypkg, tmp_path):
     listed = boto3.client("s3").list_objects_v2(Bucket=bucket, Prefix="batchfutures/envs/")
     keys = [item["Key"] for item in listed.get("Contents", [])]
     assert len(keys) == 1 and envarchive.digest_of(keys[0]) is not None
+
+
+def test_a_dry_run_records_the_archive_and_shows_a_missing_wheel(tmp_path, tinypkg):
+    from batchfutures import DryRunResult
+
+    env = LocalEnvironment(tmp_path / "work")
+    with BatchExecutor(env, dry_run=True, requirements=["tinypkg==1.0"]) as ex:
+        with pytest.raises(DryRunResult) as caught:
+            ex.submit(abs, -1).result(timeout=60)
+    recorded = [path for path, _size in caught.value.objects]
+    assert any("/envs/" in path and envarchive.digest_of(path) for path in recorded)
+    assert not os.path.exists(env.storage._path(env.storage.url(envarchive.FOLDER)))
+    with BatchExecutor(env, dry_run=True, requirements=["nowheel==1.0"]) as ex:
+        with pytest.raises(EnvironmentBuildError, match="nowheel"):
+            ex.submit(abs, -1).result(timeout=60)
