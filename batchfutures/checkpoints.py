@@ -19,9 +19,10 @@ bound to its name under the storage root, as every payload) and written to
 ``<job_url>/checkpoints/<child>.<item>`` of the call's first job (a resubmitted call, out of
 memory or fallen back from Spot, reads its items from that job and so keeps its key); a warm
 worker's call (worker/warm.py) keeps it at ``<pool_url>/checkpoints/<call number>.<item>`` of
-the pool it was first sent to; each checkpoint replaces the one before. `restored()` reads it on the call's next attempt (once per
-attempt; an unsigned or altered one raises IntegrityError, nothing is unpickled). Outside a call
-run by a worker, `checkpoint` does nothing (False) and `restored` gives the default.
+the pool it was first sent to; each checkpoint replaces the one before. `restored()` reads it
+on the call's next attempt (once per attempt; an unsigned or altered one raises IntegrityError,
+nothing is unpickled). Outside a call run by a worker, `checkpoint` does nothing (False) and
+`restored` gives the default.
 
 The worker sets the call's context (`begin_call`, `at_item`, `end_call`), one per thread, since
 the emulator's threads launcher runs attempts as threads of one process.

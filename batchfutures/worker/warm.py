@@ -313,8 +313,13 @@ class Pool:
         self.sqs.send_message(QueueUrl=self.config["completions"],
                               MessageBody=warmwire.encode_completion(
                                   number, self.worker_id, None, attempt, retry=True))
-        self.sqs.change_message_visibility(QueueUrl=self.config["queue"], ReceiptHandle=handle,
-                                           VisibilityTimeout=warmwire.retry_visibility(delay))
+        try:
+            self.sqs.change_message_visibility(QueueUrl=self.config["queue"],
+                                               ReceiptHandle=handle,
+                                               VisibilityTimeout=warmwire.retry_visibility(delay))
+        except Exception as error:  # past SQS's 12 hours in all: back after its visibility
+            logger.warning("call %d: its retry's delay was refused (%s); it comes back after "
+                           "the queue's visibility timeout", number, error)
 
 
 # -- the runner ------------------------------------------------------------------------------
