@@ -442,13 +442,13 @@ def run(job_url: str, environ: Mapping[str, str], *, fork: bool = True,
     the items in this thread; ``cancelled()`` true stops it before the next item and before the
     result is written (exit status 137, as the kill it stands for).
     """
-    # start-up: nodes.py (urllib.request) adds ~8 ms to each worker's start; only a node of a
-    # multi-node job needs it
-    from .nodes import node as this_node
-
     context = Context(environ, fork=fork, cancelled=cancelled or _never)
     node = None
     if environ.get("AWS_BATCH_JOB_NODE_INDEX"):  # a node of a multi-node job
+        # start-up: nodes.py (urllib.request) adds ~4 ms to each worker's start; only a node
+        # of a multi-node job needs it
+        from .nodes import node as this_node
+
         try:
             node = this_node(environ)
         except RuntimeError as error:
