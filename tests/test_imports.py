@@ -7,8 +7,7 @@ or in the comment lines right above it (above the imports right before it, for a
     start-up:  the module costs >= 1 ms (the fewest of 9 fresh interpreters, bytecode cached) on a
                start that does not use it: `from batchfutures import BatchExecutor`, a local run,
                an AWS run, a worker's attempt, a command of `batchfutures` (each imports what it
-               runs), the emulator's server (`python -m batchfutures.emulator` serves: every
-               run of it needs its modules, so they are at its top and only --help pays more)
+               runs) or its --help, `python -m batchfutures.emulator` and its --help
     cycle:     at the top it would close an import cycle
     optional:  the dependency may be absent (an extra)
 

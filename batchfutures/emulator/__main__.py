@@ -46,14 +46,10 @@ import stat
 import sys
 import threading
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import TYPE_CHECKING, List, Optional, Tuple
 
-from ..errors import ConfigurationError
-from ..workdir import check_private_file, open_private, secure_folder
-from .auth import check_secret_strength, is_loopback, new_credentials
-from .faults import FaultProfile
-from .server import EmulatorServer
-from .service import BatchEmulator
+if TYPE_CHECKING:  # pragma: no cover
+    from .faults import FaultProfile
 
 
 def default_folder() -> Path:
@@ -162,6 +158,9 @@ HOW_TO_PASS_THE_SECRET = (
 def read_secret_file(path: Path) -> str:
     """The secret in ``path``: a regular file (not a symlink, FIFO or device) owned by this user
     and private to them (ConfigurationError otherwise), at most SECRET_FILE_LIMIT bytes."""
+    from ..errors import ConfigurationError  # start-up: as main's
+    from ..workdir import check_private_file, open_private
+
     descriptor = open_private(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     with os.fdopen(descriptor, "rb") as stream:
         if not stat.S_ISREG(os.fstat(descriptor).st_mode):
@@ -199,6 +198,8 @@ def given_credentials(args: argparse.Namespace) -> Optional[Tuple[str, str]]:
 def write_endpoint_file(folder: Path, endpoint_url: str, key_id: str, secret: str) -> Path:
     """<folder>/endpoint.json, mode 0600 from its creation: written to a new file of a random
     name in the (checked) folder, opened O_CREAT|O_EXCL|O_NOFOLLOW, then renamed over."""
+    from ..workdir import open_private, secure_folder  # start-up: as main's
+
     folder = secure_folder(folder, "emulator folder")
     path = folder / "endpoint.json"
     aside = folder / f".endpoint.json.{secrets.token_hex(8)}"
@@ -219,6 +220,8 @@ def write_endpoint_file(folder: Path, endpoint_url: str, key_id: str, secret: st
 
 
 def fault_profile(args: argparse.Namespace) -> FaultProfile:
+    from .faults import FaultProfile  # start-up: as main's
+
     operations = None
     if args.fault_operations:
         operations = frozenset(p.strip() for p in args.fault_operations.split(",") if p.strip())
@@ -243,6 +246,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    # start-up: the server, the service (botocore's models) and what they use cost ~165 ms,
+    # which --help and a refused flag never need (so for the imports in the helpers above)
+    from .auth import check_secret_strength, is_loopback, new_credentials
+    from .server import EmulatorServer
+    from .service import BatchEmulator
+
     try:
         given = given_credentials(args)
         if given is not None:
