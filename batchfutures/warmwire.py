@@ -30,7 +30,8 @@ stopped job) -> HostTerminatedError.
 A call's attempt is its message's receive count (ApproximateReceiveCount): a retry by exception
 (retrypolicy.retry_in_worker decides, in the call's process, as on the cold path), a crash and a
 lost worker each use one, up to ``retries``. The client lists the attempts (`attempts_listed`),
-an attempt no worker reported (its worker was lost) as `lost_attempt`.
+an attempt no worker reported (its worker was lost) as `lost_attempt`; the worker that fails a
+call seen more times than its attempts says its last was lost (`lost_record`).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ __all__ = ["INLINE_LIMIT", "CALL_KIND", "CONFIG_KIND", "call_name", "encode_call
            "decode_call", "encode_pointer", "encode_completion", "decode_completion",
            "runner_failure", "runner_death_retried", "lost_failure", "results_in_messages",
            "Completion", "read_completion", "attempt_record", "attempt_of", "lost_attempt",
-           "attempts_listed", "retry_visibility", "LOST_REASON", "MAX_VISIBILITY"]
+           "attempts_listed", "retry_visibility", "LOST_REASON", "MAX_VISIBILITY", "lost_record"]
 
 # SQS's message limit is 256 KiB; base64 makes 4 bytes of 3, with room for the JSON around it
 INLINE_LIMIT = 180 * 1024
@@ -182,11 +183,16 @@ def decode_completion(body: str) -> Tuple[int, Optional[str], Optional[bytes]]:
     return completion.number, completion.worker, completion.result
 
 
-def attempt_record(receives: int, started: float, stopped: float, exit_code: Optional[int],
-                   reason: Optional[str]) -> Dict[str, Any]:
+def attempt_record(receives: int, started: Optional[float], stopped: Optional[float],
+                   exit_code: Optional[int], reason: Optional[str]) -> Dict[str, Any]:
     """What a worker says of an attempt that ended (the completion's ``attempt``)."""
     return {"r": int(receives), "s": started, "e": stopped, "x": exit_code,
             "why": None if reason is None else str(reason)[:1024]}
+
+
+def lost_record(receives: int) -> Dict[str, Any]:
+    """The record of attempt ``receives``, whose worker was lost (said by the next holder)."""
+    return {"r": int(receives), "lost": True}
 
 
 def _number(value: Any) -> Optional[float]:
@@ -195,7 +201,11 @@ def _number(value: Any) -> Optional[float]:
 
 
 def attempt_of(record: Mapping[str, Any], worker: Optional[str]) -> Attempt:
-    """The callattempts.Attempt of a worker's record (its fields checked: not authenticated)."""
+    """The callattempts.Attempt of a worker's record (its fields checked: not authenticated);
+    a lost worker's attempt (``lost``, said by the worker that took the call next) is
+    lost_attempt: not the reporting worker's."""
+    if record.get("lost") is True:
+        return lost_attempt()
     code = record.get("x")
     why = record.get("why")
     return Attempt(_number(record.get("s")), _number(record.get("e")),

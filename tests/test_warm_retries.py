@@ -74,6 +74,12 @@ def test_an_attempts_fields_from_a_worker_are_checked(record, expected):
     assert warmwire.read_completion(body).attempt == expected
 
 
+def test_a_lost_workers_attempt_said_by_the_next_holder_is_not_its_own():
+    body = warmwire.encode_completion(2, "job-next", b"r", warmwire.lost_record(1))
+    completion = warmwire.read_completion(body)
+    assert completion.attempt == LOST and completion.receives == 1
+
+
 @pytest.mark.parametrize("receives", [0, -3, "2"])
 def test_an_attempt_without_a_receive_count_is_not_placed(receives):
     body = json.dumps({"n": 1, "worker": "w", "attempt": {"r": receives}})
@@ -319,3 +325,42 @@ def test_a_call_resent_for_memory_keeps_its_checkpoint_and_attempts(local_env):
         first, second = future.attempts
         assert first.exit_code is not None and "memory" in (first.reason or "").lower()
         assert second.reason is None and second.job_id == future.job_id != first.job_id
+
+
+def sleeps_until_killed(folder):
+    (Path(folder) / "started").write_text(os.environ.get("AWS_BATCH_JOB_ID", ""))
+    time.sleep(120)
+    return "not killed"
+
+
+@pytest.mark.slow
+def test_a_worker_stopped_mid_call_is_a_lost_attempt(local_env, tmp_path):
+    from batchfutures.errors import HostTerminatedError
+
+    with BatchExecutor(local_env, keepalive=30, max_workers=1, retries=1) as ex:
+        future = ex.submit(sleeps_until_killed, str(tmp_path))
+        worker = wait_for(lambda: (tmp_path / "started").exists()
+                          and (tmp_path / "started").read_text(), what="the call to start")
+        # SIGTERM: the call (no checkpoint API) ends at once and goes back as a worker lost
+        local_env.batch.terminate_job(jobId=worker, reason="stopped by the test")
+        with pytest.raises(HostTerminatedError):
+            future.result(timeout=20)  # at once, not after the 30 s visibility timeout
+        assert future.attempts == [warmwire.lost_attempt()] and future.reclaims == 1
+
+
+def flaky_item(index, folder):
+    marker = Path(folder) / str(index)
+    first = not marker.exists()
+    marker.write_text("ran")
+    if index == 1 and first:
+        raise Throttled("the first run of item 1")
+    return index * 10
+
+
+@pytest.mark.slow
+def test_only_the_failed_call_of_a_warm_map_runs_again(local_env, tmp_path):
+    policy = Retries(2, on=(Throttled,), backoff=0)
+    with BatchExecutor(local_env, keepalive=30, max_workers=2, retries=policy) as ex:
+        futures = ex.map_futures(flaky_item, range(3), [str(tmp_path)] * 3)
+        assert [f.result(timeout=60) for f in futures] == [0, 10, 20]
+        assert [len(f.attempts) for f in futures] == [1, 2, 1]

@@ -421,14 +421,19 @@ class Runner:
         started = time.time()
         data: Optional[bytes]
         retry: Optional[Tuple[float, str]] = None
+        attempt: Optional[Dict[str, Any]] = None  # what future.attempts shows of this receipt
         if receives > 1 and pool.storage_request("HEAD") and \
                 storage.has_result(pool.pool_url, number):
             data = None  # an earlier holder finished: its completion may be lost, send again
         elif receives > int(config["attempts"]):
             data = pool.failure(number, items,
                                 warmwire.lost_failure(receives, int(config["attempts"])))
+            # not an attempt: the last one was the lost worker's (those before it are listed
+            # as lost too, warmwire.attempts_listed)
+            attempt = warmwire.lost_record(receives - 1)
         else:
             data, retry = self._attempt(head, blob, receives)
+            attempt = warmwire.attempt_record(receives, started, time.time(), None, None)
         if retry is not None:  # a listed exception, attempts left: this worker goes on
             self.holding.release()
             delay, why = retry
@@ -437,7 +442,6 @@ class Runner:
             pool.retry_later(number, handle, warmwire.attempt_record(
                 receives, started, time.time(), None, f"retried: {why}"), delay)
             return
-        attempt = warmwire.attempt_record(receives, started, time.time(), None, None)
         if not self._tail_threads:  # a local folder's: ~0.3 ms of CPU, nothing to overlap
             pool.finish(number, data, handle, attempt)
             self.holding.release()
