@@ -92,6 +92,9 @@ def begin_call(storage: Storage, job_url: str, child: int, attempt: Optional[str
         number = int(attempt) if attempt else 1
     except ValueError:
         number = 1
+    # SIGTERM's meaning is this call's to choose (a warm worker's process runs call after
+    # call: one that used this module before does not choose for the next)
+    _aware.clear()
     _local.call = _Call(storage, job_url, child, number, stopping or (lambda: False))
 
 

@@ -587,7 +587,8 @@ class Supervisor:
         pool, config = self.pool, self.pool.config
         visibility = int(config["visibility"])
         timeout = config.get("timeout")
-        signal.signal(signal.SIGTERM, self.on_sigterm)
+        if threading.current_thread() is threading.main_thread():  # (signals: only there)
+            signal.signal(signal.SIGTERM, self.on_sigterm)
         self.start()
         watched: Optional[int] = None  # the call number whose deadlines are being kept
         next_beat = 0.0
