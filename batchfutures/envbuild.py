@@ -19,8 +19,9 @@ applies as it does to their own installs. Binary wheels only: a requirement with
 the target fails here, before anything is uploaded or submitted, with EnvironmentBuildError naming
 it and the two fixes (publish or point pip at a wheel for that platform, or bake it into the image).
 
-What was prepared is remembered per storage root and setting for the process (`_prepared`), so
-the jobs of one executor pay for pip once.
+What was prepared is remembered per storage root and setting for the process (`_prepared`; for
+"auto", per set of modules the pickles name), so the jobs of one executor pay for pip, and for
+reading the installed distributions, once.
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ import subprocess
 import sys
 import tempfile
 import threading
+import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from . import envarchive, requirements
 from .errors import ConfigurationError, EnvironmentBuildError
@@ -199,11 +201,15 @@ def definition_machine(definition: Optional[Mapping[str, Any]]) -> str:
 
 # -- the pins ---------------------------------------------------------------------------------
 def resolve(setting: requirements.RequirementsSetting, target: Target,
-            functions: Iterable[bytes] = (), arguments: Iterable[bytes] = ()) -> List[str]:
-    """The exact `name==version` set of a `requirements=` setting for `target` (not None)."""
+            functions: Iterable[bytes] = (), arguments: Iterable[bytes] = (), *,
+            modules: Optional[FrozenSet[str]] = None) -> List[str]:
+    """The exact `name==version` set of a `requirements=` setting for `target` (not None);
+    "auto" reads the pickles' modules, unless `modules` says them already."""
     markers = requirements.target_markers(target.machine, target.python)
     if setting == requirements.AUTO:
-        return requirements.auto_pins(requirements.modules_of(functions, arguments), markers)
+        if modules is None:
+            modules = frozenset(requirements.modules_of(functions, arguments))
+        return requirements.auto_pins(modules, markers)
     if isinstance(setting, str):
         given = ["-r", setting]
     else:
@@ -235,36 +241,51 @@ _prepared: Dict[Tuple[Any, ...], Optional[str]] = {}
 _prepared_lock = threading.Lock()
 
 
-def _setting_key(setting: requirements.RequirementsSetting, target: Target) -> Optional[Tuple[Any, ...]]:
-    """What a list or file setting's pins depend on (None: "auto", which depends on the pickles)."""
-    if setting == requirements.AUTO or setting is None:
-        return None
+def _setting_key(setting: requirements.RequirementsSetting, target: Target,
+                 modules: Optional[FrozenSet[str]]) -> Tuple[Any, ...]:
+    """What a setting's pins depend on: for "auto", the modules the pickles name."""
+    if setting == requirements.AUTO:
+        return ("auto", modules, target)
     if isinstance(setting, str):
         with open(setting, "rb") as handle:
             return ("file", setting, hashlib.sha256(handle.read()).hexdigest(), target)
-    return ("specs", tuple(setting), target)
+    return ("specs", tuple(setting or ()), target)
 
 
 def prepare(env: "Environment", storage: "Storage", setting: requirements.RequirementsSetting,
             functions: Iterable[bytes] = (), arguments: Iterable[bytes] = ()) -> Optional[str]:
     """The URL of the job's environment archive in `storage`, built and stored if missing;
     None when there is nothing to ship beyond the image."""
-    target = target_for(env)
-    key = _setting_key(setting, target)
-    if key is not None:
-        with _prepared_lock:
-            if (storage.root_url,) + key in _prepared:
-                return _prepared[(storage.root_url,) + key]
-    pins = resolve(setting, target, functions, arguments)
+    target = _target_of(env)
+    modules = (frozenset(requirements.modules_of(functions, arguments))
+               if setting == requirements.AUTO else None)
+    key = (storage.root_url,) + _setting_key(setting, target, modules)
+    with _prepared_lock:
+        if key in _prepared:
+            return _prepared[key]
+    pins = resolve(setting, target, modules=modules)
     url: Optional[str] = None
     if pins:
         url = store(storage, pins, target, environment_digest(pins, target))
     else:
         logger.info("batchfutures: requirements=: nothing to ship beyond the image")
-    if key is not None:
-        with _prepared_lock:
-            _prepared[(storage.root_url,) + key] = url
+    with _prepared_lock:
+        _prepared[key] = url
     return url
+
+
+_env_targets: "weakref.WeakKeyDictionary[Any, Target]" = weakref.WeakKeyDictionary()
+
+
+def _target_of(env: "Environment") -> Target:
+    """`target_for(env)`, once per environment object (on AWS it reads the job definition)."""
+    with _prepared_lock:
+        known = _env_targets.get(env)
+    if known is None:
+        known = target_for(env)
+        with _prepared_lock:
+            _env_targets[env] = known
+    return known
 
 
 _stored: Dict[Tuple[str, str], str] = {}

@@ -180,3 +180,17 @@ def test_a_dry_run_records_the_archive_and_shows_a_missing_wheel(tmp_path, tinyp
     with BatchExecutor(env, dry_run=True, requirements=["nowheel==1.0"]) as ex:
         with pytest.raises(EnvironmentBuildError, match="nowheel"):
             ex.submit(abs, -1).result(timeout=60)
+
+
+def test_auto_is_worked_out_once_per_set_of_modules(tmp_path, tinypkg, monkeypatch):
+    import cloudpickle
+
+    env = LocalEnvironment(tmp_path / "work")
+    payload = cloudpickle.dumps(tinypkg.double)
+    url = envbuild.prepare(env, env.storage, "auto", [payload])
+    assert url is not None
+    # no longer installed here: a job naming the same modules still gets what was worked out
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if "client-site" not in p])
+    assert envbuild.prepare(env, env.storage, "auto", [payload]) == url
+    envbuild._prepared.clear()  # worked out again: nothing installed to ship now
+    assert envbuild.prepare(env, env.storage, "auto", [payload]) is None
