@@ -529,6 +529,7 @@ class Supervisor:
         self.own_pid = os.getpid()
         self.stopping = False  # SIGTERM came: finish or give back the call held, then exit
         self.lease_now = False
+        self.told = 0  # the runner SIGTERM was passed to
         # the SIGTERM handler wakes _wait through this pipe: the lease is set at once, not at
         # the next tick (the kill may come within a second)
         self._wake_read, self._wake_write = os.pipe()
@@ -536,15 +537,23 @@ class Supervisor:
 
     def on_sigterm(self, signum: int = signal.SIGTERM, frame: Any = None) -> None:
         if os.getpid() != self.own_pid:  # a runner just forked, before its own handler
+            checkpoints.on_sigterm(signum, frame)
             return
         self.stopping = self.lease_now = True
         try:
             os.write(self._wake_write, b"!")
         except OSError:  # full: a wake is pending anyway
             pass
-        if self.pid:
+        self.tell_runner()
+
+    def tell_runner(self) -> None:
+        """Pass SIGTERM on to the runner, once (again from the loop: the signal may have come
+        between a fork and ``self.pid``)."""
+        pid = self.pid
+        if pid and self.told != pid:
+            self.told = pid
             try:
-                os.kill(self.pid, signal.SIGTERM)
+                os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
 
@@ -599,6 +608,7 @@ class Supervisor:
             wait = SUPERVISOR_TICK
             if self.stopping:  # the kill follows: the call held is leased a little at a time
                 visibility = NOTICE_LEASE
+                self.tell_runner()
             if held is not None:
                 number, started, _items, _receives, handle = held
                 if number != watched:
