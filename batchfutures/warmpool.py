@@ -66,7 +66,10 @@ call's, or one not sent yet: mapping.py), is awaited here, on the client, and th
 sent (submit_warm, WarmPool.add_held: HeldCall); retry_on_oom sends a call killed for memory
 to the pool of the settings with more memory (_retried_for_memory, oom_retry_settings); a dry
 run builds what a pool would send and sends nothing (WarmDryRun). nodes > 1 stays on the cold
-path (runs_warm). A client killed outright leaves its queues: its workers exit after keepalive
+path (runs_warm). retries=Retries(on=...) and checkpoints work per call as on the cold path: a
+worker's retry notice lists the attempt (WarmCall.attempts_of: future.attempts) and leaves the
+call's message to come back after the policy's delay (worker/warm.py, warmwire module doc).
+A client killed outright leaves its queues: its workers exit after keepalive
 seconds without calls; the queues are tagged ``batchfutures:run`` (and expire after
 MESSAGE_RETENTION with nothing in them); ``batchfutures cleanup`` removes them (cleanup.py).
 """
