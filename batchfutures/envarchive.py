@@ -25,12 +25,34 @@ import zipfile
 from typing import Iterable, List, Optional, Tuple, Union
 
 POINTER_VARIABLE = "BATCHFUTURES_ENVIRONMENT"  # the job's pointer: the archive's URL
+CACHE_VARIABLE = "BATCHFUTURES_ENVIRONMENT_CACHE"  # where the worker unpacks (worker/envs.py)
+# The stack's EC2 hosts keep unpacked environments here for the next job on the host: the
+# template's launch template makes it (0700, the jobs' uid 1000), its EC2 definitions mount it
+HOST_CACHE = "/var/cache/batchfutures/envs"
+HOST_CACHE_VOLUME = "batchfutures-envs"
 SEAL_KIND = "environment"
 FOLDER = "envs"
 MAX_MEMBERS = 200_000
 MAX_UNPACKED = 8 * 1024 ** 3  # 8 GiB: the archive itself is at most storage.MAX_OBJECT_SIZE
 _NAME = re.compile(r"^([0-9a-f]{64})\.zip$")
 _CHUNK = 1024 * 1024
+
+
+def with_host_cache(container: dict) -> None:
+    """An EC2 container's properties (RegisterJobDefinition's) given the host's environment
+    cache, as the stack's EC2 definitions have it: the host volume, its mount point and
+    CACHE_VARIABLE, each added only where the container has none of its name (a copy of the
+    stack's definition has them already)."""
+    volumes = container.setdefault("volumes", [])
+    if not any(volume.get("name") == HOST_CACHE_VOLUME for volume in volumes):
+        volumes.append({"name": HOST_CACHE_VOLUME, "host": {"sourcePath": HOST_CACHE}})
+    points = container.setdefault("mountPoints", [])
+    if not any(point.get("sourceVolume") == HOST_CACHE_VOLUME for point in points):
+        points.append({"sourceVolume": HOST_CACHE_VOLUME, "containerPath": HOST_CACHE,
+                       "readOnly": False})
+    variables = container.setdefault("environment", [])
+    if not any(pair.get("name") == CACHE_VARIABLE for pair in variables):
+        variables.append({"name": CACHE_VARIABLE, "value": HOST_CACHE})
 
 
 class ArchiveRefused(ValueError):

@@ -37,7 +37,20 @@ import tempfile
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    FrozenSet,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+)
 
 from . import envarchive, requirements
 from .errors import ConfigurationError, EnvironmentBuildError
@@ -237,7 +250,7 @@ def build_archive(pins: Sequence[str], target: Target) -> bytes:
 
 
 # -- prepared once ------------------------------------------------------------------------------
-_prepared: Dict[Tuple[Any, ...], Optional[str]] = {}
+_prepared: Dict[Tuple[Any, ...], Tuple[Optional[str], FrozenSet[str]]] = {}
 _prepared_lock = threading.Lock()
 
 
@@ -256,6 +269,13 @@ def prepare(env: "Environment", storage: "Storage", setting: requirements.Requir
             functions: Iterable[bytes] = (), arguments: Iterable[bytes] = ()) -> Optional[str]:
     """The URL of the job's environment archive in `storage`, built and stored if missing;
     None when there is nothing to ship beyond the image."""
+    return prepare_pinned(env, storage, setting, functions, arguments)[0]
+
+
+def prepare_pinned(env: "Environment", storage: "Storage",
+                   setting: requirements.RequirementsSetting, functions: Iterable[bytes] = (),
+                   arguments: Iterable[bytes] = ()) -> Tuple[Optional[str], FrozenSet[str]]:
+    """`prepare`'s URL and the pins it holds."""
     target = _target_of(env)
     modules = (frozenset(requirements.modules_of(functions, arguments))
                if setting == requirements.AUTO else None)
@@ -270,8 +290,74 @@ def prepare(env: "Environment", storage: "Storage", setting: requirements.Requir
     else:
         logger.info("batchfutures: requirements=: nothing to ship beyond the image")
     with _prepared_lock:
-        _prepared[key] = url
-    return url
+        _prepared[key] = (url, frozenset(pins))
+    return url, frozenset(pins)
+
+
+class PoolEnvironment:
+    """`requirements=` of a warm pool: one environment for all of its calls, as its workers
+    start once. Built (or found) at the pool's first call, before anything of it is stored;
+    its pointer goes in the pool's config. A list or a file says the whole set then. "auto"
+    is worked out from that first call's pickles (its function, pickled with the executor's
+    initializer, its arguments and the initializer's): a later call whose pickles name a
+    module of a distribution outside that set fails at submit (EnvironmentBuildError naming
+    it), as a worker started with that environment could not import it."""
+
+    def __init__(self, env: "Environment", storage: "Storage",
+                 setting: requirements.RequirementsSetting, initargs: Optional[bytes]) -> None:
+        self._env, self._storage, self._setting = env, storage, setting
+        self._initargs = initargs
+        self._lock = threading.Lock()
+        self.pins: Optional[FrozenSet[str]] = None  # None: not prepared yet
+        self.pointer: Optional[str] = None
+        self._admitted: Set[FrozenSet[str]] = set()  # "auto": module sets already checked
+
+    def admit(self, function_pickle: bytes, arguments: Sequence[bytes],
+              on_first: Callable[[], None]) -> None:
+        """Ready for a call of `function_pickle` with `arguments`: the first one prepares the
+        environment and runs `on_first` (the pool writes its config) before any other call
+        goes on; EnvironmentBuildError when it cannot be, or ("auto") the call needs more."""
+        with self._lock:
+            if self.pins is None:
+                extra = [self._initargs] if self._initargs is not None else []
+                url, pins = prepare_pinned(self._env, self._storage, self._setting,
+                                           [function_pickle], [*extra, *arguments])
+                self.pointer, self.pins = url, pins
+                on_first()
+                return
+            if self._setting != requirements.AUTO:
+                return
+            modules = frozenset(requirements.modules_of([function_pickle], arguments))
+            if modules in self._admitted:
+                return
+            needed = _prepare_auto_pins(_target_of(self._env), modules)
+            missing = needed - self.pins
+            if missing:
+                raise EnvironmentBuildError(pool_missing_message(sorted(missing),
+                                                                 sorted(self.pins | needed)))
+            self._admitted.add(modules)
+
+
+def pool_missing_message(missing: Sequence[str], everything: Sequence[str]) -> str:
+    """The error of a warm call that needs distributions its pool's "auto" environment lacks."""
+    return (f"requirements=\"auto\" on warm workers (keepalive=): the pool's environment was "
+            f"worked out from its first call and this call also needs {', '.join(missing)}; "
+            f"nothing of it was sent. List what the pool's calls need instead, e.g. "
+            f"requirements={list(everything)!r}")
+
+
+_auto_pins: Dict[Tuple[Target, FrozenSet[str]], FrozenSet[str]] = {}
+
+
+def _prepare_auto_pins(target: Target, modules: FrozenSet[str]) -> FrozenSet[str]:
+    """"auto"'s pins for `modules`, once per set (reading the installed distributions ~0.3 s)."""
+    with _prepared_lock:
+        known = _auto_pins.get((target, modules))
+    if known is None:
+        known = frozenset(resolve(requirements.AUTO, target, modules=modules))
+        with _prepared_lock:
+            _auto_pins[(target, modules)] = known
+    return known
 
 
 _env_targets: "weakref.WeakKeyDictionary[Any, Target]" = weakref.WeakKeyDictionary()

@@ -15,7 +15,9 @@
 
 With ``stack=`` every registration above passes through with_stack_defaults(): the tag
 ``batchfutures:stack=<stack>`` and, where a container has none, the awslogs configuration of the
-stack's log group (/aws/batch/<stack>), as the stack's client policy requires.
+stack's log group (/aws/batch/<stack>), as the stack's client policy requires; and in an EC2
+definition's containers the hosts' environment cache, as the stack's own EC2 definition has it
+(envarchive.with_host_cache: the volume the launch template makes, its mount, its variable).
 
 Per-job settings (vCPUs, memory, GPUs, timeout, attempts, tags...) never go here: they travel in
 SubmitJob overrides, so one definition serves every executor with the same image and options.
@@ -35,7 +37,7 @@ import threading
 import weakref
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from . import batchapi
+from . import batchapi, envarchive
 from .errors import ConfigurationError
 
 PLATFORMS = ("EC2", "FARGATE")
@@ -277,6 +279,8 @@ def with_stack_defaults(properties: Dict[str, Any], stack: Optional[str],
         group["container"] for group in groups if group.get("container")]
     for container in containers:
         container.setdefault("logConfiguration", {"logDriver": "awslogs", "options": options})
+        if "FARGATE" not in (made.get("platformCapabilities") or ["EC2"]):
+            envarchive.with_host_cache(container)  # the stack's EC2 hosts' environment cache
     return made
 
 

@@ -186,9 +186,6 @@ class JobSettings:
                     f"fallback_queue must be a job queue's name or ARN, not {_kind(queue)}")
             values["fallback_queue"] = queue
         settings = replace(base or cls(), **values)
-        if settings.requirements is not None and settings.keepalive:
-            raise ConfigurationError("requirements= is not available with keepalive= (warm "
-                                     "workers) yet; use one or the other")
         names = {name for name, _ in settings.environment} & {name for name, _ in settings.secrets}
         if names:
             raise ConfigurationError(f"{sorted(names)} given both in environment= and in secrets=")

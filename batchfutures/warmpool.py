@@ -601,7 +601,14 @@ class WarmPool:
                               if session.submitter._initargs is not None else None)
         self._files_url = (session.submitter._files_location()  # files=: unpacked by each worker
                            if session.submitter.files is not None else None)
-        self._write_config()
+        self._environment: Optional[Any] = None  # requirements=: envbuild.PoolEnvironment
+        if settings.requirements is None:
+            self._write_config()
+        else:  # the config, with the environment's pointer, is written at the first call
+            from .envbuild import PoolEnvironment  # start-up: as submission's
+
+            self._environment = PoolEnvironment(self.env, self.storage, settings.requirements,
+                                                session.submitter._initargs)
         self._lock = threading.RLock()
         self._numbers = iter(range(1 << 62))
         self._pending: Deque[WarmCall] = collections.deque()
@@ -637,6 +644,8 @@ class WarmPool:
             config["log_levels"] = logforward.client_levels()
         if self._files_url is not None:
             config["files"] = self._files_url
+        if self._environment is not None and self._environment.pointer is not None:
+            config["environment"] = self._environment.pointer  # activated before any unpickling
         url = f"{self.pool_url}/config"
         storage = self.storage
         storage.put_bytes(url, storage.signer.seal(warmwire.CONFIG_KIND, storage.name_of(url),
@@ -662,6 +671,8 @@ class WarmPool:
             counts: List[int], futures: List[List[BatchFuture]], per_child: bool = False
             ) -> None:
         """Calls (one per blob) whose futures are ``futures[i]``; sent as the window allows."""
+        if self._environment is not None:  # requirements=: before anything of the call is stored
+            self._environment.admit(function_pickle, blobs, self._write_config)
         function_url = self.storage.put_function(self.run_id, function_pickle)
         calls = []
         for blob, count, group in zip(blobs, counts, futures):
@@ -700,6 +711,8 @@ class WarmPool:
         are running already and move to this pool's call (future.job_id changes)."""
         assert earlier.parts is not None
         function_pickle, encoding, blob = earlier.parts
+        if self._environment is not None:
+            self._environment.admit(function_pickle, [blob], self._write_config)
         call = self._new_call(self.storage.put_function(self.run_id, function_pickle), encoding,
                               blob, earlier.items, earlier.futures, earlier.per_child,
                               key=earlier.key or (earlier.pool.pool_url, earlier.number))

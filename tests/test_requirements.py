@@ -51,9 +51,9 @@ def test_setting_refused(value, words):
     assert "token" not in str(caught.value)  # an entry's value is never echoed
 
 
-def test_settings_refuse_requirements_with_keepalive():
-    with pytest.raises(ConfigurationError, match="keepalive"):
-        JobSettings.from_kwargs(requirements="auto", keepalive=60)
+def test_settings_take_requirements_with_keepalive():
+    settings = JobSettings.from_kwargs(requirements=["tinypkg==1.0"], keepalive=60)
+    assert settings.requirements == ("tinypkg==1.0",) and settings.keepalive == 60
 
 
 @pytest.mark.parametrize("payload, modules", [

@@ -325,7 +325,7 @@ def test_the_stacks_definitions_hand_the_signing_key_to_the_container(template):
         container = template["Resources"][name]["Properties"]["ContainerProperties"]
         assert container["Secrets"] == [{"Name": "BATCHFUTURES_SIGNING_KEY", "ValueFrom": secret}]
         # and which secret it is: the worker uses it for jobs signed with that secret only
-        assert container["Environment"] == [{"Name": "BATCHFUTURES_SIGNING_KEY_FROM", "Value": secret}]
+        assert container["Environment"][0] == {"Name": "BATCHFUTURES_SIGNING_KEY_FROM", "Value": secret}
         assert container["ExecutionRoleArn"] == {"Fn::GetAtt": ["ExecutionRole", "Arn"]}
     from batchfutures.signing import KEY_FROM_VARIABLE, KEY_VARIABLE
 
@@ -369,9 +369,13 @@ def test_the_boothook_sets_the_agent_and_the_rule_once_at_every_boot(template, t
     keeps its rules in a file: twice (cloud-init runs a boothook at every boot)."""
     ((_, script),) = user_data_parts(template)
     config = tmp_path / "etc-ecs"
-    script = script.replace("/etc/ecs", str(config))
+    cache = tmp_path / "var-cache"  # the jobs' environment cache (requirements=)
+    script = script.replace("/etc/ecs", str(config)).replace("/var/cache/batchfutures", str(cache))
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
+    owners = tmp_path / "owners"  # a stand-in chown: this test need not run as root
+    (bin_dir / "chown").write_text(f"#!/bin/bash\necho \"$*\" >> {owners}\n")
+    (bin_dir / "chown").chmod(0o755)
     rules = tmp_path / "rules"
     rules.write_text("")
     fake = bin_dir / "iptables"
@@ -396,6 +400,8 @@ esac
         "ECS_ENABLE_SPOT_INSTANCE_DRAINING=true"]
     assert rules.read_text().splitlines() == [
         "OUTPUT -d 169.254.169.254/32 -m owner ! --uid-owner 0 -j DROP"]
+    assert (cache / "envs").is_dir() and (cache / "envs").stat().st_mode & 0o777 == 0o700
+    assert owners.read_text().splitlines() == [f"1000:1000 {cache}/envs"] * 2
 
 
 def test_the_dockerfile_runs_the_worker_as_a_user_the_metadata_rule_drops():
@@ -645,8 +651,8 @@ def test_ecr_pull_is_scoped_to_the_images_repository(aws, network, template, ima
         jobDefinitionName=f"{name}-worker", status="ACTIVE")["jobDefinitions"]
     (secret,) = definition["containerProperties"]["secrets"]
     assert secret["name"] == "BATCHFUTURES_SIGNING_KEY"
-    assert definition["containerProperties"]["environment"] == [
-        {"name": "BATCHFUTURES_SIGNING_KEY_FROM", "value": secret["valueFrom"]}]
+    assert definition["containerProperties"]["environment"][0] == {  # then the host cache's
+        "name": "BATCHFUTURES_SIGNING_KEY_FROM", "value": secret["valueFrom"]}
     assert execution_statements(aws, physical)["SigningKeyForContainers"]["Resource"] == \
         secret["valueFrom"]
 

@@ -11,6 +11,10 @@
 <cache> is BATCHFUTURES_ENVIRONMENT_CACHE when set (a host volume: the next job on the host
 reuses what this one unpacked), else <tmp>/batchfutures-envs-<uid>: this user's alone, made 0700
 or refused (workdir.secure_folder), as a folder anyone could write into could plant code.
+A folder found under <cache> was checked when it was unpacked, and is trusted by its name after:
+so it is used only when it is a real folder of this user's that group and others cannot write
+(`cached_folder_problem`); else, and when the host cache itself is not this user's alone, the
+archive is unpacked again in the private temp folder.
 """
 
 from __future__ import annotations
@@ -20,13 +24,14 @@ import logging
 import os
 import shutil
 import site
+import stat
 import sys
 import tempfile
 import uuid
 from typing import TYPE_CHECKING, Mapping, Optional
 
 from .. import envarchive
-from ..errors import IntegrityError
+from ..errors import ConfigurationError, IntegrityError
 from ..workdir import secure_folder
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -34,35 +39,73 @@ if TYPE_CHECKING:  # pragma: no cover
 
 logger = logging.getLogger("batchfutures")
 
-CACHE_VARIABLE = "BATCHFUTURES_ENVIRONMENT_CACHE"
+CACHE_VARIABLE = envarchive.CACHE_VARIABLE
 
 
-def cache_root(environ: Mapping[str, str]) -> str:
-    given = environ.get(CACHE_VARIABLE)
-    if given:
-        return given
+def private_root() -> str:
     uid = os.getuid() if hasattr(os, "getuid") else "user"
     return os.path.join(tempfile.gettempdir(), f"batchfutures-envs-{uid}")
 
 
-def activate(storage: "Storage", environ: Mapping[str, str]) -> Optional[str]:
+def cache_root(environ: Mapping[str, str]) -> str:
+    return environ.get(CACHE_VARIABLE) or private_root()
+
+
+def cached_folder_problem(mode: int, uid: int, my_uid: int) -> Optional[str]:
+    """Why a folder found in the cache (lstat's mode and owner) must not be trusted, or None:
+    anything but a real folder (a link could point anywhere), another user's, or one that
+    group or others could have written into (a planted module would run as this job)."""
+    if stat.S_ISLNK(mode):
+        return "it is a symbolic link"
+    if not stat.S_ISDIR(mode):
+        return "it is not a folder"
+    if uid != my_uid:
+        return f"it is owned by uid {uid}, not this job's {my_uid}"
+    if mode & 0o022:
+        return f"it is writable by group or others (mode {stat.S_IMODE(mode):o})"
+    return None
+
+
+def activate(storage: "Storage", environ: Mapping[str, str],
+             pointer: Optional[str] = None) -> Optional[str]:
     """Make the job's environment importable (first on sys.path); its folder, None without one.
+    `pointer`: the archive's URL (a warm pool's config), else the job's variable.
 
     IntegrityError: the archive is missing, unsigned, altered or refused (nothing of it is
-    used); ConfigurationError: the cache folder is not this user's alone."""
-    url = environ.get(envarchive.POINTER_VARIABLE)
+    used); ConfigurationError: the private temp folder is not this user's alone."""
+    url = pointer or environ.get(envarchive.POINTER_VARIABLE)
     if not url:
         return None
     digest = envarchive.digest_of(url)
     if digest is None or not url.startswith(storage.url(envarchive.FOLDER) + "/"):
         raise IntegrityError(f"{envarchive.POINTER_VARIABLE}={url!r} is not an environment "
                              f"archive of this job's storage")
-    root = str(secure_folder(cache_root(environ), "environment cache folder"))
-    folder = os.path.join(root, digest)
-    if not os.path.isdir(folder) or os.path.islink(folder):
-        _unpack(storage, url, root, folder)
-    else:
-        logger.info("environment %s: reusing %s", digest[:12], folder)
+    roots = list(dict.fromkeys([cache_root(environ), private_root()]))
+    for position, given in enumerate(roots):
+        last = position == len(roots) - 1
+        try:
+            root = str(secure_folder(given, "environment cache folder"))
+        except (ConfigurationError, OSError) as error:  # not this user's alone, or not makeable
+            if last:
+                raise
+            logger.warning("environment %s: not using the host cache (%s); unpacking it in a "
+                           "private temp folder", digest[:12], error)
+            continue
+        folder = os.path.join(root, digest)
+        try:
+            info = os.lstat(folder)
+        except FileNotFoundError:
+            _unpack(storage, url, root, folder)
+            break
+        problem = cached_folder_problem(info.st_mode, info.st_uid, os.geteuid())
+        if problem is None:
+            logger.info("environment %s: reusing %s", digest[:12], folder)
+            break
+        if last:
+            raise ConfigurationError(f"refusing the cached environment {folder}: {problem}; "
+                                     f"remove it (and check nothing was planted in it)")
+        logger.warning("environment %s: not trusting the cached %s (%s); unpacking it in a "
+                       "private temp folder", digest[:12], folder, problem)
     if folder not in sys.path:
         first_on_path(folder)
     return folder

@@ -80,7 +80,7 @@ from .. import checkpoints, serialization, sqsapi, warmwire, wire
 from ..batchlimits import OOM_EXIT_STATUS
 from ..dependencies import Resolver
 from ..errors import IntegrityError
-from . import calls
+from . import calls, envs
 
 if TYPE_CHECKING:
     from ..storage import Storage
@@ -237,6 +237,15 @@ class Pool:
         self.config = json.loads(bytes(raw))
         self.pool_name = self.storage.name_of(pool_url)
         self.worker_id = environ.get("AWS_BATCH_JOB_ID")
+        # requirements=: the pool's environment first on sys.path before anything is unpickled
+        # (the runner inherits it); refused (altered, missing): every call fails with it, unrun
+        self.refused: Optional[IntegrityError] = None
+        if self.config.get("environment"):
+            try:
+                envs.activate(self.storage, environ, pointer=self.config["environment"])
+            except IntegrityError as error:
+                logger.error("refusing the warm pool's environment (no call will run): %s", error)
+                self.refused = error
         self.initargs: Optional[bytes] = None
         if self.config.get("initargs"):
             self.initargs = bytes(self.storage.get_function(self.config["initargs"]))
@@ -482,6 +491,8 @@ class Runner:
 
     def _run(self, head: Dict[str, Any], blob: bytes) -> bytes:
         world, pool = self.world, self.pool
+        if pool.refused is not None:  # nothing of the call (nor the initializer) is unpickled
+            return pool.failure(int(head["n"]), int(head["items"]), pool.refused)
         url = head["fn"]
         if url not in world.functions and url not in world.failed:
             try:

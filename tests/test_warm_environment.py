@@ -1,0 +1,72 @@
+"""requirements= on warm workers (keepalive=), on the embedded default with a bare image: the
+pool's environment is built once, its pointer goes in the pool's config and each warm worker
+puts it first on sys.path before it unpickles anything."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+from envtools import install_here, make_wheel
+from test_environment_shipping import _archives, _executor, env, image, tinypkg  # noqa: F401
+
+from batchfutures import EnvironmentBuildError, IntegrityError, envarchive, envbuild
+
+pytestmark = pytest.mark.slow
+
+
+def _warm(env, tmp_path, **settings):  # noqa: F811
+    return _executor(env, tmp_path, keepalive=30, max_workers=1, **settings)
+
+
+def test_warm_pool_runs_calls_with_its_environment(env, tinypkg, tmp_path):  # noqa: F811
+    with _warm(env, tmp_path, requirements=["tinypkg==1.0"]) as ex:
+        assert ex.submit(tinypkg.double, 21).result(timeout=120) == 42
+        assert list(ex.map(tinypkg.double, [1, 2, 3], timeout=120)) == [2, 4, 6]
+        [pool] = ex._session.warm_pools.values()
+        assert pool.workers  # the calls ran on warm workers, not as Batch jobs of their own
+    assert len(_archives(env)) == 1
+    envbuild._prepared.clear()  # another client: the archive is found, not built again
+    envbuild._stored.clear()
+    with _warm(env, tmp_path, requirements=["tinypkg==1.0"]) as ex:
+        assert ex.submit(tinypkg.double, 5).result(timeout=120) == 10
+    assert len(_archives(env)) == 1
+
+
+def test_warm_pool_refuses_an_altered_archive(env, tinypkg, tmp_path):  # noqa: F811
+    with _warm(env, tmp_path, requirements=["tinypkg==1.0"]) as ex:
+        assert ex.submit(tinypkg.double, 1).result(timeout=120) == 2
+    [name] = _archives(env)
+    path = env.storage._path(env.storage.url(envarchive.FOLDER, name))
+    data = bytearray(open(path, "rb").read())
+    data[-10] ^= 1  # the seal no longer checks
+    os.chmod(path, 0o600)
+    with open(path, "wb") as handle:
+        handle.write(data)
+    envbuild._prepared.clear()
+    envbuild._stored.clear()
+    with _warm(env, tmp_path / "other-host", requirements=["tinypkg==1.0"]) as ex:
+        futures = [ex.submit(tinypkg.double, n) for n in range(2)]
+        for future in futures:
+            with pytest.raises(IntegrityError, match="environment"):
+                future.result(timeout=120)
+    assert not (tmp_path / "other-host" / "cache" / envarchive.digest_of(name)).exists()
+
+
+def test_auto_on_a_warm_pool_is_its_first_calls(env, tinypkg, tmp_path, monkeypatch):  # noqa: F811
+    wheels = tmp_path / "wheels"  # where the tinypkg fixture's wheels are (pip's find-links)
+    make_wheel(wheels, "otherpkg", "2.0", {"otherpkg/__init__.py": "def triple(x):\n"
+                                           "    return 3 * x\n"})
+    install_here(monkeypatch, wheels, tmp_path / "client-site-2", "otherpkg==2.0")
+    monkeypatch.delitem(sys.modules, "otherpkg", raising=False)
+    import otherpkg
+
+    with _warm(env, tmp_path, requirements="auto") as ex:
+        assert ex.submit(tinypkg.double, 4).result(timeout=120) == 8
+        assert ex.submit(tinypkg.double, 5).result(timeout=120) == 10  # covered: runs
+        with pytest.raises(EnvironmentBuildError, match=r"otherpkg==2\.0") as caught:
+            ex.submit(otherpkg.triple, 1)
+        assert "tinypkg==1.0" in str(caught.value)  # the explicit list it suggests
+    with _warm(env, tmp_path, requirements=["tinypkg==1.0", "otherpkg==2.0"]) as ex:
+        assert ex.submit(otherpkg.triple, 2).result(timeout=120) == 6
