@@ -7,7 +7,9 @@
                          each child Batch failed (at most MAX_LOG_TAILS)  ->  JobReport
     render(reports)      JobReport(s) -> HTML (pure): per job the status counts, a timeline of
                          every child (queued from the job's creation to its start, then running
-                         to its end, coloured by status: an inline SVG), usage and memory
+                         to its end, coloured by bar_colour: Batch's status, or "a call raised"
+                         for a child Batch calls SUCCEEDED whose result holds a call's
+                         exception: an inline SVG), usage and memory
                          advice (usage.JobUsage), the calls' estimated cost (costs.estimate of
                          their measured wall time), a table of the children (times, exit code,
                          wall, CPU, peak memory), and each failure with its reason and its log
@@ -21,7 +23,7 @@ from __future__ import annotations
 import html
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from . import wire
 from .statuses import STATUS_ORDER, JobStatus
@@ -32,7 +34,7 @@ if TYPE_CHECKING:
     from .storage import Storage
 
 __all__ = ["CallRow", "Failure", "JobReport", "MAX_RESULTS_READ", "MAX_LOG_TAILS", "MAX_ROWS",
-           "gather", "render", "write"]
+           "bar_colour", "gather", "render", "write"]
 
 MAX_RESULTS_READ = 1000  # result objects read per job (one GET each)
 MAX_LOG_TAILS = 20  # failed children whose log tail is read (one GetLogEvents each)
@@ -43,6 +45,9 @@ STATUS_COLOURS: Dict[str, str] = {
     "RUNNING": "#3d7fd9", "SUCCEEDED": "#3a9e5c", "FAILED": "#d0463b",
 }
 QUEUED_COLOUR = "#e3e6eb"
+# a child Batch calls SUCCEEDED (its worker wrote the outcomes) in which a call's function raised:
+# the user's failure, which Batch's status does not show
+RAISED_COLOUR = "#e8871e"
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,7 @@ class CallRow:
     wall_s: Optional[float] = None
     cpu_s: Optional[float] = None
     peak_mib: Optional[float] = None
+    raised: int = 0  # calls whose function raised, read from the result object
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,10 @@ class JobReport:
     notes: List[str] = field(default_factory=list)  # what was left out, and why
     cost_usd: Optional[float] = None  # the calls' measured wall time priced (costs.estimate)
     cost_basis: str = ""
+
+    @property
+    def calls_raised(self) -> int:
+        return sum(row.raised for row in self.rows)
 
 
 # -- reading (Batch, storage, logs) -------------------------------------------------------------
@@ -143,11 +153,11 @@ def gather(env: Environment, job_id: str, *, now: Optional[float] = None,
     if len(spans) > MAX_ROWS:
         report.notes.append(f"the first {MAX_ROWS} of {len(spans)} children are shown")
     for index, status, started, stopped, exit_code, reason in spans[:MAX_ROWS]:
-        used = Totals()
+        used, raised = Totals(), 0
         if job_url and storage is not None and status == JobStatus.SUCCEEDED:
             if read < MAX_RESULTS_READ:
                 read += 1
-                used = _read_result(storage, job_url, index, chunksize, report)
+                used, raised = _read_result(storage, job_url, index, chunksize, report)
             elif read == MAX_RESULTS_READ:
                 read += 1
                 report.notes.append(f"the result objects of the first {MAX_RESULTS_READ} "
@@ -166,7 +176,8 @@ def gather(env: Environment, job_id: str, *, now: Optional[float] = None,
             reason = None
         report.rows.append(CallRow(index, status, started, stopped, exit_code, reason, used.calls,
                                    used.wall_s if used.calls else None,
-                                   used.cpu_s if used.calls else None, used.peak_memory_mib))
+                                   used.cpu_s if used.calls else None, used.peak_memory_mib,
+                                   raised))
     if all_calls.calls:  # the calls' measured wall time, priced as what ran them
         estimate = costs.estimate(all_calls.wall_s, info.vcpus or 1.0, info.memory_mib or 2048,
                                   pricing if pricing is not None else pricing_of(env))
@@ -178,20 +189,23 @@ def gather(env: Environment, job_id: str, *, now: Optional[float] = None,
 
 
 def _read_result(storage: Storage, job_url: str, child: int, chunksize: int,
-                 report: JobReport) -> Totals:
-    """One child's result object: its calls' usage; the calls that raised join the failures."""
+                 report: JobReport) -> Tuple[Totals, int]:
+    """One child's result object: its calls' usage and how many raised; those calls join the
+    failures."""
     data = storage.read_result(job_url, child)
     if data is None:
-        return Totals()
+        return Totals(), 0
     try:
         meta, outcomes = wire.unpack_result(data)
     except ValueError as error:
         report.failures.append(Failure(child, child * chunksize, "RemoteError",
                                        f"the result object could not be read: {error}"))
-        return Totals()
+        return Totals(), 0
+    raised_calls = 0
     for position, outcome in enumerate(outcomes):
         if wire.outcome_kind(outcome) == wire.OK:
             continue
+        raised_calls += 1
         _, raised = wire.outcome_result(outcome)
         cause = getattr(raised, "__cause__", None)
         detail = str(cause).strip().strip('"').strip() if cause is not None else ""
@@ -200,7 +214,7 @@ def _read_result(storage: Storage, job_url: str, child: int, chunksize: int,
         report.failures.append(Failure(child, child * chunksize + position, type(raised).__name__,
                                        str(raised), detail))
     usage = meta.get("usage")
-    return _child_usage(usage[:len(outcomes)] if isinstance(usage, list) else None)
+    return _child_usage(usage[:len(outcomes)] if isinstance(usage, list) else None), raised_calls
 
 
 # -- the page (pure) ----------------------------------------------------------------------------
@@ -223,22 +237,54 @@ body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#1d2330}
 h1{font-size:20px}h2{font-size:17px;margin-top:32px}
 table{border-collapse:collapse;margin:8px 0}td,th{padding:3px 10px;border-bottom:1px solid #e3e6eb;
 text-align:left;vertical-align:top}th{background:#f4f6f8}
-.counts span{display:inline-block;margin-right:14px}.swatch{display:inline-block;width:10px;
+.counts>span,.legend>span{display:inline-block;margin-right:14px}.swatch{display:inline-block;width:10px;
 height:10px;margin-right:4px;border-radius:2px}
 pre{background:#f4f6f8;padding:8px;overflow:auto;max-height:320px;font-size:12px}
 .note{color:#6b7280}.num{text-align:right;font-variant-numeric:tabular-nums}
 """
 
 
+def bar_colour(status: str, calls_raised: int) -> str:
+    """A child's colour on the timeline: RAISED_COLOUR for a child Batch calls SUCCEEDED in which
+    a call raised (what the user sees as a failure), else its Batch status's colour."""
+    if status == JobStatus.SUCCEEDED and calls_raised:
+        return RAISED_COLOUR
+    return STATUS_COLOURS.get(status, "#888")
+
+
+def _swatch(colour: str) -> str:
+    return f'<span class="swatch" style="background:{colour}"></span>'
+
+
 def _counts(report: JobReport) -> str:
+    """Batch's status counts, then how many calls raised (inside children Batch calls
+    SUCCEEDED), each with its colour on the timeline."""
     parts = []
     for status in STATUS_ORDER:
         count = report.counts.get(status, 0)
         if count:
             parts.append(f'<span class="status-count" data-status="{_e(status)}">'
-                         f'<span class="swatch" style="background:{STATUS_COLOURS[status]}"></span>'
-                         f'{_e(status)}: {count}</span>')
+                         f"{_swatch(STATUS_COLOURS[status])}{_e(status)}: {count}</span>")
+    raised = report.calls_raised
+    if raised:
+        children = sum(1 for row in report.rows if row.raised)
+        parts.append(f'<span class="status-count" data-status="CALLS_RAISED">'
+                     f"{_swatch(RAISED_COLOUR)}calls raised: {raised}"
+                     f'{"" if children == raised else f" (in {children} of the children)"}</span>')
     return f'<p class="counts">{"".join(parts) or "no children counted"}</p>'
+
+
+def _legend(report: JobReport) -> str:
+    """The colours the timeline draws, named."""
+    drawn = {(row.status, bar_colour(row.status, row.raised)) for row in report.rows
+             if row.started is not None}
+    keys = [("queued", QUEUED_COLOUR)]
+    keys += [(status, STATUS_COLOURS[status]) for status in STATUS_ORDER
+             if (status, STATUS_COLOURS[status]) in drawn]
+    if (JobStatus.SUCCEEDED.value, RAISED_COLOUR) in drawn:
+        keys.append(("SUCCEEDED in Batch, a call raised", RAISED_COLOUR))
+    return '<p class="legend note">' + "".join(
+        f'<span class="key">{_swatch(colour)}{_e(name)}</span>' for name, colour in keys) + "</p>"
 
 
 def _timeline(report: JobReport, now: float) -> str:
@@ -268,16 +314,21 @@ def _timeline(report: JobReport, now: float) -> str:
                           f'height="{max(1, line - 1)}" fill="{QUEUED_COLOUR}"/>')
         if row.started is not None:
             stop = row.stopped if row.stopped is not None else now
-            colour = STATUS_COLOURS.get(row.status, "#888")
+            raised = f", {_raised(row.raised)}" if row.raised else ""
             shapes.append(f'<rect class="run" data-child="{row.index}" data-status="{_e(row.status)}" '
-                          f'x="{x(row.started):.1f}" y="{y}" '
+                          f'data-calls-raised="{row.raised}" x="{x(row.started):.1f}" y="{y}" '
                           f'width="{max(1.0, x(stop) - x(row.started)):.1f}" height="{max(1, line - 1)}" '
-                          f'fill="{colour}"><title>child {row.index}: {_e(row.status)}, '
-                          f'{_seconds(stop - row.started)} s</title></rect>')
+                          f'fill="{bar_colour(row.status, row.raised)}"><title>child {row.index}: '
+                          f'{_e(row.status)}{raised}, {_seconds(stop - row.started)} s</title></rect>')
     axis = (f'<text x="{left}" y="12" font-size="11">0 s</text>'
             f'<text x="{left + width}" y="12" font-size="11" text-anchor="end">{span:.1f} s</text>')
     return (f'<svg class="timeline" width="{left + width + 20}" height="{height}" '
-            f'role="img" aria-label="timeline of {len(rows)} children">{axis}{"".join(shapes)}</svg>')
+            f'role="img" aria-label="timeline of {len(rows)} children">{axis}{"".join(shapes)}</svg>'
+            f"{_legend(report)}")
+
+
+def _raised(count: int) -> str:
+    return f"{count} call{'' if count == 1 else 's'} raised"
 
 
 def _usage(report: JobReport) -> str:
@@ -294,7 +345,8 @@ def _rows(report: JobReport) -> str:
     head = ("<tr><th>child</th><th>status</th><th>started (UTC)</th><th>ended (UTC)</th>"
             "<th>exit</th><th>wall s</th><th>CPU s</th><th>peak MiB</th><th>reason</th></tr>")
     body = "".join(
-        f'<tr data-child="{r.index}"><td class="num">{r.index}</td><td>{_e(r.status)}</td>'
+        f'<tr data-child="{r.index}"><td class="num">{r.index}</td><td>{_e(r.status)}'
+        f'{f" ({_raised(r.raised)})" if r.raised else ""}</td>'
         f"<td>{_when(r.started)}</td><td>{_when(r.stopped)}</td>"
         f'<td class="num">{"-" if r.exit_code is None else r.exit_code}</td>'
         f'<td class="num">{_seconds(r.wall_s)}</td><td class="num">{_seconds(r.cpu_s)}</td>'

@@ -37,15 +37,17 @@ def _job(**changes):
         report.CallRow(1, "FAILED", T0 + 2, T0 + 3, 137, "OutOfMemoryError: Container killed"),
         report.CallRow(2, "RUNNING", T0 + 4, None),
         report.CallRow(3, "RUNNABLE"),
+        # Batch says SUCCEEDED (the worker wrote the outcomes), but the call's function raised
+        report.CallRow(4, "SUCCEEDED", T0 + 2, T0 + 4, 0, None, 1, 2.0, 1.0, 90.0, raised=1),
     ]
     totals = Totals()
     totals.calls, totals.cpu_s, totals.wall_s, totals.peak_memory_mib = 1, 3.5, 4.0, 120.0
     job = report.JobReport(
         job_id="job-1", name="map-square", status="RUNNING", created=T0, started=T0 + 1,
-        counts={"SUCCEEDED": 1, "FAILED": 1, "RUNNING": 1, "RUNNABLE": 1}, rows=rows,
+        counts={"SUCCEEDED": 2, "FAILED": 1, "RUNNING": 1, "RUNNABLE": 1}, rows=rows,
         failures=[report.Failure(1, None, "FAILED", "OutOfMemoryError: Container killed",
                                  "allocating <10 GiB>\nKilled"),
-                  report.Failure(0, 0, "ValueError", "bad <input>",
+                  report.Failure(4, 4, "ValueError", "bad <input>",
                                  'Traceback (most recent call last):\n  File "/u/script.py", line 3')],
         usage=JobUsage.of(totals, 1.0, 2048, 9.0, ended=False), cost_usd=0.0001,
         cost_basis="Fargate x86_64, test prices")
@@ -59,13 +61,21 @@ def test_page_shows_counts_timeline_usage_failures_and_children():
     text = "".join(page.text)
     # the status counts
     counts = {a["data-status"] for a in page.all("span") if "data-status" in a}
-    assert counts == {"SUCCEEDED", "FAILED", "RUNNING", "RUNNABLE"}
-    assert "FAILED: 1" in text
-    # the timeline: a run bar for each started child, coloured by status; none for a queued one
+    assert counts == {"SUCCEEDED", "FAILED", "RUNNING", "RUNNABLE", "CALLS_RAISED"}
+    assert "FAILED: 1" in text and "SUCCEEDED: 2" in text and "calls raised: 1" in text
+    # the timeline: a run bar for each started child, coloured by status, or by its call's
+    # outcome where Batch says SUCCEEDED and the call raised; none for a queued one
     bars = {a["data-child"]: a for a in page.all("rect") if a.get("class") == "run"}
-    assert set(bars) == {"0", "1", "2"}
+    assert set(bars) == {"0", "1", "2", "4"}
     assert bars["1"]["fill"] == report.STATUS_COLOURS["FAILED"]
     assert bars["0"]["fill"] == report.STATUS_COLOURS["SUCCEEDED"]
+    assert bars["4"]["fill"] == report.RAISED_COLOUR
+    assert bars["4"]["data-status"] == "SUCCEEDED" and bars["4"]["data-calls-raised"] == "1"
+    # the legend names each colour drawn, the raising call's too
+    legend = [a["style"] for a in page.all("span") if a.get("class") == "swatch"]
+    assert legend.count(f"background:{report.RAISED_COLOUR}") == 2  # its count and its key
+    assert "SUCCEEDED in Batch, a call raised" in text
+    assert "SUCCEEDED (1 call raised)" in text  # the children's table
     # a running child is drawn up to now, so it ends at the right edge
     assert float(bars["2"]["x"]) + float(bars["2"]["width"]) == pytest.approx(60 + 900)
     # usage and advice, failures with their detail (escaped), the children's table
@@ -74,7 +84,7 @@ def test_page_shows_counts_timeline_usage_failures_and_children():
     assert "memory='256MiB' would hold it" in text
     assert "OutOfMemoryError: Container killed" in text and "allocating <10 GiB>" in text
     assert 'File "/u/script.py", line 3' in text and "bad <input>" in text
-    assert {a["data-child"] for a in page.all("tr") if "data-child" in a} == {"0", "1", "2", "3"}
+    assert {a["data-child"] for a in page.all("tr") if "data-child" in a} == {"0", "1", "2", "3", "4"}
 
 
 def test_page_is_self_contained():
@@ -90,6 +100,39 @@ def test_user_text_is_escaped():
     job = _job(name="<script>alert(1)</script>", reason='"><img src=x>')
     page = Page(report.render([job], now=T0 + 10))
     assert not page.all("script") and not page.all("img")
+
+
+@pytest.mark.parametrize("status, calls_raised, colour", [
+    ("SUCCEEDED", 0, report.STATUS_COLOURS["SUCCEEDED"]),
+    ("SUCCEEDED", 1, report.RAISED_COLOUR),  # the worker wrote the call's exception: Batch succeeded
+    ("SUCCEEDED", 3, report.RAISED_COLOUR),
+    ("FAILED", 0, report.STATUS_COLOURS["FAILED"]),  # Batch's failure stays Batch's colour
+    ("FAILED", 1, report.STATUS_COLOURS["FAILED"]),
+    ("RUNNING", 0, report.STATUS_COLOURS["RUNNING"]),
+    ("STARTING", 0, report.STATUS_COLOURS["STARTING"]),
+    ("SOMETHING_NEW", 0, "#888"),  # a status this version does not know
+])
+def test_bar_colour(status, calls_raised, colour):
+    assert report.bar_colour(status, calls_raised) == colour
+
+
+def test_the_colours_are_distinct():
+    colours = [report.QUEUED_COLOUR, report.RAISED_COLOUR, *report.STATUS_COLOURS.values()]
+    assert len(set(colours)) == len(colours) - 1  # SUBMITTED and PENDING share their grey
+
+
+@pytest.mark.parametrize("raised, expected", [
+    ([0, 0], None),
+    ([1, 0], "calls raised: 1<"),
+    ([2, 1], "calls raised: 3 (in 2 of the children)"),
+])
+def test_count_of_calls_raised(raised, expected):
+    rows = [report.CallRow(i, "SUCCEEDED", T0 + 1, T0 + 2, 0, raised=n) for i, n in enumerate(raised)]
+    text = report.render([_job(rows=rows)], now=T0 + 10)
+    if expected is None:
+        assert "calls raised" not in text and report.RAISED_COLOUR not in text
+    else:
+        assert expected in text
 
 
 @pytest.mark.parametrize("rows, expected", [
@@ -143,6 +186,12 @@ def test_report_of_a_real_run(local_env, tmp_path):
     # the map: four children, one bar each, one call that raised with its remote traceback
     bars = [a for a in page.all("rect") if a.get("class") == "run"]
     assert len(bars) == 5
+    # the child whose call raised: SUCCEEDED in Batch, drawn in the "call raised" colour
+    raised = [a for a in bars if a["data-calls-raised"] != "0"]
+    assert [(a["data-status"], a["data-calls-raised"], a["fill"]) for a in raised] == [
+        ("SUCCEEDED", "1", report.RAISED_COLOUR)]
+    assert [a["fill"] for a in bars].count(report.STATUS_COLOURS["SUCCEEDED"]) == 3
+    assert "calls raised: 1" in text
     assert "ValueError: item 2 is bad" in text
     assert 'raise ValueError(f"item {x} is bad")' in text  # the traceback's source line
     assert "calls measured" in text  # usage read from the result objects

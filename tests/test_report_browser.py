@@ -1,7 +1,8 @@
 """The run report in a real browser: headless Chromium (Debian's package; `.ci/run` installs it)
 lays out the page of a real run on the embedded default, and the test checks what it shows: the
-DOM after parsing, the screenshot's pixels (the timeline's bars in report.py's status colours)
-and that the browser fetched nothing while showing it."""
+DOM after parsing, the screenshot's pixels (the timeline's bars in report.py's colours: Batch's
+status, or the "call raised" colour for the child whose call raised) and that the browser
+fetched nothing while showing it."""
 
 import html.parser
 import http.server
@@ -214,7 +215,10 @@ def test_the_browser_lays_out_every_part_of_the_page(run_page, tmp_path, proxy):
     assert len([a for t, a in elements if t == "section"]) == 2
     bars = [a for t, a in elements if t == "rect" and a.get("class") == "run"]
     assert sorted(a["data-status"] for a in bars) == ["FAILED"] + ["SUCCEEDED"] * 4
-    assert "SUCCEEDED: 4" in text and "FAILED: 1" in text
+    # Batch says SUCCEEDED for the child whose call raised; the report says the call raised
+    assert [(a["data-child"], a["fill"]) for a in bars if a["data-calls-raised"] == "1"] == [
+        ("2", report.RAISED_COLOUR)]
+    assert "SUCCEEDED: 4" in text and "FAILED: 1" in text and "calls raised: 1" in text
     assert "ValueError: item 2 is bad" in text
     assert "Essential container in task exited" in text and "about to die" in text
     assert "calls measured" in text and "estimated cost: $" in text
@@ -225,7 +229,7 @@ def test_the_browser_lays_out_every_part_of_the_page(run_page, tmp_path, proxy):
     assert seen == [], seen
 
 
-def test_the_screenshot_shows_the_timeline_in_the_status_colours(run_page, tmp_path, proxy):
+def test_the_screenshot_shows_the_timeline_in_the_report_colours(run_page, tmp_path, proxy):
     from pathlib import Path
 
     proxy_url, seen = proxy
@@ -236,16 +240,22 @@ def test_the_screenshot_shows_the_timeline_in_the_status_colours(run_page, tmp_p
     drawn = sum(1 for row in rows for i in range(0, len(row), 3) if row[i:i + 3] != white)
     assert drawn > width * height // 50
     assert len({row[i:i + 3] for row in rows[::8] for i in range(0, len(row), 24)}) > 20
-    # the timeline: one bar per child in its status's colour, the time queued in grey
+    # the timeline: one bar per child in its status's colour (the child whose call raised in
+    # the "call raised" colour, though Batch says SUCCEEDED), the time queued in grey
     succeeded = _bars(rows, report.STATUS_COLOURS["SUCCEEDED"])
+    raised = _bars(rows, report.RAISED_COLOUR)
     failed = _bars(rows, report.STATUS_COLOURS["FAILED"])
     queued = _bars(rows, report.QUEUED_COLOUR)
-    assert [h for _, h in succeeded] == [BAR_HEIGHT] * 4, succeeded
+    assert [h for _, h in succeeded] == [BAR_HEIGHT] * 3, succeeded
+    assert [h for _, h in raised] == [BAR_HEIGHT], raised
     assert [h for _, h in failed] == [BAR_HEIGHT], failed
     assert any(h == BAR_HEIGHT for _, h in queued), queued
-    # the map's bars come one under the other, above the failed job's
+    # the map's bars come one under the other, child 2's (the call that raised) third, above
+    # the failed job's
+    line = BAR_HEIGHT + 1
     tops = [y for y, _ in succeeded]
-    assert [b - a for a, b in zip(tops, tops[1:])] == [BAR_HEIGHT + 1] * 3
+    assert [y - tops[0] for y in tops] == [0, line, 3 * line], succeeded
+    assert raised[0][0] == tops[0] + 2 * line, (raised, succeeded)
     assert failed[0][0] > tops[-1]
     assert seen == [], seen
 
