@@ -237,7 +237,8 @@ body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#1d2330}
 h1{font-size:20px}h2{font-size:17px;margin-top:32px}
 table{border-collapse:collapse;margin:8px 0}td,th{padding:3px 10px;border-bottom:1px solid #e3e6eb;
 text-align:left;vertical-align:top}th{background:#f4f6f8}
-.counts>span,.legend>span{display:inline-block;margin-right:14px}.swatch{display:inline-block;width:10px;
+.counts>span,.legend>span{display:inline-block;margin-right:14px}
+.legend{font-size:13px;font-weight:normal;margin-left:18px}.swatch{display:inline-block;width:10px;
 height:10px;margin-right:4px;border-radius:2px}
 pre{background:#f4f6f8;padding:8px;overflow:auto;max-height:320px;font-size:12px}
 .note{color:#6b7280}.num{text-align:right;font-variant-numeric:tabular-nums}
@@ -283,8 +284,8 @@ def _legend(report: JobReport) -> str:
              if (status, STATUS_COLOURS[status]) in drawn]
     if (JobStatus.SUCCEEDED.value, RAISED_COLOUR) in drawn:
         keys.append(("SUCCEEDED in Batch, a call raised", RAISED_COLOUR))
-    return '<p class="legend note">' + "".join(
-        f'<span class="key">{_swatch(colour)}{_e(name)}</span>' for name, colour in keys) + "</p>"
+    return '<span class="legend note">' + "".join(
+        f'<span class="key">{_swatch(colour)}{_e(name)}</span>' for name, colour in keys) + "</span>"
 
 
 def _timeline(report: JobReport, now: float) -> str:
@@ -323,8 +324,7 @@ def _timeline(report: JobReport, now: float) -> str:
     axis = (f'<text x="{left}" y="12" font-size="11">0 s</text>'
             f'<text x="{left + width}" y="12" font-size="11" text-anchor="end">{span:.1f} s</text>')
     return (f'<svg class="timeline" width="{left + width + 20}" height="{height}" '
-            f'role="img" aria-label="timeline of {len(rows)} children">{axis}{"".join(shapes)}</svg>'
-            f"{_legend(report)}")
+            f'role="img" aria-label="timeline of {len(rows)} children">{axis}{"".join(shapes)}</svg>')
 
 
 def _raised(count: int) -> str:
@@ -381,7 +381,7 @@ def render(reports: Sequence[JobReport], *, title: str = "batchfutures run",
             f"<h2>{_e(report.name)} <small>{_e(report.job_id)}</small>: {_e(report.status)}</h2>"
             f"{reason}<p>created {_when(report.created)} UTC, started {_when(report.started)}, "
             f"ended {_when(report.stopped)}</p>{_counts(report)}"
-            f"<h3>Timeline</h3>{_timeline(report, now)}"
+            f"<h3>Timeline {_legend(report)}</h3>{_timeline(report, now)}"
             f"<h3>Usage</h3>{_usage(report)}"
             f"<h3>Failures</h3>{_failures(report)}"
             f"<h3>Children</h3>{notes}{_rows(report)}</section>")
