@@ -11,7 +11,7 @@ import pytest
 from envtools import install_here, make_wheel
 from test_environment_shipping import _archives, _executor, env, image, tinypkg  # noqa: F401
 
-from batchfutures import EnvironmentBuildError, IntegrityError, envarchive, envbuild
+from batchfutures import BatchExecutor, EnvironmentBuildError, IntegrityError, envarchive, envbuild
 
 pytestmark = pytest.mark.slow
 
@@ -70,3 +70,18 @@ def test_auto_on_a_warm_pool_is_its_first_calls(env, tinypkg, tmp_path, monkeypa
         assert "tinypkg==1.0" in str(caught.value)  # the explicit list it suggests
     with _warm(env, tmp_path, requirements=["tinypkg==1.0", "otherpkg==2.0"]) as ex:
         assert ex.submit(otherpkg.triple, 2).result(timeout=120) == 6
+
+
+def test_a_warm_dry_run_records_the_archive(tmp_path, tinypkg):  # noqa: F811
+    from batchfutures import DryRunResult, LocalEnvironment
+
+    local = LocalEnvironment(tmp_path / "work")
+    with BatchExecutor(local, dry_run=True, keepalive=30, requirements=["tinypkg==1.0"]) as ex:
+        with pytest.raises(DryRunResult) as caught:
+            ex.submit(abs, -1).result(timeout=60)
+    recorded = [path for path, _size in caught.value.objects]
+    assert any("/envs/" in path and envarchive.digest_of(path) for path in recorded)
+    assert not os.path.exists(local.storage._path(local.storage.url(envarchive.FOLDER)))
+    with BatchExecutor(local, dry_run=True, keepalive=30, requirements=["nowheel==1.0"]) as ex:
+        with pytest.raises(EnvironmentBuildError, match="nowheel"):
+            ex.submit(abs, -1).result(timeout=60)
