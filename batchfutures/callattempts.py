@@ -78,6 +78,8 @@ class AttemptsReader:
     def _read(self, child: int) -> List[Attempt]:
         if child in self._ended:
             return list(self._ended[child])
+        # start-up: batchapi costs ~5 ms on a warm worker's start (warmwire imports this module
+        # for Attempt), which never reads attempts from Batch
         from . import batchapi
 
         job_id = f"{self._job_id}:{child}" if self._array else self._job_id

@@ -21,11 +21,13 @@ The file needs nothing at view time: inline CSS and SVG, no script, no link, no 
 from __future__ import annotations
 
 import html
+import os
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
-from . import wire
+from . import costs, jobview, wire
+from .spending import pricing_of
 from .statuses import STATUS_ORDER, JobStatus
 from .usage import JobUsage, Totals
 
@@ -124,9 +126,6 @@ def gather(env: Environment, job_id: str, *, now: Optional[float] = None,
            pricing: Any = None) -> JobReport:
     """What the report shows of one job (see the module docstring); ``pricing``: a
     costs.Pricing (spending.pricing_of(env) when None)."""
-    from . import costs, jobview
-    from .spending import pricing_of
-
     info = jobview.describe_in(env, job_id)
     report = JobReport(info.job_id, info.name, info.status, info.created_at, info.started_at,
                        info.stopped_at, info.status_reason, dict(info.status_counts))
@@ -393,10 +392,6 @@ def render(reports: Sequence[JobReport], *, title: str = "batchfutures run",
 
 def write(env: Environment, job_ids: Sequence[str], path: Any, *, title: Optional[str] = None) -> str:
     """Gather each job and write the page to ``path``; returns the path written."""
-    import os
-
-    from .spending import pricing_of
-
     now = time.time()
     pricing = pricing_of(env)  # read once (on AWS: the queue's compute environments)
     reports = [gather(env, job_id, now=now, pricing=pricing) for job_id in job_ids]

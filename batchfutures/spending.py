@@ -13,12 +13,11 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
+from . import costs
+from .environments import Environment, queue_compute_environments
 from .errors import BudgetExceededError, ConfigurationError
-
-if TYPE_CHECKING:
-    from .environments import Environment
 
 __all__ = ["Spending", "check_max_cost", "pricing_of"]
 
@@ -78,9 +77,6 @@ def pricing_of(env: Environment) -> Any:
     """How an environment's calls are priced (a costs.Pricing): the emulator as Fargate; on AWS
     from its queue's first enabled compute environment (read once by the caller), else the job
     definition's platform."""
-    from . import costs
-    from .environments import queue_compute_environments
-
     if env.is_local:  # the emulator
         return costs.LOCAL
     try:

@@ -21,12 +21,11 @@ import os
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Collection, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
+from . import batchapi
+from .batchapi import BatchAPI
 from .errors import is_too_large_reason
-
-if TYPE_CHECKING:
-    from .batchapi import BatchAPI
 
 __all__ = ["Waiting", "why_waiting", "needs_of", "place_in_queue", "SNAPSHOT_LIMIT", "look_up",
            "WaitWatcher", "queues_due", "is_waiting", "reason_of"]
@@ -223,8 +222,6 @@ def look_up(batch: BatchAPI, job: Mapping[str, Any]) -> Optional[Waiting]:
     that fails (an older endpoint, a policy without the action) leaves its part unknown."""
     if job.get("status") != "RUNNABLE":
         return None
-    from . import batchapi
-
     def read(method_name: str, **params: Any) -> Optional[Dict[str, Any]]:
         method = getattr(batch, method_name, None)
         if method is None:
@@ -406,8 +403,6 @@ class WaitWatcher:
 
     def _read(self, batch: BatchAPI, method_name: str, target: str,
               **params: Any) -> Optional[Dict[str, Any]]:
-        from . import batchapi
-
         method = getattr(batch, method_name, None)  # an older client without the operation
         try:
             if method is None:

@@ -27,20 +27,6 @@ import batchfutures
 
 PACKAGE = Path(batchfutures.__file__).parent
 REASON = re.compile(r"#.*\b(start-up|cycle|optional):\s*\S")
-# Files other helpers still edit, with imports inside functions that give no reason yet. The list
-# only shrinks: a file here that gives every reason fails test_the_list_of_files_to_clean_shrinks.
-NOT_YET_CLEANED = {
-    "callattempts.py",
-    "cli/app.py",
-    "logsearch.py",
-    "mapping.py",
-    "report.py",
-    "spending.py",
-    "waiting.py",
-    "warmpool.py",
-    "worker/calls.py",
-    "worker/warm.py",
-}
 
 
 def _import_groups(tree: ast.AST) -> List[List[ast.stmt]]:
@@ -119,25 +105,16 @@ def test_an_import_inside_a_function_names_its_reason(source, unexplained):
     assert unexplained_imports(source) == unexplained
 
 
-def test_every_cleaned_file_gives_each_import_inside_a_function_its_reason():
+def test_every_file_gives_each_import_inside_a_function_its_reason():
     files = package_files()
     assert "environments.py" in files and "worker/main.py" in files  # it read the package
-    found = {name: unexplained_imports(source) for name, source in files.items()
-             if name not in NOT_YET_CLEANED}
+    found = {name: unexplained_imports(source) for name, source in files.items()}
     assert {name: lines for name, lines in found.items() if lines} == {}
 
 
-def test_the_list_of_files_to_clean_shrinks():
-    files = package_files()
-    assert sorted(NOT_YET_CLEANED - set(files)) == []  # a file renamed or removed: update the list
-    cleaned = sorted(name for name in NOT_YET_CLEANED if not unexplained_imports(files[name]))
-    assert cleaned == [], "every import there gives its reason now: take them off NOT_YET_CLEANED"
-
-
 def test_imports_inside_functions_stay_few():
-    """The codebases we imitate have 0 to 2.4 per 1,000 lines; the cleaned files keep under 2.4."""
-    files = {name: source for name, source in package_files().items()
-             if name not in NOT_YET_CLEANED}
+    """The codebases we imitate have 0 to 2.4 per 1,000 lines; the package keeps under 2.4."""
+    files = package_files()
     count = sum(function_imports(source) for source in files.values())
     lines = sum(len(source.splitlines()) for source in files.values())
     assert count <= 2.4 * lines / 1000, f"{count} imports inside functions in {lines} lines"

@@ -38,9 +38,11 @@ measures no memory (the process is the emulator's; peak None).
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import resource
+import shutil
 import sys
 import threading
 import time
@@ -275,9 +277,7 @@ def unpack_files(prefetched: Prefetched, header: Dict[str, Any], index: int) -> 
 def write_files(data: Union[bytes, bytearray]) -> None:
     """The files= archive ``data`` (its seal checked) into the working directory, as
     unpack_files says; raises what writing raised."""
-    import io  # only a run with files= pays for these imports
-    import shutil
-    import tarfile
+    import tarfile  # start-up: ~1.5 ms on a worker's start; only a run with files= needs it
 
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as archive:
         for member in archive.getmembers():

@@ -74,16 +74,16 @@ import sys
 import threading
 import time
 import traceback
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from .. import checkpoints, serialization, sqsapi, warmwire, wire
+from ..awsclients import worker_storage_options
 from ..batchlimits import OOM_EXIT_STATUS
 from ..dependencies import Resolver
 from ..errors import IntegrityError
+from ..signing import job_signer
+from ..storage import Storage, size_limit
 from . import calls, envs
-
-if TYPE_CHECKING:
-    from ..storage import Storage
 
 logger = logging.getLogger("batchfutures")
 TAIL_THREADS = 4  # calls whose tails are sent at once
@@ -222,10 +222,6 @@ class Pool:
     """The pool's config and the clients of one process (the supervisor's, or a runner's)."""
 
     def __init__(self, pool_url: str, environ: Mapping[str, str]) -> None:
-        from ..awsclients import worker_storage_options
-        from ..signing import job_signer
-        from ..storage import Storage, size_limit
-
         self.pool_url = pool_url  # a process of its own: the key is where os.environ says
         self._environ = environ
         self.storage = Storage.from_url(pool_url, signer=job_signer(),
@@ -259,9 +255,6 @@ class Pool:
     def renew_after_fork(self) -> None:
         """Clients of the forked process's own: s3fs's and boto3's are not fork-safe (the
         signer keeps the key it already loaded)."""
-        from ..awsclients import worker_storage_options
-        from ..storage import Storage, size_limit
-
         self.storage = Storage.from_url(
             self.pool_url, signer=self.storage.signer,
             storage_options=worker_storage_options(dict(self._environ)) or None,
