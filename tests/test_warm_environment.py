@@ -7,8 +7,10 @@ from __future__ import annotations
 import os
 import sys
 
+import boto3
 import pytest
 from envtools import install_here, make_wheel
+from s3server import emulator_endpoint, emulator_environment, new_bucket
 from test_environment_shipping import _archives, _executor, env, image, tinypkg  # noqa: F401
 
 from batchfutures import BatchExecutor, EnvironmentBuildError, IntegrityError, envarchive, envbuild
@@ -85,3 +87,21 @@ def test_a_warm_dry_run_records_the_archive(tmp_path, tinypkg):  # noqa: F811
     with BatchExecutor(local, dry_run=True, keepalive=30, requirements=["nowheel==1.0"]) as ex:
         with pytest.raises(EnvironmentBuildError, match="nowheel"):
             ex.submit(abs, -1).result(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def aws(tmp_path_factory, s3_endpoint):
+    with emulator_endpoint(tmp_path_factory.mktemp("aws-warm-env"), max_vcpus=2) as emulator:
+        yield emulator
+
+
+def test_warm_pool_environment_on_the_aws_path(aws, image, tinypkg, tmp_path):  # noqa: F811
+    """moto's S3 and SQS, the emulator's endpoint: the worker finds the archive the pool's
+    config points to under the same bucket prefix."""
+    bucket = new_bucket()
+    remote = emulator_environment(bucket, job_definition=None, image=image)
+    with _warm(remote, tmp_path, requirements="auto") as ex:
+        assert ex.submit(tinypkg.double, 21).result(timeout=120) == 42
+        assert list(ex.map(tinypkg.double, [1, 2], timeout=120)) == [2, 4]
+    listed = boto3.client("s3").list_objects_v2(Bucket=bucket, Prefix="batchfutures/envs/")
+    assert len(listed.get("Contents", [])) == 1
