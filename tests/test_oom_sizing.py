@@ -354,12 +354,16 @@ def test_on_aws_retries_keep_headroom_and_stop_at_max_memory(tmp_path, s3_endpoi
 def test_on_aws_a_queue_time_limit_cancel_raises_unplaceable_with_its_reason(tmp_path, s3_endpoint):
     import boto3
     from s3server import emulator_endpoint, emulator_environment, new_bucket
+    from test_session_threads import wait_until
 
     with emulator_endpoint(tmp_path / "emulator", max_vcpus=2):
         batch = boto3.client("batch", region_name="us-east-1")
         batch.create_job_queue(jobQueueName="limited", priority=1, computeEnvironmentOrder=[],
                                jobStateTimeLimitActions=[{"reason": TOO_LARGE, "state": "RUNNABLE",
                                                           "maxTimeSeconds": 1, "action": "CANCEL"}])
+        # a new queue is CREATING for a moment, and takes no jobs until VALID (as on AWS)
+        assert wait_until(lambda: batch.describe_job_queues(jobQueues=["limited"])
+                          ["jobQueues"][0]["status"] == "VALID")
         env = emulator_environment(new_bucket())
         env.job_queue = "limited"
         with BatchExecutor(env, vcpus=4) as ex:  # more than the emulator's 2: held RUNNABLE
