@@ -10,8 +10,6 @@ environment each.
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import threading
 import time
@@ -19,7 +17,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from ..statuses import JobStatus
-from ..workdir import make_private_dirs, open_private
+from ..workdir import make_private_dirs
 from .computeenvs import SETTLE_SECONDS, settled
 from .model import (
     arn_resource,
@@ -28,7 +26,7 @@ from .model import (
     queue_arn,
     scheduling_policy_arn,
 )
-from .records import DefinitionStore, QueueStore, read_checked
+from .records import DefinitionStore, QueueStore, create_exclusively, read_checked
 from .schema import Fields, Json, Nullable, Str
 from .tagging import check_tags
 
@@ -261,12 +259,8 @@ class SchedulingPolicies:
         """The new policy's record; None when one of that name exists."""
         record = dict(body, name=name, arn=scheduling_policy_arn(name))
         make_private_dirs(self.folder)
-        try:
-            fd = open_private(self.folder / f"{name}.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-        except FileExistsError:
+        if not create_exclusively(self.folder / f"{name}.json", record):
             return None
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(json.dumps(record, separators=(",", ":")))
         return record
 
     def resolve(self, reference: str) -> Optional[Dict[str, Any]]:

@@ -26,9 +26,9 @@ import uuid
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..workdir import make_private_dirs, open_private
+from ..workdir import make_private_dirs
 from .model import arn_resource, cluster_arn, compute_environment_arn
-from .records import read_checked, write_atomically
+from .records import create_exclusively, read_record, write_atomically
 from .schema import Fields, Int, Json, Nullable, Num, Str
 
 NAME_RULE = "up to 128 letters (uppercase and lowercase), numbers, hyphens, and underscores"
@@ -164,23 +164,13 @@ class ComputeEnvironments:
                   if params.get(key) is not None}
         record.update(state=params.get("state") or "ENABLED", status="CREATING",
                       changedAt=time.time(), order=time.time_ns(), uuid=str(uuid.uuid4()))
-        try:
-            fd = open_private(self._path(name), os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-        except FileExistsError:
-            return False
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(json.dumps(record, separators=(",", ":")))
-        return True
+        return create_exclusively(self._path(name), record)
 
     def load(self, name: str) -> Optional[Dict[str, Any]]:
         """A stored environment with its transition applied; None: none (or gone)."""
         path = self._path(name)
-        try:
-            stat = path.stat()
-        except OSError:
-            return None
-        record = read_checked(path, RECORD, self._warned, (stat.st_ino, stat.st_mtime_ns))
-        if not isinstance(record, dict):
+        record = read_record(path, RECORD, self._warned)
+        if record is None:
             return None
         status = settled(record["status"], record["changedAt"], time.time(), self.delay)
         if status is None:

@@ -26,10 +26,10 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..workdir import make_private_dirs, open_private
+from ..workdir import make_private_dirs
 from .catalog import NAME  # one name rule for every Batch resource of the emulator
 from .model import arn_resource, consumable_resource_arn
-from .records import read_checked, write_atomically
+from .records import create_exclusively, read_record, write_atomically
 from .schema import Fields, Int, Json, Nullable, Str
 
 KINDS = ("REPLENISHABLE", "NON_REPLENISHABLE")
@@ -110,22 +110,10 @@ class ConsumableResources:
                                   "createdAt": int(time.time() * 1000)}
         if tags:
             record["tags"] = dict(tags)
-        try:
-            fd = open_private(self._path(name), os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-        except FileExistsError:
-            return False
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(json.dumps(record, separators=(",", ":")))
-        return True
+        return create_exclusively(self._path(name), record)
 
     def load(self, name: str) -> Optional[Dict[str, Any]]:
-        path = self._path(name)
-        try:
-            stat = path.stat()
-        except OSError:
-            return None
-        found = read_checked(path, RECORD, self._warned, (stat.st_ino, stat.st_mtime_ns))
-        return found if isinstance(found, dict) else None
+        return read_record(self._path(name), RECORD, self._warned)
 
     def write(self, name: str, record: Dict[str, Any]) -> None:
         write_atomically(self._path(name), json.dumps(record, separators=(",", ":")))

@@ -171,6 +171,29 @@ def _dumps(record: Dict[str, Any]) -> str:
     return json.dumps(record, separators=(",", ":"))
 
 
+def create_exclusively(path: Path, record: Dict[str, Any]) -> bool:
+    """Write a new record file; False when one of that name exists (O_EXCL: of two writers
+    of one name, exactly one wins)."""
+    try:
+        fd = open_private(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(_dumps(record))
+    return True
+
+
+def read_record(path: Path, rule: schema.Rule, warned: Dict[Path, Any]) -> Optional[Dict[str, Any]]:
+    """A record file that `rule` allows, as a dict; None when missing, being replaced or bad
+    (warned about once per version of the file, kept in `warned`)."""
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    found = read_checked(path, rule, warned, (info.st_ino, info.st_mtime_ns))
+    return found if isinstance(found, dict) else None
+
+
 def job_texts(job: Job, owner: Optional[List[Any]], chunks: Iterable[int]) -> Tuple[str, Dict[int, str]]:
     """The one serialisation of a job's record: its parent file and the given chunks' files."""
     return _dumps(job.parent_record(owner)), {k: _dumps(job.chunk_record(k)) for k in chunks}
@@ -304,13 +327,7 @@ class DefinitionStore:
         """Write a new revision; False when another writer took that revision first."""
         folder = self.folder / name
         make_private_dirs(folder)
-        try:
-            fd = open_private(folder / f"{revision}.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-        except FileExistsError:
-            return False
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(_dumps(definition))
-        return True
+        return create_exclusively(folder / f"{revision}.json", definition)
 
     def write(self, name: str, revision: int, definition: Dict[str, Any]) -> None:
         write_atomically(self.folder / name / f"{revision}.json", _dumps(definition))
@@ -361,13 +378,7 @@ class QueueStore:
 
     def create(self, name: str, record: Dict[str, Any]) -> bool:
         """Write a new queue's file; False when the queue exists already."""
-        try:
-            fd = open_private(self.folder / f"{name}.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-        except FileExistsError:
-            return False
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(_dumps(record))
-        return True
+        return create_exclusively(self.folder / f"{name}.json", record)
 
     def write(self, name: str, record: Dict[str, Any]) -> None:
         write_atomically(self.folder / f"{name}.json", _dumps(record))
