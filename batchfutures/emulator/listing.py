@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 from .catalog import Rejected
 from .jobstate import Job, Unit
@@ -21,6 +21,17 @@ def untoken(token: Optional[str]) -> Any:
         return json.loads(base64.urlsafe_b64decode(token.encode()))
     except (ValueError, TypeError):
         raise Rejected("The nextToken is not valid")
+
+
+T = TypeVar("T")
+
+
+def offset_page(items: List[T], next_token: Optional[str], size: int) -> Tuple[List[T], Dict[str, str]]:
+    """The page of `items` a Describe or List call's nextToken (an offset) asks for, and the
+    response's nextToken entry ({} on the last page)."""
+    start = int(untoken(next_token) or 0)
+    more = {"nextToken": token(start + size)} if start + size < len(items) else {}
+    return items[start:start + size], more
 
 
 def glob(pattern: str, value: str) -> bool:

@@ -71,7 +71,7 @@ from .jobstate import (
     describe,
     summary,
 )
-from .listing import job_filter, name_filter, token, untoken
+from .listing import job_filter, name_filter, offset_page, token, untoken
 from .logservice import LogsService
 from .model import (
     arn_resource,
@@ -336,13 +336,8 @@ class BatchEmulator:
             wanted = params.get("jobQueues")
             names = [self.queues.resolve(q) for q in wanted] if wanted else self.queues.names()
             names = [n for n in names if n is not None]
-            start = int(untoken(params.get("nextToken")) or 0)
-            size = int(params.get("maxResults") or 100)
-            page = names[start:start + size]
-            response: Dict[str, Any] = {"jobQueues": [self.queues.detail(n) for n in page]}
-            if start + size < len(names):
-                response["nextToken"] = token(start + size)
-            return response
+            page, more = offset_page(names, params.get("nextToken"), int(params.get("maxResults") or 100))
+            return {"jobQueues": [self.queues.detail(n) for n in page], **more}
 
     def _environment_order(self, order: List[Dict[str, Any]]) -> List[str]:
         """The names of a queue's compute environments, in their `order`; Rejected as Batch
@@ -468,12 +463,8 @@ class BatchEmulator:
             names = [n for n in dict.fromkeys(self.computeenvs.resolve(w) for w in wanted) if n]
         else:
             names = self.computeenvs.names()
-        start = int(untoken(params.get("nextToken")) or 0)
-        page = [self.computeenvs.detail(n) for n in names[start:start + size]]
-        response: Dict[str, Any] = {"computeEnvironments": page}
-        if start + size < len(names):
-            response["nextToken"] = token(start + size)
-        return response
+        page, more = offset_page(names, params.get("nextToken"), size)
+        return {"computeEnvironments": [self.computeenvs.detail(n) for n in page], **more}
 
     @_api("CreateComputeEnvironment")
     def create_compute_environment(self, params: Dict[str, Any]) -> Dict[str, Any]:
@@ -570,12 +561,9 @@ class BatchEmulator:
     def list_scheduling_policies(self, params: Dict[str, Any]) -> Dict[str, Any]:
         size = _page_size(params.get("maxResults"), 1000)
         names = self.policies.names()
-        start = int(untoken(params.get("nextToken")) or 0)
-        page = [self.policies.resolve(scheduling_policy_arn(n)) for n in names[start:start + size]]
-        response: Dict[str, Any] = {"schedulingPolicies": [{"arn": p["arn"]} for p in page if p]}
-        if start + size < len(names):
-            response["nextToken"] = token(start + size)
-        return response
+        shown, more = offset_page(names, params.get("nextToken"), size)
+        page = [self.policies.resolve(scheduling_policy_arn(n)) for n in shown]
+        return {"schedulingPolicies": [{"arn": p["arn"]} for p in page if p], **more}
 
     # -- job definitions ---------------------------------------------------------------------
     @_api("RegisterJobDefinition")
@@ -636,13 +624,8 @@ class BatchEmulator:
         if status:
             found = [d for d in found if d.get("status") == status]
         found.sort(key=lambda d: (d["jobDefinitionName"], d["revision"]))
-        start = int(untoken(params.get("nextToken")) or 0)
-        size = int(params.get("maxResults") or 100)
-        response: Dict[str, Any] = {"jobDefinitions": [json.loads(json.dumps(d))
-                                                       for d in found[start:start + size]]}
-        if start + size < len(found):
-            response["nextToken"] = token(start + size)
-        return response
+        page, more = offset_page(found, params.get("nextToken"), int(params.get("maxResults") or 100))
+        return {"jobDefinitions": [json.loads(json.dumps(d)) for d in page], **more}
 
     @_api("DeregisterJobDefinition")
     def deregister_job_definition(self, params: Dict[str, Any]) -> Dict[str, Any]:
@@ -786,19 +769,16 @@ class BatchEmulator:
         size = _page_size(params.get("maxResults"))
         match = name_filter(params.get("filters"), "CONSUMABLE_RESOURCE_NAME")
         names = [n for n in self.consumables.names() if match(n)]
-        start = int(untoken(params.get("nextToken")) or 0)
+        shown, more = offset_page(names, params.get("nextToken"), size)
         page: List[Dict[str, Any]] = []
         with self._lock:
-            for name in names[start:start + size]:
+            for name in shown:
                 found = self.consumables.summary(name)
                 if found is not None:
                     page.append({key: found[key] for key in (
                         "consumableResourceArn", "consumableResourceName", "totalQuantity",
                         "inUseQuantity", "resourceType")})
-        response: Dict[str, Any] = {"consumableResources": page}
-        if start + size < len(names):
-            response["nextToken"] = token(start + size)
-        return response
+        return {"consumableResources": page, **more}
 
     @_api("UpdateConsumableResource")
     def update_consumable_resource(self, params: Dict[str, Any]) -> Dict[str, Any]:
@@ -858,11 +838,8 @@ class BatchEmulator:
                         entry["startedAt"] = shown["startedAt"]
                     found.append(((job.spec.created, job.job_id), entry))
         found.sort(key=lambda item: item[0])
-        start = int(untoken(params.get("nextToken")) or 0)
-        response: Dict[str, Any] = {"jobs": [entry for _, entry in found[start:start + size]]}
-        if start + size < len(found):
-            response["nextToken"] = token(start + size)
-        return response
+        page, more = offset_page(found, params.get("nextToken"), size)
+        return {"jobs": [entry for _, entry in page], **more}
 
     # -- GetJobQueueSnapshot -----------------------------------------------------------------
     @_api("GetJobQueueSnapshot")
