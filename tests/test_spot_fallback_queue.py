@@ -2,11 +2,9 @@
 on-demand-only <stack>-multinode queue when the job queue is its <stack>-ec2 one), else refused
 when the settings are made."""
 
-import time
-
 import pytest
+from spotcases import add_on_demand_queue, steps_to
 
-import batchfutures
 from batchfutures import AWSBatchEnvironment, BatchExecutor, ConfigurationError, LocalEnvironment
 from batchfutures.dryrun import DryRunEnvironment
 from batchfutures.emulator.faults import FaultProfile
@@ -80,28 +78,12 @@ class OnDemandFallback(LocalEnvironment):
         return "on-demand"
 
 
-def steps_to(total):
-    """Count to ``total`` from the last checkpoint, one checkpoint a step."""
-    step = batchfutures.restored(default=0)
-    while step < total:
-        step += 1
-        batchfutures.checkpoint(step)
-        time.sleep(0.05)
-    return step
-
-
 @pytest.mark.slow
 def test_without_fallback_queue_the_environments_on_demand_queue_takes_the_call(tmp_path):
     env = OnDemandFallback(tmp_path / "work", max_vcpus=2)
     try:
         batch = env.batch
-        (queue,) = batch.describe_job_queues(jobQueues=[env.job_queue])["jobQueues"]
-        batch.create_job_queue(jobQueueName="on-demand", priority=1,
-                               computeEnvironmentOrder=queue["computeEnvironmentOrder"])
-        deadline = time.monotonic() + 60
-        while batch.describe_job_queues(jobQueues=["on-demand"])["jobQueues"][0]["status"] != "VALID":
-            assert time.monotonic() < deadline, "the on-demand queue never became VALID"
-            time.sleep(0.05)
+        queue = add_on_demand_queue(batch, env.job_queue)
         env.emulator.set_faults(FaultProfile(
             spot_reclaim_rate=1.0, spot_reclaim_after=0.5, spot_notice=0.5,
             spot_queues=frozenset({queue["jobQueueName"], queue["jobQueueArn"]})))

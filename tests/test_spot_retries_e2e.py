@@ -7,43 +7,13 @@ import time
 from pathlib import Path
 
 import pytest
+from spotcases import Throttled, add_on_demand_queue, fails_twice, fails_with, flaky_item, steps_to, wait_for
 
 import batchfutures
 from batchfutures import BatchExecutor, Retries
 from batchfutures.emulator.faults import FaultProfile
 
 pytestmark = pytest.mark.slow
-
-
-class Throttled(Exception):
-    pass
-
-
-def fails_twice(counter):
-    """Raise Throttled on the first two runs (counted in a file), then succeed."""
-    path = Path(counter)
-    with path.open("a") as out:
-        out.write(f"{time.time()}\n")
-    runs = len(path.read_text().splitlines())
-    if runs < 3:
-        raise Throttled(f"run {runs}")
-    return runs
-
-
-def fails_with(kind, counter):
-    with Path(counter).open("a") as out:
-        out.write("x\n")
-    raise kind("not listed")
-
-
-def wait_for(predicate, timeout=60.0, what="the condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_a_listed_exception_is_retried_with_its_delays_and_the_attempts_recorded(local_env, tmp_path):
@@ -67,15 +37,6 @@ def test_an_exception_not_listed_is_not_retried(local_env, tmp_path):
         with pytest.raises(ValueError, match="not listed"):
             future.result(timeout=120)
         assert counter.read_text() == "x\n" and [a.exit_code for a in future.attempts] == [0]
-
-
-def flaky_item(index, folder):
-    marker = Path(folder) / str(index)
-    first = not marker.exists()
-    marker.write_text("ran")
-    if index == 1 and first:
-        raise Throttled("the first run of item 1")
-    return index * 10
 
 
 def test_only_the_failed_child_of_an_array_runs_again(local_env, tmp_path):
@@ -162,23 +123,9 @@ def test_consumes_holds_a_call_until_its_licence_is_free(local_env, tmp_path):
         assert start >= end  # never two at once
 
 
-def steps_to(total):
-    """Count to ``total`` from the last checkpoint, one checkpoint a step."""
-    step = batchfutures.restored(default=0)
-    while step < total:
-        step += 1
-        batchfutures.checkpoint(step)
-        time.sleep(0.05)
-    return step
-
-
 def test_k_reclaims_on_spot_then_the_next_attempt_on_the_on_demand_queue(local_env):
     batch = local_env.batch
-    (queue,) = batch.describe_job_queues(jobQueues=[local_env.job_queue])["jobQueues"]
-    batch.create_job_queue(jobQueueName="on-demand", priority=1,
-                           computeEnvironmentOrder=queue["computeEnvironmentOrder"])
-    wait_for(lambda: batch.describe_job_queues(jobQueues=["on-demand"])["jobQueues"][0]["status"]
-             == "VALID", what="the on-demand queue")
+    queue = add_on_demand_queue(batch, local_env.job_queue)
     spot_queue = {queue["jobQueueName"], queue["jobQueueArn"]}  # only this one is Spot
     local_env.emulator.set_faults(FaultProfile(spot_reclaim_rate=1.0, spot_reclaim_after=0.5,
                                                spot_notice=0.5, spot_queues=frozenset(spot_queue)))
@@ -200,11 +147,7 @@ def plus_one(value):
 
 def test_a_dependent_of_a_call_that_fell_back_runs_on_its_result(local_env):
     batch = local_env.batch
-    (queue,) = batch.describe_job_queues(jobQueues=[local_env.job_queue])["jobQueues"]
-    batch.create_job_queue(jobQueueName="on-demand", priority=1,
-                           computeEnvironmentOrder=queue["computeEnvironmentOrder"])
-    wait_for(lambda: batch.describe_job_queues(jobQueues=["on-demand"])["jobQueues"][0]["status"]
-             == "VALID", what="the on-demand queue")
+    queue = add_on_demand_queue(batch, local_env.job_queue)
     local_env.emulator.set_faults(FaultProfile(
         spot_reclaim_rate=1.0, spot_reclaim_after=0.5, spot_notice=0.5,
         spot_queues=frozenset({queue["jobQueueName"], queue["jobQueueArn"]})))

@@ -10,17 +10,13 @@ import time
 from pathlib import Path
 
 import pytest
+from spotcases import Throttled, fails_twice, fails_with, flaky_item, wait_for
 
 import batchfutures
 from batchfutures import BatchExecutor, Retries, checkpoints, warmwire
 from batchfutures.callattempts import Attempt
 from batchfutures.emulator.faults import FaultProfile
 from batchfutures.retrypolicy import Retrying, delay_after
-
-
-class Throttled(Exception):
-    pass
-
 
 # -- pure parts ------------------------------------------------------------------------------
 A = Attempt(1.0, 2.0, None, "retried: Throttled: x", "job-1")
@@ -116,33 +112,6 @@ def test_a_warm_attempt_asks_for_a_retry_by_retrypolicys_decision(error, receive
 
 
 # -- real warm workers (slow) ----------------------------------------------------------------
-def wait_for(predicate, timeout=60.0, what="the condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def fails_twice(counter):
-    """Raise Throttled on the first two runs (counted in a file), then succeed."""
-    path = Path(counter)
-    with path.open("a") as out:
-        out.write(f"{time.time()}\n")
-    runs = len(path.read_text().splitlines())
-    if runs < 3:
-        raise Throttled(f"run {runs}")
-    return runs
-
-
-def fails_with(kind, counter):
-    with Path(counter).open("a") as out:
-        out.write("x\n")
-    raise kind("not listed")
-
-
 def square(x):
     return x * x
 
@@ -346,15 +315,6 @@ def test_a_worker_stopped_mid_call_is_a_lost_attempt(local_env, tmp_path):
         with pytest.raises(HostTerminatedError):
             future.result(timeout=20)  # at once, not after the 30 s visibility timeout
         assert future.attempts == [warmwire.lost_attempt()] and future.reclaims == 1
-
-
-def flaky_item(index, folder):
-    marker = Path(folder) / str(index)
-    first = not marker.exists()
-    marker.write_text("ran")
-    if index == 1 and first:
-        raise Throttled("the first run of item 1")
-    return index * 10
 
 
 @pytest.mark.slow
