@@ -122,11 +122,7 @@ class JobSettings:
         if "tags" in kwargs:
             values["tags"] = _check_pairs("tags", kwargs["tags"])
         if "share_id" in kwargs:
-            share = kwargs["share_id"]
-            if share is not None and (not isinstance(share, str) or not share):
-                raise ConfigurationError(
-                    f"share_id must be a non-empty string, not {_kind(share)}")
-            values["share_id"] = share
+            values["share_id"] = _check_name("share_id", kwargs["share_id"], "a non-empty string")
         if "priority" in kwargs:
             priority = kwargs["priority"]
             if priority is not None:
@@ -180,11 +176,8 @@ class JobSettings:
                     f"spot_attempts={values['spot_attempts']}: a Batch job has at most "
                     f"{MAX_ATTEMPTS} attempts")
         if "fallback_queue" in kwargs:
-            queue = kwargs["fallback_queue"]
-            if queue is not None and (not isinstance(queue, str) or not queue):
-                raise ConfigurationError(
-                    f"fallback_queue must be a job queue's name or ARN, not {_kind(queue)}")
-            values["fallback_queue"] = queue
+            values["fallback_queue"] = _check_name("fallback_queue", kwargs["fallback_queue"],
+                                                   "a job queue's name or ARN")
         settings = replace(base or cls(), **values)
         names = {name for name, _ in settings.environment} & {name for name, _ in settings.secrets}
         if names:
@@ -261,6 +254,13 @@ def _check_consumes(value: Any) -> Tuple[Tuple[str, int], ...]:
                                      f"{_kind(name)}")
         pairs.append((name, _check_int(f"consumes[{name!r}]", quantity, minimum=1)))
     return tuple(sorted(pairs))
+
+
+def _check_name(name: str, value: Any, what: str) -> Optional[str]:
+    """None, or a non-empty string (`what` says what it names, in the error)."""
+    if value is not None and (not isinstance(value, str) or not value):
+        raise ConfigurationError(f"{name} must be {what}, not {_kind(value)}")
+    return value
 
 
 def _check_timeout(value: Any, *, name: str = "timeout") -> Optional[float]:
