@@ -9,10 +9,9 @@ from pathlib import Path
 
 import boto3
 import pytest
-from botocore.exceptions import ClientError
 from emulator_harness import py, wait_until
 from model_check import check_output
-from test_controlplane import overlaps, timed
+from test_controlplane import overlaps, refusal, timed
 
 from batchfutures.emulator.consumables import check_create, fits, requirements, updated_total
 from batchfutures.emulator.server import EmulatorServer
@@ -67,13 +66,6 @@ def endpoint(make_emulator):
     with EmulatorServer(emu.emulator) as server:
         yield emu, boto3.client("batch", endpoint_url=server.endpoint_url,
                                 region_name="us-east-1", **server.credentials)
-
-
-def refusal(call) -> str:
-    with pytest.raises(ClientError) as raised:
-        call()
-    assert raised.value.response["Error"]["Code"] == "ClientException"
-    return raised.value.response["Error"]["Message"]
 
 
 def checked(operation, answer):
