@@ -11,7 +11,8 @@ task's: container start, image pull and the one-minute minimum Fargate bills per
 counted. Where the instance type is unknown (Batch does not report it), an EC2 call is priced
 at the cheapest vCPU of the general-purpose family of "optimal" (m6i); the basis says so.
 The emulator's local run costs what the equivalent Fargate task (x86_64) would, and says so.
-Prices: the shipped table, prices.py (its source and date).
+Prices: those read from AWS (Pricing.rates, liveprices.py) when there are, else the shipped
+table, prices.py (its source and date); the basis names which.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class Pricing:
     instance_type: Optional[str] = None
     architecture: str = "X86_64"
     local: bool = False
+    rates: Optional[prices.LiveRates] = None  # read from AWS (liveprices.py), else the table
 
 
 LOCAL = Pricing(platform="FARGATE", local=True)
@@ -72,15 +74,19 @@ def share_of(vcpus: float, memory_mib: float, instance: prices.Instance) -> floa
 
 
 def _as_of() -> str:
-    return f"{prices.REGION} prices of {prices.PRICES_AS_OF}"
+    return f"the shipped table, {prices.REGION} prices of {prices.PRICES_AS_OF}"
 
 
 def estimate(wall_s: float, vcpus: float, memory_mib: float, pricing: Pricing = LOCAL,
              gpus: int = 0) -> Estimate:
     """The cost of one call that ran ``wall_s`` seconds holding ``vcpus`` and ``memory_mib``."""
     hours = max(0.0, wall_s) / _HOUR
+    live = pricing.rates
     if pricing.platform.upper() == "FARGATE":
         rate = prices.FARGATE.get(pricing.architecture.upper(), prices.FARGATE["X86_64"])
+        source = _as_of()
+        if live is not None and live.fargate is not None and not pricing.local:
+            rate, source = live.fargate, live.source
         usd = hours * (vcpus * rate.vcpu_hour + memory_mib / 1024.0 * rate.gb_hour)
         what = f"Fargate {pricing.architecture.lower()}"
         if pricing.spot:
@@ -88,7 +94,13 @@ def estimate(wall_s: float, vcpus: float, memory_mib: float, pricing: Pricing = 
             what = f"Fargate Spot {pricing.architecture.lower()} (x{prices.FARGATE_SPOT_FRACTION})"
         if pricing.local:
             what = f"the local emulator, priced as the equivalent {what} task"
-        return Estimate(usd, f"{what}, {_as_of()}")
+        return Estimate(usd, f"{what}, {source}")
+    if live is not None and live.instance is not None:
+        read = live.instance
+        share = max(share_of(vcpus, memory_mib, read), gpus / read.gpus if read.gpus else 0)
+        spot = " on Spot" if pricing.spot else " on demand"
+        return Estimate(hours * read.hour * min(1.0, share), f"EC2 {pricing.instance_type}{spot}, "
+                        f"share {min(1.0, share):.3g}, {live.source}")
     instance = instance_of(pricing.instance_type)
     if instance is None and pricing.instance_type and pricing.instance_type in prices.FAMILIES:
         instance = instance_of(f"{pricing.instance_type}.large")

@@ -17,10 +17,11 @@ The families are the project's own: oomretry.DEFAULT_FAMILIES (what "optimal",
 
 from __future__ import annotations
 
-from typing import Dict, NamedTuple
+from dataclasses import dataclass
+from typing import Dict, NamedTuple, Optional
 
 __all__ = ["PRICES_AS_OF", "REGION", "FARGATE", "FARGATE_SPOT_FRACTION", "Family", "FAMILIES",
-           "INSTANCES", "Instance"]
+           "INSTANCES", "Instance", "LiveRates"]
 
 PRICES_AS_OF = "2026-06"
 REGION = "us-east-1"
@@ -64,3 +65,13 @@ INSTANCES: Dict[str, Instance] = {
     "g4dn.xlarge": Instance(0.526, 4, 16, 1),
     "g5.xlarge": Instance(1.006, 4, 16, 1),
 }
+
+
+@dataclass(frozen=True)
+class LiveRates:
+    """Prices read from AWS for one queue (liveprices.read_rates); None where a read gave nothing.
+    costs.estimate prefers them to the table above and names their source."""
+
+    source: str  # "AWS Price List, eu-west-1, read 2026-12-06"
+    fargate: Optional[FargateRate] = None
+    instance: Optional[Instance] = None  # its hour is the Spot price on a Spot queue

@@ -13,13 +13,16 @@ from __future__ import annotations
 import logging
 import math
 import threading
+from dataclasses import replace
 from typing import Any, Optional
+from urllib.parse import urlsplit
 
-from . import costs
-from .environments import Environment, queue_compute_environments
+from . import costs, liveprices
+from .environments import Environment, default_workdir, queue_compute_environments
 from .errors import BudgetExceededError, ConfigurationError
+from .workdir import secure_folder
 
-__all__ = ["Spending", "check_max_cost", "pricing_of"]
+__all__ = ["Spending", "check_max_cost", "pricing_of", "with_live_rates"]
 
 logger = logging.getLogger("batchfutures")
 
@@ -80,7 +83,8 @@ def pricing_of(env: Environment) -> Any:
     if env.is_local:  # the emulator
         return costs.LOCAL
     try:
-        return costs.pricing_from(queue_compute_environments(env.batch, env.job_queue))
+        return with_live_rates(env, costs.pricing_from(
+            queue_compute_environments(env.batch, env.job_queue)))
     except Exception as error:  # no describe permission, no queue: the platform alone
         logger.debug("pricing: the queue's compute environments could not be read: %r", error)
     platform = None
@@ -88,4 +92,31 @@ def pricing_of(env: Environment) -> Any:
         platform = env.job_platform()
     except Exception:
         pass
-    return costs.Pricing("FARGATE" if platform == "FARGATE" else "EC2")
+    return with_live_rates(env, costs.Pricing("FARGATE" if platform == "FARGATE" else "EC2"))
+
+
+def with_live_rates(env: Environment, pricing: costs.Pricing) -> costs.Pricing:
+    """``pricing`` with the prices read from AWS (liveprices.read_rates: the Price List, the Spot
+    price history; cached a day) when they could be read, else as it is (the shipped table).
+    An EC2 queue whose instance type is not known keeps the table."""
+    instance_type = pricing.instance_type
+    if pricing.platform == "EC2" and not instance_type:
+        return pricing
+    if instance_type and "." not in instance_type:  # a family: its large, as the table does
+        instance_type = f"{instance_type}.large"
+    try:
+        if not _is_aws(env.client("batch").meta.endpoint_url):
+            return pricing  # Batch at another endpoint (the emulator's): no AWS prices apply
+        folder = secure_folder((env.workdir or default_workdir()) / "prices", "price cache")
+        rates = liveprices.read_rates(env.session, env.client("ec2"), env.region_name,
+                                      pricing.platform, pricing.architecture, instance_type,
+                                      pricing.spot, folder)
+    except Exception as error:  # no session, a folder refused: the table
+        logger.debug("pricing: prices not read from AWS: %r", error)
+        return pricing
+    return replace(pricing, rates=rates) if rates is not None else pricing
+
+
+def _is_aws(endpoint_url: str) -> bool:
+    host = urlsplit(str(endpoint_url)).hostname or ""
+    return host.endswith((".amazonaws.com", ".amazonaws.com.cn"))

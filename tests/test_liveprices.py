@@ -1,0 +1,212 @@
+"""Prices read from AWS (batchfutures/liveprices.py): GetProducts' PriceList documents and EC2's
+Spot price history parsed (recorded answers in AWS's documented shape), the Spot history read
+from moto's EC2 on 127.0.0.1, the day-long cache, and the fallback to the shipped table."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any, Dict, List
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+from s3server import aws_env, moto_server  # noqa: F401  (fixtures)
+
+from batchfutures import costs, liveprices, prices, spending
+from batchfutures.costs import Pricing
+from batchfutures.prices import LiveRates
+
+
+def product(attributes: Dict[str, str], usd: str, unit: str = "Hrs", sku: str = "SKU1") -> str:
+    """One PriceList entry as GetProducts returns it (FormatVersion aws_v1): a JSON string."""
+    return json.dumps({
+        "product": {"productFamily": "Compute", "attributes": attributes, "sku": sku},
+        "serviceCode": attributes.get("servicecode", "AmazonEC2"),
+        "terms": {"OnDemand": {f"{sku}.JRTCKXETXF": {
+            "priceDimensions": {f"{sku}.JRTCKXETXF.6YS6EN2CT7": {
+                "unit": unit, "endRange": "Inf", "beginRange": "0",
+                "description": f"${usd} per {unit}", "appliesTo": [],
+                "rateCode": f"{sku}.JRTCKXETXF.6YS6EN2CT7", "pricePerUnit": {"USD": usd}}},
+            "sku": sku, "effectiveDate": "2026-11-01T00:00:00Z", "offerTermCode": "JRTCKXETXF",
+            "termAttributes": {}}}},
+        "version": "20261101000000", "publicationDate": "2026-11-01T00:00:00Z"})
+
+
+def fargate(usage: str, usd: str) -> str:
+    return product({"servicecode": "AmazonECS", "regionCode": "eu-west-1", "usagetype": usage,
+                    "location": "EU (Ireland)"}, usd, sku=usage.replace(":", ""))
+
+
+ECS_EU_WEST_1 = [
+    fargate("EU-Fargate-vCPU-Hours:perCPU", "0.0404800000"),
+    fargate("EU-Fargate-GB-Hours", "0.0044450000"),
+    fargate("EU-Fargate-ARM-vCPU-Hours:perCPU", "0.0323800000"),
+    fargate("EU-Fargate-ARM-GB-Hours", "0.0035600000"),
+    fargate("EU-Fargate-EphemeralStorage-GB-Hours", "0.0001110000"),
+]
+
+
+def ec2(instance_type: str, usd: str, vcpu: str, memory: str, gpu: str = "") -> str:
+    attributes = {"instanceType": instance_type, "vcpu": vcpu, "memory": memory,
+                  "operatingSystem": "Linux", "tenancy": "Shared", "preInstalledSw": "NA",
+                  "capacitystatus": "Used", "regionCode": "eu-west-1"}
+    if gpu:
+        attributes["gpu"] = gpu
+    return product(attributes, usd, sku=instance_type.replace(".", ""))
+
+
+@pytest.mark.parametrize("price_list, architecture, expected", [
+    (ECS_EU_WEST_1, "X86_64", prices.FargateRate(0.04048, 0.004445)),
+    (ECS_EU_WEST_1, "ARM64", prices.FargateRate(0.03238, 0.00356)),
+    (ECS_EU_WEST_1[:1], "X86_64", None),  # no GB-hour product: not a rate
+    ([fargate("EU-Fargate-vCPU-Hours:perCPU", "0.0000000000"),
+      fargate("EU-Fargate-GB-Hours", "0.0044450000")], "X86_64", None),  # a zero price is none
+    ([], "X86_64", None),
+])
+def test_fargate_rates(price_list: List[str], architecture: str, expected: Any) -> None:
+    assert liveprices.fargate_rates(price_list, architecture) == expected
+
+
+@pytest.mark.parametrize("price_list, instance_type, expected", [
+    ([ec2("m6i.large", "0.1070000000", "2", "8 GiB")], "m6i.large", prices.Instance(0.107, 2, 8.0)),
+    ([ec2("c6i.large", "0.0960000000", "2", "4 GiB"), ec2("m6i.2xlarge", "0.4280000000", "8",
+                                                          "32 GiB")],
+     "m6i.2xlarge", prices.Instance(0.428, 8, 32.0)),
+    ([ec2("g5.xlarge", "1.1230000000", "4", "16 GiB", gpu="1")], "g5.xlarge",
+     prices.Instance(1.123, 4, 16.0, 1)),
+    ([ec2("r6i.large", "0.1260000000", "2", "16 GiB")], "m6i.large", None),  # not the type asked
+    ([ec2("m6i.large", "bad", "2", "8 GiB")], "m6i.large", None),
+])
+def test_instance_from_products(price_list: List[str], instance_type: str, expected: Any) -> None:
+    assert liveprices.instance_from_products(price_list, instance_type) == expected
+
+
+def spot(zone: str, usd: str, when: str, instance_type: str = "c6i.large") -> Dict[str, Any]:
+    return {"AvailabilityZone": zone, "InstanceType": instance_type,
+            "ProductDescription": "Linux/UNIX", "SpotPrice": usd, "Timestamp": when}
+
+
+@pytest.mark.parametrize("history, expected", [
+    ([spot("eu-west-1a", "0.0300", "2026-12-06T01:00:00Z"),
+      spot("eu-west-1a", "0.0350", "2026-12-06T03:00:00Z")], 0.035),  # the latest of a zone
+    ([spot("eu-west-1a", "0.0350", "2026-12-06T03:00:00Z"),
+      spot("eu-west-1b", "0.0410", "2026-12-06T02:00:00Z")], 0.041),  # the highest zone
+    ([spot("eu-west-1a", "0.0350", "2026-12-06T03:00:00Z", "m6i.large")], None),  # another type
+    ([], None),
+])
+def test_latest_spot(history: List[Dict[str, Any]], expected: Any) -> None:
+    assert liveprices.latest_spot(history, "c6i.large") == expected
+
+
+@pytest.mark.parametrize("region, endpoint", [
+    ("us-east-1", "us-east-1"), ("us-west-2", "us-east-1"), ("eu-west-1", "eu-central-1"),
+    ("eu-central-1", "eu-central-1"), ("ap-northeast-1", "ap-south-1"), (None, "us-east-1"),
+])
+def test_price_list_region(region: Any, endpoint: str) -> None:
+    assert liveprices.price_list_region(region) == endpoint
+    assert set(liveprices.PRICE_LIST_REGIONS) == set(
+        boto3.session.Session().get_available_regions("pricing"))
+
+
+@pytest.mark.parametrize("pricing, usd, basis", [
+    (Pricing("FARGATE", rates=LiveRates("AWS Price List, eu-west-1, read 2026-12-06",
+                                        fargate=prices.FargateRate(0.05, 0.005))),
+     0.05 + 2 * 0.005, "Fargate x86_64, AWS Price List, eu-west-1, read 2026-12-06"),
+    (Pricing("EC2", spot=True, instance_type="c6i.large",
+             rates=LiveRates("AWS Price List and Spot price history, eu-west-1, read 2026-12-06",
+                             instance=prices.Instance(0.04, 2, 4.0))),
+     0.02, "EC2 c6i.large on Spot, share 0.5, AWS Price List and Spot"),
+    (Pricing("FARGATE"), 0.04048 + 2 * 0.004445, "the shipped table"),
+])
+def test_estimate_names_its_source(pricing: Pricing, usd: float, basis: str) -> None:
+    estimate = costs.estimate(3600, 1, 2048, pricing)
+    assert estimate.usd == pytest.approx(usd)
+    assert basis in estimate.basis
+
+
+class StubbedSession:
+    """A boto3 Session whose pricing client answers recorded GetProducts pages (moto has no
+    Price List) and whose other clients are boto3's, on moto's server."""
+
+    def __init__(self, pages: List[List[str]]) -> None:
+        self.session = boto3.session.Session()
+        self.pricing = self.session.client("pricing", region_name="us-east-1")
+        self.stubber = Stubber(self.pricing)
+        for number, page in enumerate(pages, 1):
+            more = {"NextToken": f"page{number + 1}"} if number < len(pages) else {}
+            self.stubber.add_response("get_products",
+                                      {"PriceList": page, "FormatVersion": "aws_v1", **more})
+        self.stubber.activate()
+        self.regions: List[str] = []
+
+    def client(self, service: str, region_name: str, config: Any = None) -> Any:
+        self.regions.append(region_name)
+        if service == "pricing":
+            return self.pricing
+        return self.session.client(service, region_name=region_name, config=config)
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache() -> None:
+    liveprices._cache.clear()
+
+
+def test_spot_history_read_from_moto_with_the_price_list(aws_env: Dict[str, str],  # noqa: F811
+                                                         tmp_path: Path) -> None:
+    session = StubbedSession([[ec2("c6i.large", "0.0960000000", "2", "4 GiB")]])
+    ec2_client = boto3.client("ec2", region_name="us-east-1")
+    rates = liveprices.read_rates(session, ec2_client, "us-east-1", "EC2", "X86_64", "c6i.large",
+                                  True, tmp_path)
+    assert rates is not None and rates.instance is not None
+    assert rates.instance.vcpus == 2 and rates.instance.gib == 4.0
+    assert rates.instance.hour == pytest.approx(0.00001)  # moto's recorded Spot price
+    assert "Spot price history, us-east-1, read " in rates.source
+    assert session.regions == ["us-east-1"]
+    session.stubber.assert_no_pending_responses()
+    # cached on disk for a day: a new process (an empty memory cache) reads no AWS
+    liveprices._cache.clear()
+    again = liveprices.read_rates(StubbedSession([]), ec2_client, "us-east-1", "EC2", "X86_64",
+                                  "c6i.large", True, tmp_path)
+    assert again == rates
+    # a day later it is read again
+    liveprices._cache.clear()
+    later = StubbedSession([[ec2("c6i.large", "0.0970000000", "2", "4 GiB")]])
+    assert liveprices.read_rates(later, ec2_client, "us-east-1", "EC2", "X86_64", "c6i.large",
+                                 False, tmp_path, now=2e10) is not None
+    later.stubber.assert_no_pending_responses()
+
+
+def test_fargate_rates_read_and_paged(tmp_path: Path) -> None:
+    session = StubbedSession([ECS_EU_WEST_1[:2], ECS_EU_WEST_1[2:]])
+    rates = liveprices.read_rates(session, None, "eu-west-1", "FARGATE", "ARM64", None, False,
+                                  tmp_path)
+    assert rates is not None and rates.fargate == prices.FargateRate(0.03238, 0.00356)
+    assert session.regions == ["eu-central-1"]
+    session.stubber.assert_no_pending_responses()
+
+
+def test_a_refused_read_falls_back_once_at_debug(aws_env: Dict[str, str],  # noqa: F811
+                                                 tmp_path: Path,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """moto serves no Price List: the read fails, None (the table), logged at DEBUG, no file."""
+    liveprices._logged = False
+    caplog.set_level(logging.DEBUG, logger="batchfutures")
+    session = boto3.session.Session()
+    for _ in range(2):
+        assert liveprices.read_rates(session, None, "us-east-1", "FARGATE", "X86_64", None, False,
+                                     tmp_path) is None
+    assert len([r for r in caplog.records if "shipped table is used" in r.getMessage()]) == 1
+    assert all(r.levelno == logging.DEBUG for r in caplog.records if r.name == "batchfutures")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("endpoint, aws", [
+    ("https://batch.eu-west-1.amazonaws.com", True),
+    ("https://batch.cn-north-1.amazonaws.com.cn", True),
+    ("http://127.0.0.1:5123", False),  # the emulator's endpoint: the shipped table
+    ("https://batch.example.amazonaws.com.evil.test", False),
+])
+def test_only_aws_endpoints_read_aws_prices(endpoint: str, aws: bool) -> None:
+    assert spending._is_aws(endpoint) is aws
