@@ -117,6 +117,10 @@ SAR: Dict[str, Tuple[Tuple[str, ...], frozenset]] = {
     "batch:DescribeJobQueues": ((), frozenset()),
     "batch:DescribeComputeEnvironments": ((), frozenset()),
     "ec2:DescribeInstanceTypes": ((), frozenset()),
+    # future.cost's prices (Price List: list_awspricelist.html; EC2: list_amazonec2.html): no
+    # resource types
+    "pricing:GetProducts": ((), frozenset()),
+    "ec2:DescribeSpotPriceHistory": ((), frozenset()),
     "batch:DescribeJobDefinitions": ((), frozenset()),
     # the resource types job-queue and consumable-resource carry aws:ResourceTag/${TagKey}
     "batch:GetJobQueueSnapshot": (("job-queue",), frozenset({"aws:ResourceTag/${TagKey}"})),
@@ -572,6 +576,7 @@ def test_the_client_policy_allows_the_batch_and_logs_calls_the_client_makes(stac
         ("batch:DescribeJobs", "*"), ("batch:ListJobs", "*"), ("batch:DescribeJobQueues", "*"),
         ("batch:DescribeJobDefinitions", "*"), ("batch:DescribeComputeEnvironments", "*"),
         ("ec2:DescribeInstanceTypes", "*"),
+        ("pricing:GetProducts", "*"), ("ec2:DescribeSpotPriceHistory", "*"),  # future.cost
         # why a job waits: the stack's queues' snapshots, the account's consumable resources
         ("batch:GetJobQueueSnapshot", outputs["JobQueue"]),
         ("batch:GetJobQueueSnapshot", outputs["MultiNodeJobQueue"]),
