@@ -48,6 +48,16 @@ def make_wheel(folder: Path, name: str, version: str, files: Dict[str, str], *,
     return wheel
 
 
+def tiny_wheels(folder: Path) -> None:
+    """tinypkg 1.0 (``double(x)``, which needs tinydep>=0.1), tinydep 0.2, and nowheel 1.0 with
+    a wheel for Windows only (nothing for Linux)."""
+    make_wheel(folder, "tinypkg", "1.0", {"tinypkg/__init__.py": "from tinydep import BASE\n"
+                                          "def double(x):\n    return BASE * x\n"},
+               requires=["tinydep>=0.1"])
+    make_wheel(folder, "tinydep", "0.2", {"tinydep/__init__.py": "BASE = 2\n"})
+    make_wheel(folder, "nowheel", "1.0", {"nowheel/__init__.py": ""}, tag="cp311-cp311-win_amd64")
+
+
 def offline_pip(monkeypatch, wheels: Path) -> None:
     """pip reads only `wheels` (its own configuration variables, as a user would set them)."""
     monkeypatch.setenv("PIP_NO_INDEX", "1")

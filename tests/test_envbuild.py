@@ -9,7 +9,7 @@ import sys
 import threading
 
 import pytest
-from envtools import make_wheel, offline_pip
+from envtools import make_wheel, offline_pip, tiny_wheels
 
 from batchfutures import envarchive, envbuild, signing
 from batchfutures.errors import ConfigurationError, EnvironmentBuildError, IntegrityError
@@ -101,13 +101,8 @@ def test_interpreter_target_is_this_machine():
 @pytest.fixture
 def wheels(tmp_path, monkeypatch):
     folder = tmp_path / "wheels"
-    make_wheel(folder, "tinypkg", "1.0", {"tinypkg/__init__.py": "from tinydep import BASE\n"
-                                          "def double(x):\n    return BASE * x\n"},
-               requires=["tinydep>=0.1"])
+    tiny_wheels(folder)  # nowheel: a wheel for another platform only, nothing for Linux
     make_wheel(folder, "tinypkg", "0.9", {"tinypkg/__init__.py": "OLD = True\n"})
-    make_wheel(folder, "tinydep", "0.2", {"tinydep/__init__.py": "BASE = 2\n"})
-    # a wheel for another platform only: nothing for Linux
-    make_wheel(folder, "nowheel", "1.0", {"nowheel/__init__.py": ""}, tag="cp311-cp311-win_amd64")
     offline_pip(monkeypatch, folder)
     envbuild._prepared.clear()
     envbuild._stored.clear()

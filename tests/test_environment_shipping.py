@@ -11,7 +11,7 @@ import sys
 
 import boto3
 import pytest
-from envtools import bare_python, install_here, make_wheel, offline_pip
+from envtools import bare_python, install_here, offline_pip, tiny_wheels
 from s3server import emulator_endpoint, emulator_environment, new_bucket
 
 from batchfutures import (
@@ -37,11 +37,7 @@ def image(tmp_path_factory):
 def tinypkg(tmp_path, monkeypatch):
     """tinypkg 1.0 (which needs tinydep) installed here, in a folder of this process's path."""
     wheels = tmp_path / "wheels"
-    make_wheel(wheels, "tinypkg", "1.0", {"tinypkg/__init__.py": "from tinydep import BASE\n"
-                                          "def double(x):\n    return BASE * x\n"},
-               requires=["tinydep>=0.1"])
-    make_wheel(wheels, "tinydep", "0.2", {"tinydep/__init__.py": "BASE = 2\n"})
-    make_wheel(wheels, "nowheel", "1.0", {"nowheel/__init__.py": ""}, tag="cp311-cp311-win_amd64")
+    tiny_wheels(wheels)
     offline_pip(monkeypatch, wheels)
     install_here(monkeypatch, wheels, tmp_path / "client-site", "tinypkg==1.0")
     for name in ("tinypkg", "tinydep"):
@@ -69,6 +65,21 @@ def _executor(env, tmp_path, **settings):
 
 def _archives(env):
     return env.storage.list_names(env.storage.url(envarchive.FOLDER))
+
+
+def _alter_archive(env):
+    """Flip one bit of the stored archive's last bytes (its seal no longer checks) and forget
+    this process's builds, as another client would; the archive's name."""
+    [name] = _archives(env)
+    path = env.storage._path(env.storage.url(envarchive.FOLDER, name))
+    data = bytearray(open(path, "rb").read())
+    data[-10] ^= 1
+    os.chmod(path, 0o600)
+    with open(path, "wb") as handle:
+        handle.write(data)
+    envbuild._prepared.clear()
+    envbuild._stored.clear()
+    return name
 
 
 def test_image_is_the_interpreter_given(env, image):
@@ -111,15 +122,7 @@ def test_requirements_ship_the_library(env, tinypkg, tmp_path, requirements):
 def test_altered_archive_refused_by_the_worker(env, tinypkg, tmp_path):
     with _executor(env, tmp_path, requirements=["tinypkg==1.0"]) as ex:
         assert ex.submit(tinypkg.double, 1).result(timeout=120) == 2
-    [name] = _archives(env)
-    path = env.storage._path(env.storage.url(envarchive.FOLDER, name))
-    data = bytearray(open(path, "rb").read())
-    data[-10] ^= 1  # one bit of the zip's last bytes: the seal no longer checks
-    os.chmod(path, 0o600)
-    with open(path, "wb") as handle:
-        handle.write(data)
-    envbuild._prepared.clear()
-    envbuild._stored.clear()
+    name = _alter_archive(env)
     # a host that has not unpacked it yet (another cache folder) reads it, and refuses it
     with _executor(env, tmp_path / "other-host", requirements=["tinypkg==1.0"]) as ex:
         with pytest.raises(IntegrityError, match="environment"):

@@ -11,7 +11,7 @@ import boto3
 import pytest
 from envtools import install_here, make_wheel
 from s3server import emulator_endpoint, emulator_environment, new_bucket
-from test_environment_shipping import _archives, _executor, env, image, tinypkg  # noqa: F401
+from test_environment_shipping import _alter_archive, _archives, _executor, env, image, tinypkg  # noqa: F401
 
 from batchfutures import BatchExecutor, EnvironmentBuildError, IntegrityError, envarchive, envbuild
 
@@ -39,15 +39,7 @@ def test_warm_pool_runs_calls_with_its_environment(env, tinypkg, tmp_path):  # n
 def test_warm_pool_refuses_an_altered_archive(env, tinypkg, tmp_path):  # noqa: F811
     with _warm(env, tmp_path, requirements=["tinypkg==1.0"]) as ex:
         assert ex.submit(tinypkg.double, 1).result(timeout=120) == 2
-    [name] = _archives(env)
-    path = env.storage._path(env.storage.url(envarchive.FOLDER, name))
-    data = bytearray(open(path, "rb").read())
-    data[-10] ^= 1  # the seal no longer checks
-    os.chmod(path, 0o600)
-    with open(path, "wb") as handle:
-        handle.write(data)
-    envbuild._prepared.clear()
-    envbuild._stored.clear()
+    name = _alter_archive(env)
     with _warm(env, tmp_path / "other-host", requirements=["tinypkg==1.0"]) as ex:
         futures = [ex.submit(tinypkg.double, n) for n in range(2)]
         for future in futures:
