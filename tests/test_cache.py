@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from batchfutures import BatchExecutor, DryRunResult, LocalEnvironment
+from batchfutures import BatchExecutor, DryRunResult
 from batchfutures.cleanup import remove_finished_runs
 
 
@@ -44,19 +44,12 @@ def runs(log):
         return collections.Counter(int(line) for line in handle if line.strip())
 
 
-@pytest.fixture
-def env(tmp_path):
-    environment = LocalEnvironment(tmp_path / "work", max_vcpus=2)
-    yield environment
-    environment.emulator.close()
-
-
 @pytest.mark.slow
-def test_a_second_map_takes_what_succeeded_from_the_cache(env, tmp_path):
+def test_a_second_map_takes_what_succeeded_from_the_cache(local_env, tmp_path):
     log = str(tmp_path / "calls.log")
-    with BatchExecutor(env, cache=True) as ex:
+    with BatchExecutor(local_env, cache=True) as ex:
         assert list(ex.map(counted, [log] * 6, range(6), chunksize=2)) == [x * 10 for x in range(6)]
-    with BatchExecutor(env, cache=True) as ex:
+    with BatchExecutor(local_env, cache=True) as ex:
         futures = ex.map_futures(counted, [log] * 9, range(9), chunksize=2)
         assert [f.result(timeout=120) for f in futures] == [x * 10 for x in range(9)]
         assert [f.cached for f in futures] == [True] * 6 + [False] * 3
@@ -67,22 +60,22 @@ def test_a_second_map_takes_what_succeeded_from_the_cache(env, tmp_path):
 
 
 @pytest.mark.slow
-def test_without_cache_everything_runs_and_no_index_is_written(env, tmp_path):
+def test_without_cache_everything_runs_and_no_index_is_written(local_env, tmp_path):
     log = str(tmp_path / "calls.log")
     for _ in range(2):
-        with BatchExecutor(env) as ex:
+        with BatchExecutor(local_env) as ex:
             futures = ex.map_futures(counted, [log] * 3, range(3))
             assert [f.result(timeout=120) for f in futures] == [0, 10, 20]
             assert not any(f.cached for f in futures)
     assert runs(log) == collections.Counter({0: 2, 1: 2, 2: 2})
-    assert not (env.workdir / "storage" / "cache").exists()
+    assert not (local_env.workdir / "storage" / "cache").exists()
 
 
 @pytest.mark.slow
-def test_failed_calls_are_never_cached_and_raise_as_a_run_does(env, tmp_path):
+def test_failed_calls_are_never_cached_and_raise_as_a_run_does(local_env, tmp_path):
     log = str(tmp_path / "calls.log")
     for _ in range(2):
-        with BatchExecutor(env, cache=True) as ex:
+        with BatchExecutor(local_env, cache=True) as ex:
             results = ex.map(fails_on_two, [log] * 4, range(4))
             assert [next(results), next(results)] == [0, 1]
             with pytest.raises(ValueError, match="no 2"):
@@ -96,11 +89,11 @@ def test_failed_calls_are_never_cached_and_raise_as_a_run_does(env, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_changed_function_argument_or_environment_is_another_call(env, tmp_path):
+def test_a_changed_function_argument_or_environment_is_another_call(local_env, tmp_path):
     log = str(tmp_path / "calls.log")
-    with BatchExecutor(env, cache=True) as ex:
+    with BatchExecutor(local_env, cache=True) as ex:
         assert ex.submit(counted, log, 1).result(timeout=120) == 10
-    with BatchExecutor(env, cache=True) as ex:
+    with BatchExecutor(local_env, cache=True) as ex:
         same = ex.submit(counted, log, 1)
         other_body = ex.submit(counted_other, log, 1)
         other_argument = ex.submit(counted, log, 2)
@@ -113,9 +106,9 @@ def test_a_changed_function_argument_or_environment_is_another_call(env, tmp_pat
 
 
 @pytest.mark.slow
-def test_identical_calls_in_flight_run_once(env, tmp_path):
+def test_identical_calls_in_flight_run_once(local_env, tmp_path):
     log = str(tmp_path / "calls.log")
-    with BatchExecutor(env, cache=True) as ex:
+    with BatchExecutor(local_env, cache=True) as ex:
         submitted = [ex.submit(counted, log, 7) for _ in range(3)]
         assert list(ex.map(counted, [log] * 5, [1, 1, 2, 1, 2], chunksize=2)) == [10, 10, 20, 10, 20]
         assert [f.result(timeout=120) for f in submitted] == [70] * 3
@@ -124,11 +117,11 @@ def test_identical_calls_in_flight_run_once(env, tmp_path):
 
 
 @pytest.mark.slow
-def test_dry_run_shows_which_calls_would_come_from_the_cache(env, tmp_path):
+def test_dry_run_shows_which_calls_would_come_from_the_cache(local_env, tmp_path):
     log = str(tmp_path / "calls.log")
-    with BatchExecutor(env, cache=True) as ex:
+    with BatchExecutor(local_env, cache=True) as ex:
         assert [f.result(timeout=120) for f in ex.map_futures(counted, [log] * 2, range(2))] == [0, 10]
-    with BatchExecutor(env, cache=True, dry_run=True) as ex:
+    with BatchExecutor(local_env, cache=True, dry_run=True) as ex:
         futures = ex.map_futures(counted, [log] * 3, range(3))
         errors = [f.exception(timeout=30) for f in futures]
     assert all(isinstance(e, DryRunResult) for e in errors)
@@ -141,15 +134,15 @@ def test_dry_run_shows_which_calls_would_come_from_the_cache(env, tmp_path):
 
 
 @pytest.mark.slow
-def test_cleanup_removes_the_index_with_the_runs_it_points_to(env, tmp_path):
+def test_cleanup_removes_the_index_with_the_runs_it_points_to(local_env, tmp_path):
     log = str(tmp_path / "calls.log")
-    with BatchExecutor(env, cache=True) as ex:
+    with BatchExecutor(local_env, cache=True) as ex:
         assert ex.submit(counted, log, 5).result(timeout=120) == 50
-    index = env.workdir / "storage" / "cache"
+    index = local_env.workdir / "storage" / "cache"
     assert len(list(index.rglob("*.*"))) == 1
-    assert remove_finished_runs(env, older_than_seconds=0)
+    assert remove_finished_runs(local_env, older_than_seconds=0)
     assert list(index.rglob("*.*")) == []
-    with BatchExecutor(env, cache=True) as ex:
+    with BatchExecutor(local_env, cache=True) as ex:
         future = ex.submit(counted, log, 5)
         assert future.result(timeout=120) == 50 and not future.cached
     assert runs(log) == collections.Counter({5: 2})

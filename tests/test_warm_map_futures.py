@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from batchfutures import BatchExecutor, LocalEnvironment
+from batchfutures import BatchExecutor
 from batchfutures.errors import DependencyFailedError
 from batchfutures.mapping import held_on_client
 from batchfutures.warmpool import (
@@ -97,16 +97,9 @@ def test_a_childs_outcomes_are_merged_in_item_order():
 
 
 # -- end to end on the embedded default --------------------------------------------------------
-@pytest.fixture
-def env(tmp_path):
-    environment = LocalEnvironment(tmp_path / "work", max_vcpus=2)
-    yield environment
-    environment.emulator.close()
-
-
 @pytest.mark.slow
-def test_a_map_over_a_warm_maps_futures_chains_on_the_pool(env):
-    with BatchExecutor(env, keepalive=30, max_workers=2, echo_output=False) as ex:
+def test_a_map_over_a_warm_maps_futures_chains_on_the_pool(local_env):
+    with BatchExecutor(local_env, keepalive=30, max_workers=2, echo_output=False) as ex:
         first = ex.map_futures(square, range(6))
         assert list(ex.map(square, first)) == [x ** 4 for x in range(6)]
         second = ex.map_futures(square, first, chunksize=4)  # children of 4 items
@@ -119,8 +112,8 @@ def test_a_map_over_a_warm_maps_futures_chains_on_the_pool(env):
 
 
 @pytest.mark.slow
-def test_a_failed_argument_fails_only_its_item(env):
-    with BatchExecutor(env, keepalive=30, max_workers=2, echo_output=False) as ex:
+def test_a_failed_argument_fails_only_its_item(local_env):
+    with BatchExecutor(local_env, keepalive=30, max_workers=2, echo_output=False) as ex:
         upstream = ex.map_futures(fails_on_two, range(4))
         for chunksize in (1, 2):  # item 2 alone, and with item 3 in its child
             futures = ex.map_futures(square, upstream, chunksize=chunksize)
@@ -136,8 +129,8 @@ def test_a_failed_argument_fails_only_its_item(env):
 
 
 @pytest.mark.slow
-def test_a_waiting_item_can_be_cancelled_and_a_cancelled_argument_cancels_its_item(env, tmp_path):
-    with BatchExecutor(env, keepalive=30, max_workers=2, echo_output=False) as ex:
+def test_a_waiting_item_can_be_cancelled_and_a_cancelled_argument_cancels_its_item(local_env, tmp_path):
+    with BatchExecutor(local_env, keepalive=30, max_workers=2, echo_output=False) as ex:
         gate = tmp_path / "gate"
         slow = ex.submit(waits_for, str(gate))
         futures = ex.map_futures(square, [slow, 4])
@@ -163,8 +156,8 @@ def test_a_waiting_item_can_be_cancelled_and_a_cancelled_argument_cancels_its_it
 
 
 @pytest.mark.slow
-def test_mixed_items_keep_their_order(env):
-    with BatchExecutor(env, keepalive=30, max_workers=2, echo_output=False) as ex:
+def test_mixed_items_keep_their_order(local_env):
+    with BatchExecutor(local_env, keepalive=30, max_workers=2, echo_output=False) as ex:
         cold = ex.with_settings(keepalive=0)
         done_cold = cold.submit(square, 5)
         assert done_cold.result(timeout=60) == 25
@@ -176,9 +169,9 @@ def test_mixed_items_keep_their_order(env):
 
 
 @pytest.mark.slow
-def test_shutdown_waits_for_items_still_waiting_for_their_arguments(env, tmp_path):
+def test_shutdown_waits_for_items_still_waiting_for_their_arguments(local_env, tmp_path):
     gate = tmp_path / "gate"
-    ex = BatchExecutor(env, keepalive=30, max_workers=1, echo_output=False)
+    ex = BatchExecutor(local_env, keepalive=30, max_workers=1, echo_output=False)
     slow = ex.submit(waits_for, str(gate))
     futures = ex.map_futures(square, [slow, 2, slow])
     results = ex.map(square, [slow])
@@ -202,8 +195,8 @@ def test_shutdown_waits_for_items_still_waiting_for_their_arguments(env, tmp_pat
 
 
 @pytest.mark.slow
-def test_with_the_cache_on_items_taking_warm_futures_are_held_too(env):
-    with BatchExecutor(env, keepalive=30, max_workers=2, cache=True, echo_output=False) as ex:
+def test_with_the_cache_on_items_taking_warm_futures_are_held_too(local_env):
+    with BatchExecutor(local_env, keepalive=30, max_workers=2, cache=True, echo_output=False) as ex:
         warm = ex.submit(square, 3)
         futures = ex.map_futures(square, [1, warm, 2, warm])  # the cache's path (CachedSlices)
         assert [f.result(timeout=60) for f in futures] == [1, 81, 4, 81]
