@@ -20,7 +20,6 @@ than the emulator's own `max_vcpus`); a DISABLED environment starts no job.
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 from pathlib import Path
@@ -28,7 +27,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ..workdir import make_private_dirs
 from .model import arn_resource, cluster_arn, compute_environment_arn
-from .records import create_exclusively, read_record, write_atomically
+from .records import create_exclusively, read_record, record_names, write_atomically
 from .schema import Fields, Int, Json, Nullable, Num, Str
 
 NAME_RULE = "up to 128 letters (uppercase and lowercase), numbers, hyphens, and underscores"
@@ -195,12 +194,7 @@ class ComputeEnvironments:
         return name if self.load(name) is not None else None
 
     def names(self) -> List[str]:
-        try:
-            files = [n[:-5] for n in os.listdir(self.folder)
-                     if n.endswith(".json") and not n.startswith(".")]
-        except OSError:
-            files = []
-        found = [(record.get("order") or 0, n) for n in files
+        found = [(record.get("order") or 0, n) for n in record_names(self.folder)
                  if (record := self.load(n)) is not None]
         return [self.default] + [n for _, n in sorted(found)]
 

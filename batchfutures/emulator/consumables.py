@@ -20,7 +20,6 @@ resource's are taken from its total for good. The emulator unlocks them when eac
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from pathlib import Path
@@ -29,7 +28,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from ..workdir import make_private_dirs
 from .catalog import NAME  # one name rule for every Batch resource of the emulator
 from .model import arn_resource, consumable_resource_arn
-from .records import create_exclusively, read_record, write_atomically
+from .records import create_exclusively, read_record, record_names, write_atomically
 from .schema import Fields, Int, Json, Nullable, Str
 
 KINDS = ("REPLENISHABLE", "NON_REPLENISHABLE")
@@ -129,12 +128,7 @@ class ConsumableResources:
         return name if NAME.fullmatch(name) and self.load(name) is not None else None
 
     def names(self) -> List[str]:
-        try:
-            found = [n[:-5] for n in os.listdir(self.folder)
-                     if n.endswith(".json") and not n.startswith(".")]
-        except OSError:
-            return []
-        return sorted(n for n in found if self.load(n) is not None)
+        return sorted(n for n in record_names(self.folder) if self.load(n) is not None)
 
     def available(self, names: List[str]) -> Dict[str, int]:
         """Units free now of each named resource (a missing resource has none)."""

@@ -183,6 +183,15 @@ def create_exclusively(path: Path, record: Dict[str, Any]) -> bool:
     return True
 
 
+def record_names(folder: Path) -> List[str]:
+    """The names of the record files (<name>.json) in `folder`, not the dot files being
+    written; none when it cannot be listed."""
+    try:
+        return [n[:-5] for n in os.listdir(folder) if n.endswith(".json") and not n.startswith(".")]
+    except OSError:
+        return []
+
+
 def read_record(path: Path, rule: schema.Rule, warned: Dict[Path, Any]) -> Optional[Dict[str, Any]]:
     """A record file that `rule` allows, as a dict; None when missing, being replaced or bad
     (warned about once per version of the file, kept in `warned`)."""
@@ -411,12 +420,7 @@ class QueueStore:
         return record
 
     def names(self) -> List[str]:
-        try:
-            files = [n[:-5] for n in os.listdir(self.folder)
-                     if n.endswith(".json") and not n.startswith(".")]
-        except OSError:
-            return []
-        records = [(self.load(n) or {}, n) for n in files]
+        records = [(self.load(n) or {}, n) for n in record_names(self.folder)]
         return [n for record, n in sorted(records, key=lambda item: (item[0].get("order", 0), item[1]))
                 if record]
 
