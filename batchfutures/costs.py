@@ -24,7 +24,8 @@ from typing import Any, Mapping, Optional, Sequence
 from . import prices
 
 __all__ = ["Pricing", "Estimate", "estimate", "instance_of", "share_of", "LOCAL", "DEFAULT_FAMILY",
-           "pricing_from", "CallPricing"]
+           "pricing_from", "CallPricing", "usd_text",
+           "of_usage", "cost_text"]
 
 DEFAULT_FAMILY = "m6i"  # "optimal"'s general-purpose family (oomretry.DEFAULT_FAMILIES)
 _SIZE_RE = re.compile(r"^([a-z0-9-]+)\.(medium|large|xlarge|([0-9]+)xlarge)$")
@@ -114,6 +115,29 @@ def estimate(wall_s: float, vcpus: float, memory_mib: float, pricing: Pricing = 
     usd = hours * instance.hour * min(1.0, share)
     spot = " on Spot, at the on-demand price (an upper bound)" if pricing.spot else " on demand"
     return Estimate(usd, f"EC2 {named}{spot}, share {min(1.0, share):.3g}, {_as_of()}")
+
+
+def usd_text(usd: Optional[float]) -> str:
+    """``"~$0.0123"`` (status, the progress bar): 4 decimals under a dollar, cents above; "" when
+    nothing was measured yet."""
+    if not usd or usd <= 0:
+        return ""
+    if usd < 0.0001:
+        return "<$0.0001"
+    return f"~${usd:.4f}" if usd < 1 else f"~${usd:,.2f}"
+
+
+def of_usage(usage: Any, pricing: Pricing) -> Optional[Estimate]:
+    """A job's estimate so far from its usage.JobUsage (`status`: what future.cost sums, priced
+    over its calls' measured wall time); None before a call was measured."""
+    if usage is None or not usage.calls:
+        return None
+    return estimate(usage.wall_s, usage.vcpus or 1.0, usage.memory_mib or 2048, pricing)
+
+
+def cost_text(estimate: Estimate) -> str:
+    """``"~$0.0123 (Fargate x86_64, AWS Price List, eu-west-1, read 2026-12-06)"``."""
+    return f"{usd_text(estimate.usd) or '$0'} ({estimate.basis})"
 
 
 def pricing_from(environments: Sequence[Mapping[str, Any]]) -> Pricing:

@@ -45,7 +45,7 @@ import types
 import weakref
 from typing import IO, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, TypeVar, Union
 
-from . import waiting
+from . import costs, waiting
 from .futures import BatchFuture
 from .statuses import FINISHED, STATUS_ORDER, JobStatus
 
@@ -129,6 +129,35 @@ def why_of(job_ids: Iterable[str]) -> str:
     nearest = min(found, key=lambda reason: reason.position if reason.position is not None
                   else waiting.SNAPSHOT_LIMIT + 1)
     return f"waiting: {nearest.short}"
+
+
+def cost_of(futures: Iterable[Any]) -> float:
+    """The estimated USD of the calls among ``futures`` that ended (future.cost: their measured
+    usage, already in memory, priced; no request), each call once."""
+    seen: Dict[Tuple[int, Any, Any], float] = {}
+    for future in futures:
+        bound = future._bound() if isinstance(future, BatchFuture) and future.done() else None
+        if bound is None:
+            continue
+        # map's future of a coalesced child prices all its items: one per child, not per item
+        whole_child = getattr(bound.job, "item_counts", None) is not None
+        key = (id(bound.job), bound.child, None if whole_child else future._item)
+        if key not in seen:
+            seen[key] = future.cost or 0.0
+    return sum(seen.values())
+
+
+def _safe_cost(futures: Iterable[Any]) -> float:
+    try:
+        return cost_of(futures)
+    except Exception:  # never into the user's code: no cost shown rather than a failed wait
+        logger.debug("batchfutures: could not add up the futures' costs", exc_info=True)
+        return 0.0
+
+
+def with_cost(why: str, usd: float) -> str:
+    """What follows the counts: why jobs wait, then the cost so far (``"~$0.0123"``)."""
+    return " | ".join(part for part in (why, costs.usd_text(usd)) if part)
 
 
 def warm_counts(call_statuses: Iterable[str], worker_statuses: Iterable[str]) -> Dict[str, int]:
@@ -262,11 +291,11 @@ class _Display:
         else:
             self._guard(lambda: self._write_line(counts, final, why))
 
-    def close(self, counts: Mapping[str, int]) -> None:
+    def close(self, counts: Mapping[str, int], why: str = "") -> None:
         """Draw the final counts and leave the cursor on a fresh line."""
         if self._closed:
             return
-        self.refresh(counts, final=True)
+        self.refresh(counts, final=True, why=why)
         self._closed = True
         if self._bar is not None:
             self._guard(self._bar.close)
@@ -346,10 +375,10 @@ def progress(futures: Iterable[F], *, file: Optional[IO[str]] = None, desc: Opti
             concurrent.futures.wait([futures[position]], timeout=pace.interval)
             if display is not None:
                 counts, why = pace.timed(lambda: _safe_tally(futures))
-                display.refresh(counts, why=why)
+                display.refresh(counts, why=with_cost(why, _safe_cost(futures)))
     finally:
         if display is not None:
-            display.close(_safe_counts(futures))
+            display.close(_safe_counts(futures), why=with_cost("", _safe_cost(futures)))
     return futures
 
 
@@ -362,6 +391,7 @@ class MapProgress:
         self._lock = threading.Lock()
         self._live: List[List[Any]] = []  # slices with futures not done yet
         self._finished: Dict[str, int] = collections.Counter()  # final counts of done slices
+        self._finished_usd = 0.0  # their cost
         self.why = ""  # why the live slices' jobs wait (the last counts' tally)
         self._all_submitted = False
         self._stop = threading.Event()
@@ -399,18 +429,23 @@ class MapProgress:
         counts: Dict[str, int] = collections.Counter(self._finished)
         still: List[List[Any]] = []
         reasons: List[str] = []
+        live_usd = 0.0
         for group in live:
             group_counts, group_why = _safe_tally(group)
+            group_usd = _safe_cost(group)
             counts.update(group_counts)
             if group_why:
                 reasons.append(group_why)
             if all(future.done() for future in group):
                 self._finished.update(group_counts)  # keep the numbers, not the futures
+                self._finished_usd += group_usd
             else:
                 still.append(group)
+                live_usd += group_usd
         with self._lock:
             self._live = still + self._live[len(live):]
-        self.why = reasons[0] if reasons else ""  # the earliest slice's: its jobs start first
+        # why: the earliest slice's (its jobs start first); the cost: every slice's so far
+        self.why = with_cost(reasons[0] if reasons else "", self._finished_usd + live_usd)
         return {status: count for status, count in counts.items() if count}
 
     def _run(self) -> None:
@@ -421,7 +456,8 @@ class MapProgress:
                 if self._all_submitted and not self._live:
                     break
                 self._display.refresh(counts, why=self.why)
-            self._display.close(self.counts())
+            counts = self.counts()
+            self._display.close(counts, why=self.why)
         except Exception:  # the drawing thread must end quietly whatever happens
             logger.debug("batchfutures: progress thread failed", exc_info=True)
 

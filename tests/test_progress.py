@@ -20,6 +20,7 @@ import pytest
 import batchfutures
 from batchfutures import BatchExecutor, BatchFuture
 from batchfutures import progress as progress_module
+from batchfutures.costs import usd_text
 from batchfutures.jobs import TrackedJob
 from batchfutures.progress import (
     UNSENT,
@@ -274,7 +275,9 @@ def test_progress_of_a_real_map_reaches_succeeded_and_sends_nothing(local_env, m
         assert returned == futures and all(future.done() for future in futures)
         assert [future.result() for future in futures] == [x * x for x in range(8)]
         assert _counts_of(futures) == {"SUCCEEDED": 4}
-        assert stream.getvalue().splitlines()[-1] == "square: 4/4 children | SUCCEEDED 4"
+        # the final line ends with the calls' estimated cost (future.cost summed, issue 33)
+        assert stream.getvalue().splitlines()[-1] == \
+            "square: 4/4 children | SUCCEEDED 4 | " + usd_text(sum(f.cost for f in futures))
     assert not progress_threads()
 
 
@@ -300,7 +303,8 @@ def test_map_with_progress_sends_what_map_without_it_sends(local_env, monkeypatc
     assert with_progress.get("SubmitJob") == 1
     text = stream.getvalue()
     assert text.count("\r") >= 2 and text.endswith("\n")
-    assert text.split("\r")[-1].rstrip() == "slow_square: 6/6 children | SUCCEEDED 6"
+    assert re.fullmatch(r"slow_square: 6/6 children \| SUCCEEDED 6 \| [~<]\$[0-9.,]+",
+                        text.split("\r")[-1].rstrip())  # then the calls' cost (issue 33)
 
 
 @pytest.mark.slow

@@ -45,8 +45,10 @@ def _status_exit(info: Any, failures: Any) -> int:
 TEXT_LIST_LIMIT = 20  # failed children / calls the text view lists; table and json list all
 
 
-def _print_status(info: Any, failures: Any, output: OutputFormat, usage: Any = None) -> None:
-    from ..jobview import duration  # start-up: as cmd_status's
+def _print_status(info: Any, failures: Any, output: OutputFormat, usage: Any = None,
+                  cost: Any = None) -> None:
+    from ..costs import cost_text  # start-up: as cmd_status's
+    from ..jobview import duration
 
     if output is OutputFormat.JSON:
         data = info.as_dict()
@@ -54,6 +56,8 @@ def _print_status(info: Any, failures: Any, output: OutputFormat, usage: Any = N
             data.update(failures.as_dict())
         if usage is not None:
             data["usage"] = usage.as_dict()
+        if cost is not None:
+            data["cost"] = {"usd": cost.usd, "basis": cost.basis}
         print_json(data)
         return
     if output is OutputFormat.TABLE:
@@ -82,6 +86,8 @@ def _print_status(info: Any, failures: Any, output: OutputFormat, usage: Any = N
                   "-" if usage.gib_s is None else f"{usage.gib_s:.1f}", usage.memory_mib]]))
             if usage.advice:
                 out(usage.advice)
+        if cost is not None:
+            out(f"cost: {cost_text(cost)}")
         return
     rows = [("job", info.job_id), ("name", info.name), ("status", info.status)]
     if info.status_reason:
@@ -118,6 +124,8 @@ def _print_status(info: Any, failures: Any, output: OutputFormat, usage: Any = N
         lines = list(usage.lines())
         rows.append(("usage", lines[0]))
         rows += [("", line) for line in lines[1:]]
+    if cost is not None:  # the calls' estimate so far, as future.cost prices them
+        rows.append(("cost", cost_text(cost)))
     width = max(len(key) for key, _ in rows)
     for key, value in rows:
         out(f"{key.ljust(width)}  {escape(str(value))}")  # a field's newline is no new row
@@ -177,8 +185,24 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.watch and args.output is OutputFormat.JSON:
         return _status_exit(info, failures)  # the JSON lines were the output
     usage = jobview.job_usage(env.storage, info, calls=failures) if failures is not None else None
-    _print_status(info, failures, args.output, usage)
+    _print_status(info, failures, args.output, usage, _cost(env, usage))
     return _status_exit(info, failures)
+
+
+def _cost(env: "Environment", usage: Any) -> Any:
+    """The job's estimated cost so far (costs.of_usage: future.cost's estimate), None when
+    nothing was measured or it cannot be priced."""
+    # start-up: as cmd_status's (spending reads the queue's compute environments and prices)
+    from ..costs import of_usage
+    from ..spending import pricing_of
+
+    if usage is None or not usage.calls:
+        return None
+    try:
+        return of_usage(usage, pricing_of(env))
+    except Exception:  # a cost is a note: never fail `status` for it
+        logger.debug("could not estimate the cost", exc_info=True)
+        return None
 
 
 # -- logs ---------------------------------------------------------------------------------------
