@@ -170,8 +170,8 @@ class BatchFuture(concurrent.futures.Future):
     @property
     def cost(self) -> Optional[float]:
         """The call's estimated cost in USD (costs.py: its share of what ran it over its
-        measured run time, from the shipped price table; the emulator priced as the equivalent
-        Fargate task); None whenever ``usage`` is None."""
+        measured run time, at the prices read from AWS or else the shipped table; the emulator
+        priced as the equivalent Fargate task); None whenever ``usage`` is None."""
         if not self.done():
             return None
         bound = self._bound()
