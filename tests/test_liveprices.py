@@ -12,7 +12,7 @@ from typing import Any, Dict, List
 import boto3
 import pytest
 from botocore.stub import Stubber
-from s3server import aws_env, moto_server  # noqa: F401  (fixtures)
+from s3server import aws_env, emulator_endpoint, emulator_environment, moto_server  # noqa: F401
 
 from batchfutures import costs, liveprices, prices, spending
 from batchfutures.costs import Pricing
@@ -210,3 +210,15 @@ def test_a_refused_read_falls_back_once_at_debug(aws_env: Dict[str, str],  # noq
 ])
 def test_only_aws_endpoints_read_aws_prices(endpoint: str, aws: bool) -> None:
     assert spending._is_aws(endpoint) is aws
+
+
+def test_the_emulators_endpoint_keeps_the_shipped_table(tmp_path: Path, s3_endpoint: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the AWS path against the emulator's endpoint no AWS price applies: no read, no cache."""
+    monkeypatch.setenv("BATCHFUTURES_WORKDIR", str(tmp_path / "work"))
+    with emulator_endpoint(tmp_path / "emulator", max_vcpus=2):
+        env = emulator_environment("bf-prices")
+        pricing = spending.pricing_of(env)
+    assert pricing.rates is None and not pricing.local
+    assert "the shipped table" in costs.estimate(60, 1, 2048, pricing).basis
+    assert not (tmp_path / "work" / "prices").exists()
