@@ -123,6 +123,49 @@ def test_consumes_holds_a_call_until_its_licence_is_free(local_env, tmp_path):
         assert start >= end  # never two at once
 
 
+def held_briefly(index, folder):
+    """Record when this call held its licence."""
+    started = time.time()
+    time.sleep(0.1)
+    (Path(folder) / str(index)).write_text(f"{started} {time.time()}")
+    return index
+
+
+def most_at_once(spans):
+    """The largest number of (start, end) spans open at one moment (an end before a start at
+    the same instant: one call's licence freed is the next one's)."""
+    events = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])
+    running = peak = 0
+    for _, step in events:
+        running += step
+        peak = max(peak, running)
+    return peak
+
+
+@pytest.mark.parametrize("spans, expected", [
+    ([], 0),
+    ([(0, 1), (1, 2), (2, 3)], 1),          # back to back: never two
+    ([(0, 2), (1, 3), (1.5, 4)], 3),
+    ([(0, 5), (1, 2), (3, 4), (3.5, 6)], 3),
+])
+def test_most_at_once_counts_overlapping_spans(spans, expected):
+    assert most_at_once(spans) == expected
+
+
+def test_a_map_of_100_calls_holding_one_of_3_licences_never_runs_more_than_3_at_once(
+        local_env, tmp_path):
+    batch = local_env.batch
+    batch.create_consumable_resource(consumableResourceName="seats", totalQuantity=3,
+                                     resourceType="REPLENISHABLE")
+    with BatchExecutor(local_env, vcpus=0.25) as ex:  # vCPUs for 8 at once: the seats decide
+        seated = ex.with_settings(consumes={"seats": 1})
+        assert list(seated.map(held_briefly, range(100), [str(tmp_path)] * 100)) == list(range(100))
+    spans = [tuple(map(float, (tmp_path / str(i)).read_text().split())) for i in range(100)]
+    assert most_at_once(spans) <= 3
+    after = batch.describe_consumable_resource(consumableResource="seats")
+    assert (after["inUseQuantity"], after["availableQuantity"]) == (0, 3)  # all given back
+
+
 def test_k_reclaims_on_spot_then_the_next_attempt_on_the_on_demand_queue(local_env):
     batch = local_env.batch
     queue = add_on_demand_queue(batch, local_env.job_queue)
