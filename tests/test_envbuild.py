@@ -267,6 +267,45 @@ def test_hostile_archive_refused_whole(storage, tmp_path, fresh_path):
     assert os.listdir(cache) == [] and not (tmp_path / "escape.py").exists()
 
 
+def _short_sized_archive():
+    import io
+    import zipfile
+
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("ok/__init__.py", "VALUE = 1\n" * 100)
+        archive.filelist[0].file_size = 10  # the directory declares less than the member holds
+    return out.getvalue()
+
+
+def _duplicate_member_archive():
+    import io
+    import warnings
+    import zipfile
+
+    out = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile warns of the duplicate name: wanted here
+        with zipfile.ZipFile(out, "w") as archive:
+            archive.writestr("ok/__init__.py", "VALUE = 1\n")
+            archive.writestr("ok/__init__.py", "VALUE = 2\n")
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("payload, words", [
+    (_short_sized_archive, "Bad CRC"),
+    (_duplicate_member_archive, "File exists"),
+])
+def test_signed_but_broken_archive_is_an_integrity_error(storage, tmp_path, fresh_path,
+                                                          payload, words):
+    url = storage.url(envarchive.FOLDER, envarchive.archive_name("12" * 32))
+    _store_raw(storage, url, payload())
+    cache = tmp_path / "cache"
+    with pytest.raises(IntegrityError, match=words):
+        envs.activate(storage, _environ(url, cache))
+    assert os.listdir(cache) == []  # the half-unpacked folder is removed
+
+
 @pytest.mark.parametrize("url", [
     "file:///elsewhere/envs/" + "ab" * 32 + ".zip",
     "{root}/runs/" + "ab" * 32 + ".zip",

@@ -28,6 +28,7 @@ import stat
 import sys
 import tempfile
 import uuid
+import zipfile
 from typing import TYPE_CHECKING, Mapping, Optional
 
 from .. import envarchive
@@ -133,7 +134,8 @@ def _unpack(storage: "Storage", url: str, root: str, folder: str) -> None:
         del data
         try:
             names = envarchive.unpack(archive, fresh)
-        except envarchive.ArchiveRefused as error:
+        except (envarchive.ArchiveRefused, zipfile.BadZipFile, OSError) as error:
+            # signed yet unusable (sizes that lie, a member twice): refused, its half removed below
             raise IntegrityError(f"refusing the environment archive {storage.name_of(url)}: "
                                  f"{error}") from None
         try:
