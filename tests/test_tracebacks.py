@@ -166,24 +166,26 @@ RecursionError: maximum recursion depth exceeded'''
 def test_with_source_lines(tmp_path, remote, expected):
     path = tmp_path / "user_script.py"
     path.write_text(SCRIPT)
-    assert tracebacks.with_source_lines(remote.format(path=path)) == expected.format(path=path)
+    shipped = {str(path), "/no/such/file.py"}
+    assert (tracebacks.with_source_lines(remote.format(path=path), shipped=shipped)
+            == expected.format(path=path))
 
 
 def test_a_file_changed_since_is_read_again(tmp_path):
     path = tmp_path / "edited.py"
     path.write_text("first = 1\n")
-    frame = f'  File "{path}", line 1, in <module>\nNameError'
-    assert "first = 1" in tracebacks.with_source_lines(frame)
+    frame = f'Traceback (most recent call last):\n  File "{path}", line 1, in <module>\nNameError'
+    assert "first = 1" in tracebacks.with_source_lines(frame, shipped={str(path)})
     path.write_text("second = 2  # a longer line, so the size differs\n")
-    assert "second = 2" in tracebacks.with_source_lines(frame)
+    assert "second = 2" in tracebacks.with_source_lines(frame, shipped={str(path)})
 
 
 def test_an_unreadable_line_is_skipped():
     def broken(filename, lineno):
         raise OSError("unreadable")
 
-    text = '  File "x.py", line 1, in f\nValueError'
-    assert tracebacks.with_source_lines(text, getline=broken) == text
+    text = 'Traceback (most recent call last):\n  File "x.py", line 1, in f\nValueError'
+    assert tracebacks.with_source_lines(text, getline=broken, shipped={"x.py"}) == text
 
 
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="exception groups from 3.11 on")
@@ -200,3 +202,77 @@ def test_real_group_format_is_filled(script_functions):
         text = "".join(traceback.format_exception(group))
     stripped = "\n".join(line for line in text.split("\n") if "return 1 / x" not in line)
     assert "return 1 / x" in tracebacks.with_source_lines(stripped)
+
+
+# A remote text that names a file of the client's disk in its message: never read from here.
+LEAK_IN_MESSAGE = '''Traceback (most recent call last):
+  File "{path}", line 2, in helper
+ValueError: boom
+  File "{secret}", line 1, in leak'''
+
+LEAK_IN_MESSAGE_FILLED = '''Traceback (most recent call last):
+  File "{path}", line 2, in helper
+    return 1 / x
+ValueError: boom
+  File "{secret}", line 1, in leak'''
+
+LEAK_AS_FRAME = '''Traceback (most recent call last):
+  File "{secret}", line 1, in leak
+ValueError: boom'''
+
+LEAK_AFTER_CHAIN = '''Traceback (most recent call last):
+  File "{path}", line 2, in helper
+KeyError: 'a'
+
+During handling of the above exception, another exception occurred:
+
+Traceback (most recent call last):
+  File "{path}", line 7, in check
+RuntimeError: wrapped
+    File "{path}", line 2, in helper
+  File "{secret}", line 1, in leak'''
+
+LEAK_AFTER_CHAIN_FILLED = '''Traceback (most recent call last):
+  File "{path}", line 2, in helper
+    return 1 / x
+KeyError: 'a'
+
+During handling of the above exception, another exception occurred:
+
+Traceback (most recent call last):
+  File "{path}", line 7, in check
+    return inner(x)
+RuntimeError: wrapped
+    File "{path}", line 2, in helper
+  File "{secret}", line 1, in leak'''
+
+
+@pytest.mark.parametrize("remote, expected", [
+    (LEAK_IN_MESSAGE, LEAK_IN_MESSAGE_FILLED),    # a frame-like line of the message: not read,
+    (LEAK_AS_FRAME, LEAK_AS_FRAME),               # a real frame of a file never shipped: not read
+    (LEAK_AFTER_CHAIN, LEAK_AFTER_CHAIN_FILLED),  # nor a shipped file's line inside a message
+], ids=["in-message", "not-shipped", "after-chain"])
+def test_only_shipped_files_frames_are_read(tmp_path, remote, expected):
+    path = tmp_path / "user_script.py"
+    path.write_text(SCRIPT)
+    secret = tmp_path / "hostname"
+    secret.write_text("client-machine-secret\n")
+    names = {"path": path, "secret": secret}
+    filled = tracebacks.with_source_lines(remote.format(**names), shipped={str(path)})
+    assert filled == expected.format(**names) and "client-machine-secret" not in filled
+
+
+def test_the_files_whose_code_was_shipped_are_the_default(script_functions, tmp_path):
+    # the review's repro: a message naming a file of the client's own disk
+    path, namespace = script_functions
+    secret = tmp_path / "hostname"
+    secret.write_text("client-machine-secret\n")
+    remote = (f'Traceback (most recent call last):\n  File "{path}", line 2, in helper\n'
+              f'ValueError: boom\n  File "{secret}", line 1, in leak')
+    tracebacks.dumps(namespace["helper"])  # shipping the function records its file
+    filled = tracebacks.with_source_lines(remote)
+    assert "return 1 / x" in filled and "client-machine-secret" not in filled
+    unshipped = tmp_path / "never_shipped.py"
+    unshipped.write_text("kept = 'here'\n")
+    frame = f'Traceback (most recent call last):\n  File "{unshipped}", line 1, in f\nValueError'
+    assert tracebacks.with_source_lines(frame) == frame
