@@ -1,12 +1,16 @@
 """os.environ changes reach the calls, credentials never (batchfutures.inherit)."""
 
+import json
+import logging
 import os
 
 import pytest
 
-from batchfutures import inherit
+from batchfutures import BatchExecutor, DryRunResult, inherit
 
 START = {"PATH": "/usr/bin", "SHELL_SET": "from the shell", "CHANGED": "old"}
+NAME, VALUE = "name looks like a credential", "value looks like a credential"
+MACHINE = "describes this machine"
 
 
 @pytest.mark.parametrize("current, explicit, send, withheld", [
@@ -19,18 +23,16 @@ START = {"PATH": "/usr/bin", "SHELL_SET": "from the shell", "CHANGED": "old"}
     # credential-like names, any case
     ({**START, "AWS_REGION": "eu-west-1", "aws_profile": "x", "DB_PASSWORD": "p",
       "GITHUB_TOKEN": "t", "API_KEY": "k", "client_secret": "s", "MONKEY": "banana"}, {}, {},
-     {"AWS_REGION": "looks like a credential", "aws_profile": "looks like a credential",
-      "DB_PASSWORD": "looks like a credential", "GITHUB_TOKEN": "looks like a credential",
-      "API_KEY": "looks like a credential", "client_secret": "looks like a credential",
-      "MONKEY": "looks like a credential"}),
+     {"AWS_REGION": NAME, "aws_profile": NAME, "DB_PASSWORD": NAME, "GITHUB_TOKEN": NAME,
+      "API_KEY": NAME, "client_secret": NAME, "MONKEY": NAME}),
     # an access key id in an innocent name
-    ({**START, "HARMLESS": "AKIAIOSFODNN7EXAMPLE"}, {}, {}, {"HARMLESS": "looks like a credential"}),
+    ({**START, "HARMLESS": "AKIAIOSFODNN7EXAMPLE"}, {}, {}, {"HARMLESS": VALUE}),
     # batchfutures' own settings, and the machine's
     ({**START, "BATCHFUTURES_WORKDIR": "/w", "PATH": "/opt/bin:/usr/bin", "LD_PRELOAD": "x.so",
       "PYTEST_CURRENT_TEST": "t", "HOME": "/root2", "no_proxy": "127.0.0.1"}, {},
-     {}, {"BATCHFUTURES_WORKDIR": "batchfutures' own setting", "PATH": "describes this machine",
-          "LD_PRELOAD": "describes this machine", "PYTEST_CURRENT_TEST": "describes this machine",
-          "HOME": "describes this machine", "no_proxy": "describes this machine"}),
+     {}, {"BATCHFUTURES_WORKDIR": "batchfutures' own setting", "PATH": MACHINE,
+          "LD_PRELOAD": MACHINE, "PYTEST_CURRENT_TEST": MACHINE, "HOME": MACHINE,
+          "no_proxy": MACHINE}),
     # names Batch (or a shell) cannot carry
     ({**START, "MY-VAR": "x", "1ST": "y"}, {}, {},
      {"MY-VAR": "not a valid variable name", "1ST": "not a valid variable name"}),
@@ -45,6 +47,92 @@ def test_decide(current, explicit, send, withheld):
     choice = inherit.decide(current, START, explicit)
     assert choice.send == send
     assert choice.withheld == withheld
+
+
+@pytest.mark.parametrize("name, value, why", [
+    # the review's cases, all sent before: now withheld
+    ("MYSQL_PWD", "hunter2", NAME),
+    ("SMTP_PASS", "hunter2", NAME),
+    ("BASIC_AUTH", "u:p", NAME),
+    ("DATABASE_URL", "postgres://app:hunter2@db/x", VALUE),
+    ("GITHUB_PAT", "ghp_" + "a1B2" * 9, NAME),
+    ("X", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", VALUE),
+    ("LOWER", "akiaiosfodnn7example", VALUE),
+    ("SPACED", " AKIAIOSFODNN7EXAMPLE", VALUE),
+    ("SSL_CERT_FILE", "/etc/ssl/cert.pem", MACHINE),
+    ("SSL_CERT_DIR", "/etc/ssl/certs", MACHINE),
+    ("REQUESTS_CA_BUNDLE", "/home/me/ca.pem", MACHINE),
+    ("CURL_CA_BUNDLE", "/home/me/ca.pem", MACHINE),
+    # the other name parts, any case
+    ("db_passwd", "x", NAME), ("GOOGLE_CREDENTIALS", "{}", NAME), ("SSH_PRIVATE", "x", NAME),
+    ("cookie_jar", "x", NAME), ("FLASK_SESSION", "x", NAME), ("SENTRY_DSN", "x", NAME),
+    ("MY_PAT", "x", NAME), ("AWS_PROFILE", "dev", NAME),
+    # machine names that also match a credential part: the machine's either way
+    ("PWD", "/tmp/work", MACHINE), ("SSH_AUTH_SOCK", "/tmp/agent", MACHINE),
+    # ordinary variables: still sent
+    ("MY_SETTING", "fast", None),
+    ("OMP_NUM_THREADS", "4", None),
+    ("MODEL_NAME", "resnet", None),
+    ("DATA_DIR", "/home/user/projects/my_project/data/train/images", None),
+    ("ENDPOINT", "https://api.example.com:8443/v1/models?user=me", None),
+    ("PATHWAY", "x", None),  # contains PATH, not a machine name
+])
+def test_decide_one(name, value, why):
+    choice = inherit.decide({name: value}, {})
+    if why is None:
+        assert choice.send == {name: value} and choice.withheld == {}
+    else:
+        assert choice.send == {} and choice.withheld == {name: why}
+
+
+@pytest.mark.parametrize("value, secret", [
+    # access key ids, anywhere, any case
+    ("AKIAIOSFODNN7EXAMPLE", True), ("akiaiosfodnn7example", True),
+    (" AKIAIOSFODNN7EXAMPLE", True), ("id=ASIAIOSFODNN7EXAMPLE;", True),
+    # URLs with a user and password
+    ("postgres://app:hunter2@db/x", True), ("https://u:p@example.com", True),
+    ("redis://:hunter2@cache:6379/0", True), ("mongodb+srv://a:b@c.net/d", True),
+    # PEM blocks
+    ("-----BEGIN RSA PRIVATE KEY-----\nMIIE...", True), ("-----begin certificate-----", True),
+    # known token prefixes
+    ("ghp_" + "a1B2" * 9, True), ("gho_abc", True), ("github_pat_11ABC", True),
+    ("glpat-xxxxxxxxxxxxxxxxxxxx", True), ("sk-" + "abcdEFGH1234" * 4, True),
+    ("sk-proj-abcdefghijklmnop", True), ("xoxb-123-456-abc", True), ("xoxp-1", True),
+    ("Bearer ghp_abc", True),
+    # high-entropy runs of 32+ base64/hex characters without spaces
+    ("wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", True),
+    ("d41d8cd98f00b204e9800998ecf8427e", True),  # 32 hex
+    ("key: Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5MGFiY2RlZg==", True),
+    ("abc-_ZZ09xyQrStUvWxYz0123456789AbCd", True),  # URL-safe base64
+    # ordinary values: kept
+    ("fast", False), ("4", False), ("resnet", False), ("", False), ("0.001", False),
+    ("12345678901234567890123456789012345678", False),  # a number, however long
+    ("/home/user/projects/my_project/data/train/images", False),
+    ("/usr/local/lib/python3.11/site-packages", False),
+    ("s3://my-bucket/some/long/prefix/to/the/data/files", False),
+    ("https://api.example.com:8443/v1/models?user=me", False),  # a URL without userinfo
+    ("http://host:8080/path?email=a@b.com", False),  # an @ after the path is not userinfo
+    ("user@example.com", False), ("ssh://git@github.com/org/repo", False),
+    ("MyApplicationServiceConfigurationName", False),  # a long identifier, no digits
+    ("task-runner disk-image", False),  # sk- inside words is not a token
+    ("d41d8cd98f00b204e9800998ecf8427", False),  # 31 hex: short of a run
+    ("a" * 40, False),  # long but not random
+])
+def test_looks_secret(value, secret):
+    assert inherit.looks_secret(value) is secret
+
+
+def test_withheld_names_are_logged_once_by_name_never_value(monkeypatch, caplog):
+    monkeypatch.setenv("BF_TEST_LOGGED_PASS", "hunter2-value")
+    monkeypatch.setenv("BF_TEST_LOGGED_URL", "postgres://app:hunter2@db/x")
+    with caplog.at_level(logging.INFO, logger="batchfutures"):
+        inherit.inherited()
+        inherit.inherited()
+    lines = [r.getMessage() for r in caplog.records if "not sent to the calls" in r.getMessage()]
+    assert len(lines) == 1
+    assert "BF_TEST_LOGGED_PASS (name looks like a credential)" in lines[0]
+    assert "BF_TEST_LOGGED_URL (value looks like a credential)" in lines[0]
+    assert "environment=" in lines[0] and "hunter2" not in caplog.text
 
 
 def test_decide_leaves_room_for_the_explicit_environment():
@@ -65,7 +153,9 @@ def test_decide_bounds_the_total():
 @pytest.mark.parametrize("name, expected", [
     ("AWS_ACCESS_KEY_ID", True), ("AWS_DEFAULT_REGION", True), ("SECRET", True),
     ("my_token", True), ("PASSWORDS", True), ("SSH_KEYFILE", True), ("KEYCLOAK_URL", True),
-    ("MY_VAR", False), ("OMP_NUM_THREADS", False), ("DATA_DIR", False),
+    ("MYSQL_PWD", True), ("smtp_pass", True), ("BASIC_AUTH", True), ("GITHUB_PAT", True),
+    ("SESSION_ID", True), ("SENTRY_DSN", True), ("PASSPORT", True), ("PATIENCE", False),
+    ("MY_VAR", False), ("OMP_NUM_THREADS", False), ("DATA_DIR", False), ("MODEL_NAME", False),
 ])
 def test_looks_like_credential(name, expected):
     assert inherit.looks_like_credential(name) is expected
@@ -114,3 +204,34 @@ def test_with_inherited_adds_nothing_when_nothing_changed(monkeypatch):
         if os.environ.get(name) != value:
             monkeypatch.setenv(name, value)
     assert inherit.with_inherited({"memory": 512}) == {"memory": 512}
+
+
+def _double(x):
+    return 2 * x
+
+
+REVIEWED = {  # the review's variables, all once sent in SubmitJob: the suffix keeps them this test's
+    "MYSQL_PWD": "hunter2", "SMTP_PASS": "hunter2", "BASIC_AUTH": "u:p",
+    "DATABASE_URL": "postgres://app:hunter2@db/x", "GITHUB_PAT": "ghp_" + "a1B2" * 9,
+    "X": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "LOWER_ID": "akiaiosfodnn7example",
+    "SPACED_ID": " AKIAIOSFODNN7EXAMPLE", "SSL_CERT_FILE": "/nowhere/cert.pem",
+    "REQUESTS_CA_BUNDLE": "/nowhere/ca.pem", "CURL_CA_BUNDLE": "/nowhere/ca.pem",
+}
+
+
+def test_the_reviewed_variables_stay_out_of_submitjob(local_env, monkeypatch):
+    for name, value in REVIEWED.items():
+        if inherit.start_environment().get(name) == value:
+            pytest.skip(f"{name} was set so before the test: it would not be a change")
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("MODEL_NAME", "resnet")
+    with BatchExecutor(local_env, dry_run=True) as ex:
+        result = ex.submit(_double, 1).exception(timeout=30)
+    assert isinstance(result, DryRunResult)
+    (request,) = result.requests
+    environment = {pair["name"]: pair["value"]
+                   for pair in request["containerOverrides"]["environment"]}
+    assert environment["MODEL_NAME"] == "resnet"
+    assert not set(REVIEWED) & set(environment)
+    sent = json.dumps(request)
+    assert not [value for value in REVIEWED.values() if len(value) > 6 and value.strip() in sent]
