@@ -12,7 +12,9 @@ each call's working directory, so a relative path the script opens resolves as o
 
 A path is taken as the script would open it: relative to the working directory (or absolute,
 inside it); one outside the working directory is refused (the call could not open it by the
-same name). Read when the executor is made: later edits are not shipped.
+same name). Read when the executor is made: later edits are not shipped. A link (DVC and
+git-annex data folders are links) ships its content, as a regular file under the link's name;
+a link to a folder is followed, one back to a folder it is in refused.
 
 ``missing_file_note``: a call's FileNotFoundError for a file that exists here says to use files=.
 """
@@ -24,7 +26,7 @@ import io
 import os
 import stat
 import tarfile
-from typing import Any, Callable, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from .errors import ConfigurationError
 
@@ -45,6 +47,26 @@ def _inside(path: str, cwd: str) -> Optional[str]:
     return relative
 
 
+def _walk(top: str, given: str) -> List[str]:
+    """Every file under the folder ``top``, by the names under it; links to folders followed
+    (DVC, git-annex data folders), a link back to a folder it is in refused."""
+    walked = []
+    # each folder to walk: the real folders it is in, itself last
+    chains: Dict[str, Tuple[str, ...]] = {top: (os.path.realpath(top),)}
+    for folder, folders, files in os.walk(top, followlinks=True):
+        folders.sort()
+        chain = chains.pop(folder)
+        for sub in folders:
+            real = os.path.realpath(os.path.join(folder, sub))
+            if real in chain:
+                raise ConfigurationError(
+                    f"files=: {given!r} holds a link back to a folder it is in "
+                    f"({os.path.join(folder, sub)!r}); remove the loop or name its files")
+            chains[os.path.join(folder, sub)] = chain + (real,)
+        walked += [os.path.join(folder, f) for f in sorted(files)]
+    return walked
+
+
 def collect(paths: Iterable[Any], cwd: str) -> List[Entry]:
     """The files ``paths`` name (folders: every regular file under them), sorted by name;
     ConfigurationError for a path outside ``cwd``, missing, or too much in all."""
@@ -61,16 +83,21 @@ def collect(paths: Iterable[Any], cwd: str) -> List[Entry]:
                 f"files by the same relative name there, so only paths under it can be shipped")
         local = os.path.join(cwd, name)
         if os.path.isdir(local):
-            walked = []
-            for folder, folders, files in os.walk(local):
-                folders.sort()
-                walked += [os.path.join(folder, f) for f in sorted(files)]
+            walked = _walk(local, path)
         elif os.path.isfile(local):
             walked = [local]
+        elif os.path.islink(local):
+            raise ConfigurationError(f"files=: {path!r} is a link to nothing (in {cwd}); "
+                                     f"fetch its data first (dvc pull, git annex get)")
         else:
             raise ConfigurationError(f"files=: {path!r} does not exist (in {cwd})")
         for file_path in walked:
-            info = os.stat(file_path)
+            try:
+                info = os.stat(file_path)  # a link's target: its content is what is shipped
+            except FileNotFoundError:
+                raise ConfigurationError(
+                    f"files=: {os.path.relpath(file_path, cwd)!r} is a link to nothing (in "
+                    f"{cwd}); fetch its data first (dvc pull, git annex get)") from None
             if not stat.S_ISREG(info.st_mode):
                 continue  # sockets, devices, FIFOs: nothing to ship
             relative = os.path.relpath(file_path, cwd)
@@ -90,13 +117,23 @@ def collect(paths: Iterable[Any], cwd: str) -> List[Entry]:
 def pack(entries: Iterable[Entry]) -> bytes:
     """One uncompressed tar of the entries: regular files, owner root, mode kept (rwx bits)."""
     buffer = io.BytesIO()
+    total = 0
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
         for name, local in entries:
-            info = archive.gettarinfo(local, arcname=name.replace(os.sep, "/"))
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
-            info.mode &= 0o755
             with open(local, "rb") as handle:
+                # from the open file (fstat): a link's content as a regular file, never the
+                # link itself (the worker writes no links: the file would not arrive)
+                info = archive.gettarinfo(arcname=name.replace(os.sep, "/"), fileobj=handle)
+                if not info.isreg():
+                    continue  # opened something else than a file since collect: nothing to ship
+                total += info.size
+                if total > MAX_BYTES:  # grown since collect counted it
+                    raise ConfigurationError(
+                        f"files=: more than {MAX_BYTES // 2**20} MiB in all; put larger data "
+                        f"in S3 and read it in the call, or in the image")
+                info.uid = info.gid = 0
+                info.uname = info.gname = ""
+                info.mode &= 0o755
                 archive.addfile(info, handle)
     return buffer.getvalue()
 

@@ -62,6 +62,66 @@ def test_pack_is_a_plain_tar_of_the_files(tree):
         assert all(m.uid == 0 and m.uname == "" for m in members.values())
 
 
+# Links, as DVC and git-annex leave them: the cache (outside the working directory) holds the data.
+LINKS = {
+    "file link": {"data/a.csv": "{store}/real.csv"},
+    "named link": {"link.csv": "../store/real.csv"},
+    "folder link": {"data": "{store}"},
+    "nested folder link": {"data/sub": "../../store"},
+}
+
+
+def _links(root, links):
+    (root / "work").mkdir()
+    (root / "store").mkdir()
+    (root / "store" / "real.csv").write_text("from the store\n")
+    for name, target in links.items():
+        (root / "work" / name).parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(target.format(store=root / "store"), root / "work" / name)
+    return root / "work"
+
+
+@pytest.mark.parametrize("layout, paths, shipped", [
+    ("file link", ["data"], {"data/a.csv": b"from the store\n"}),
+    ("named link", ["link.csv"], {"link.csv": b"from the store\n"}),
+    ("folder link", ["data"], {"data/real.csv": b"from the store\n"}),
+    ("nested folder link", ["data"], {"data/sub/real.csv": b"from the store\n"}),
+])
+def test_links_ship_their_content_and_arrive(tmp_path, monkeypatch, layout, paths, shipped):
+    from batchfutures.worker import calls
+
+    cwd = _links(tmp_path, LINKS[layout])
+    data = shipfiles.pack(shipfiles.collect(paths, str(cwd)))
+    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+        assert all(member.isreg() for member in archive.getmembers())  # no link members
+    worker = tmp_path / "worker"
+    worker.mkdir()
+    monkeypatch.chdir(worker)
+    calls.write_files(data)  # the worker's side: the files arrive, as regular files
+    arrived = {str(p.relative_to(worker)).replace(os.sep, "/"): p.read_bytes()
+               for p in worker.rglob("*") if p.is_file()}
+    assert arrived == shipped and not any(p.is_symlink() for p in worker.rglob("*"))
+
+
+@pytest.mark.parametrize("links, paths, message", [
+    ({"data/again": ".."}, ["data"], "link back to a folder"),   # a loop
+    ({"data/self": "."}, ["data"], "link back to a folder"),
+    ({"data/gone.csv": "../store/missing.csv"}, ["data"], "link to nothing"),  # not pulled
+    ({"gone.csv": "store/missing.csv"}, ["gone.csv"], "link to nothing"),
+])
+def test_link_problems_refused(tmp_path, links, paths, message):
+    cwd = _links(tmp_path, links)
+    with pytest.raises(ConfigurationError, match=message):
+        shipfiles.collect(paths, str(cwd))
+
+
+def test_a_link_counts_its_target_size(tmp_path, monkeypatch):
+    cwd = _links(tmp_path, {"data": "{store}"})
+    monkeypatch.setattr(shipfiles, "MAX_BYTES", 3)
+    with pytest.raises(ConfigurationError, match="MiB in all"):
+        shipfiles.collect(["data"], str(cwd))
+
+
 @pytest.mark.parametrize("error, existing, expected", [
     (FileNotFoundError(2, "No such file", "data/a.csv"), {"/cwd/data/a.csv"}, "files=['data/a.csv']"),
     (FileNotFoundError(2, "No such file", "data/a.csv"), set(), None),  # not here either
