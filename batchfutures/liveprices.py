@@ -10,7 +10,9 @@ The Price List is served from three Regions' endpoints only (us-east-1, ap-south
 botocore's endpoint data), so its client is made for the nearest of them. What is read is kept
 per process and on disk (<workdir>/prices/, a private folder) with the date it was read, for a
 day. Any failure to read (no credentials, AccessDenied, a stack's policy from before these
-actions) is logged once at DEBUG and the table is used: a price never fails a future.
+actions, no answer within READ_DEADLINE_S) is logged once at DEBUG and the table is used: a price
+never fails a future. A failure is kept in the process (not on disk) for FAILURE_AGE_S, so a
+refused or unreachable Price List costs one wait, not one per executor, report or status.
 """
 
 from __future__ import annotations
@@ -35,7 +37,10 @@ logger = logging.getLogger("batchfutures")
 
 PRICE_LIST_REGIONS = ("us-east-1", "ap-south-1", "eu-central-1")
 MAX_AGE_S = 86400.0  # prices read are kept a day
-_ONE_TRY = Config(retries={"total_max_attempts": 1}, connect_timeout=5, read_timeout=15)
+FAILURE_AGE_S = 600.0  # a read that failed or found nothing is not tried again for 10 minutes
+READ_DEADLINE_S = 5.0  # one read (every page, both APIs) is waited for this long at most
+# a price is not worth a wait: one attempt, short timeouts (the table is the fallback)
+_ONE_TRY = Config(retries={"total_max_attempts": 1}, connect_timeout=2, read_timeout=4)
 _FARGATE_USAGE = {  # the end of a Fargate product's usagetype ("USE1-Fargate-vCPU-Hours:perCPU")
     ("X86_64", "vcpu"): "-Fargate-vCPU-Hours:perCPU", ("X86_64", "gb"): "-Fargate-GB-Hours",
     ("ARM64", "vcpu"): "-Fargate-ARM-vCPU-Hours:perCPU", ("ARM64", "gb"): "-Fargate-ARM-GB-Hours",
@@ -124,8 +129,11 @@ def latest_spot(history: Iterable[Mapping[str, Any]], instance_type: str) -> Opt
     return max((usd for _, usd in latest.values()), default=None)
 
 
-_cache: Dict[str, Tuple[float, LiveRates]] = {}
-_lock = threading.Lock()
+# key -> (when read, the rates; None: nothing could be read, kept FAILURE_AGE_S, never on disk)
+_cache: Dict[str, Tuple[float, Optional[LiveRates]]] = {}
+# key -> (set when its read ended, its deadline on time.monotonic): one read per key at a time
+_reading: Dict[str, Tuple[threading.Event, float]] = {}
+_lock = threading.Lock()  # guards the dicts only: no network read is made while holding it
 _logged = False
 
 
@@ -150,11 +158,14 @@ def _from_json(text: str) -> Tuple[float, LiveRates]:
 
 
 def _read(session: Any, ec2: Any, region: str, platform: str, architecture: str,
-          instance_type: Optional[str], spot: bool) -> LiveRates:
+          instance_type: Optional[str], spot: bool, deadline: float) -> LiveRates:
     endpoint = price_list_region(region)
-    # a price is not worth a wait: one attempt, short timeouts (the table is the fallback)
     pricing = session.client("pricing", region_name=endpoint, config=_ONE_TRY)
     fargate = instance = None
+
+    def in_time() -> None:  # no new page or call once the read's deadline passed
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"prices not read within {READ_DEADLINE_S:g} s")
 
     def products(service: str, **terms: str) -> List[Any]:
         filters = [{"Type": "TERM_MATCH", "Field": k, "Value": v} for k, v in terms.items()]
@@ -162,6 +173,8 @@ def _read(session: Any, ec2: Any, region: str, platform: str, architecture: str,
         for page in pricing.get_paginator("get_products").paginate(
                 ServiceCode=service, Filters=filters, FormatVersion="aws_v1"):
             found.extend(page.get("PriceList") or ())
+            if page.get("NextToken"):
+                in_time()
         return found
 
     if platform == "FARGATE":
@@ -172,6 +185,9 @@ def _read(session: Any, ec2: Any, region: str, platform: str, architecture: str,
             tenancy="Shared", preInstalledSw="NA", capacitystatus="Used"), instance_type) \
             or instance_of(instance_type)
         if spot and instance is not None:
+            in_time()
+            if ec2 is None:
+                ec2 = session.client("ec2", region_name=region, config=_ONE_TRY)
             history = ec2.describe_spot_price_history(
                 InstanceTypes=[instance_type], ProductDescriptions=["Linux/UNIX"],
                 StartTime=time.time() - 3 * 3600).get("SpotPriceHistory") or []
@@ -186,7 +202,10 @@ def read_rates(session: Any, ec2: Any, region: Optional[str], platform: str, arc
                instance_type: Optional[str], spot: bool, folder: Optional[Path],
                now: Optional[float] = None) -> Optional[LiveRates]:
     """The rates of a queue's calls from AWS (cached a day, per process and in ``folder``), None
-    when they could not be read (logged once at DEBUG): the caller keeps the shipped table."""
+    when they could not be read within READ_DEADLINE_S (logged once at DEBUG; not tried again
+    for FAILURE_AGE_S): the caller keeps the shipped table. ``ec2``: an EC2 client, or None to
+    make one with short timeouts. One read per key at a time, on its own daemon thread: callers
+    asking for the same key wait for it (until its deadline), other keys are not held up."""
     if session is None or not region:
         return None
     key = f"{region}-{platform}-{architecture}-{instance_type or ''}-{'spot' if spot else 'od'}"
@@ -199,20 +218,45 @@ def read_rates(session: Any, ec2: Any, region: Optional[str], platform: str, arc
                 cached = _from_json(path.read_text())
             except (OSError, ValueError, KeyError, TypeError):
                 cached = None
-        if cached is not None and now - cached[0] < MAX_AGE_S:
+        if cached is not None and now - cached[0] < (
+                MAX_AGE_S if cached[1] is not None else FAILURE_AGE_S):
             _cache[key] = cached
             return cached[1]
-        try:
-            rates = _read(session, ec2, region, platform, architecture, instance_type, spot)
-        except Exception as error:  # no credentials, AccessDenied, an old stack's policy
-            _log_once(error)
-            return None
+        if key not in _reading:
+            _reading[key] = (threading.Event(), time.monotonic() + READ_DEADLINE_S)
+            threading.Thread(target=_read_into_cache, name=f"batchfutures-prices-{key}",
+                             args=(key, path, now, _reading[key], session, ec2, region, platform,
+                                   architecture, instance_type, spot), daemon=True).start()
+        done, deadline = _reading[key]
+    if not done.wait(max(0.0, deadline - time.monotonic())):
+        with _lock:  # the read goes on alone; until it ends, the table (and no new read)
+            if key in _reading:
+                _cache[key] = (now, None)
+        _log_once(TimeoutError(f"prices not read within {READ_DEADLINE_S:g} s"))
+        return None
+    with _lock:
+        found = _cache.get(key)
+    return found[1] if found is not None else None
+
+
+def _read_into_cache(key: str, path: Optional[Path], now: float,
+                     reading: Tuple[threading.Event, float], session: Any, ec2: Any, region: str,
+                     platform: str, architecture: str, instance_type: Optional[str],
+                     spot: bool) -> None:
+    done, deadline = reading
+    rates: Optional[LiveRates] = None
+    try:
+        rates = _read(session, ec2, region, platform, architecture, instance_type, spot, deadline)
         if rates.fargate is None and rates.instance is None:
-            return None
+            rates = None
+    except Exception as error:  # no credentials, AccessDenied, an old stack's policy, too slow
+        _log_once(error)
+    if rates is not None and path is not None:
+        try:
+            path.write_text(_to_json(rates, now))
+        except OSError as error:
+            _log_once(error)
+    with _lock:
         _cache[key] = (now, rates)
-        if path is not None:
-            try:
-                path.write_text(_to_json(rates, now))
-            except OSError as error:
-                _log_once(error)
-        return rates
+        del _reading[key]
+    done.set()

@@ -22,7 +22,7 @@ from .environments import Environment, default_workdir, queue_compute_environmen
 from .errors import BudgetExceededError, ConfigurationError
 from .workdir import secure_folder
 
-__all__ = ["Spending", "check_max_cost", "pricing_of", "with_live_rates"]
+__all__ = ["Spending", "check_max_cost", "pricing_of", "with_live_rates", "PricingWhenAsked"]
 
 logger = logging.getLogger("batchfutures")
 
@@ -76,6 +76,40 @@ class Spending:
             spent=spent, max_cost=self.max_cost)
 
 
+class PricingWhenAsked:
+    """An executor's pricing_of(env), read at the first cost asked (a call that ended: its
+    future.cost, ex.cost, max_cost's count), never on the thread that submits: reading the
+    queue and AWS's prices may take seconds, a submit must not wait for them."""
+
+    def __init__(self, env: Environment) -> None:
+        self._env = env
+        self._pricing: Optional[costs.Pricing] = None
+        self._lock = threading.Lock()  # this executor's: one read, the others wait for it
+
+    def pricing(self) -> costs.Pricing:
+        with self._lock:
+            if self._pricing is None:
+                self._pricing = pricing_of(self._env)
+            return self._pricing
+
+    def of_call(self, vcpus: float, memory_mib: float, gpus: int = 0) -> "CallPricedWhenAsked":
+        return CallPricedWhenAsked(self, vcpus, memory_mib, gpus)
+
+
+class CallPricedWhenAsked:
+    """costs.CallPricing's cost(usage), its queue's pricing read when first asked."""
+
+    def __init__(self, source: PricingWhenAsked, vcpus: float, memory_mib: float,
+                 gpus: int = 0) -> None:
+        self.source, self.vcpus, self.memory_mib, self.gpus = source, vcpus, memory_mib, gpus
+
+    def cost(self, usage: Any) -> Optional[float]:
+        if getattr(usage, "wall_s", None) is None:
+            return None  # not measured: nothing to read prices for
+        return costs.CallPricing(self.source.pricing(), self.vcpus, self.memory_mib,
+                                 self.gpus).cost(usage)
+
+
 def pricing_of(env: Environment) -> Any:
     """How an environment's calls are priced (a costs.Pricing): the emulator as Fargate; on AWS
     from its queue's first enabled compute environment (read once by the caller), else the job
@@ -108,7 +142,7 @@ def with_live_rates(env: Environment, pricing: costs.Pricing) -> costs.Pricing:
         if not _is_aws(env.client("batch").meta.endpoint_url):
             return pricing  # Batch at another endpoint (the emulator's): no AWS prices apply
         folder = secure_folder((env.workdir or default_workdir()) / "prices", "price cache")
-        rates = liveprices.read_rates(env.session, env.client("ec2"), env.region_name,
+        rates = liveprices.read_rates(env.session, None, env.region_name,
                                       pricing.platform, pricing.architecture, instance_type,
                                       pricing.spot, folder)
     except Exception as error:  # no session, a folder refused: the table

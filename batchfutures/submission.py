@@ -42,7 +42,6 @@ from . import batchapi, logforward, reruns, serialization, wire
 from ._version import __version__
 from .batchlimits import MAX_ARRAY_SIZE, MAX_SUBMIT_PAYLOAD
 from .callattempts import AttemptsReader
-from .costs import CallPricing
 from .errors import (
     ABORT_REASON_PREFIX,
     OOM_REASON_PREFIX,
@@ -54,7 +53,7 @@ from .errors import (
 from .jobdefinitions import check_tags, definition_with_secrets, multinode_definition_from
 from .jobs import TrackedJob, settle
 from .settings import JobSettings
-from .spending import Spending, pricing_of
+from .spending import PricingWhenAsked, Spending
 from .spot import SpotFallback
 
 if TYPE_CHECKING:
@@ -328,7 +327,7 @@ class Submitter:
         # cache=True: writes the job's cache index before SubmitJob (cache.CallCache.write_index)
         self.before_submit: Optional[Callable[[Any, PendingJob, str], None]] = None
         # max_cost= and ex.cost: the estimate of the calls that ended (spending.py); how the
-        # queue's calls are priced (costs.Pricing), read at the first submission
+        # queue's calls are priced (spending.PricingWhenAsked), read when a cost is first asked
         self.spending = Spending()
         self._pricing: Any = _UNREAD
 
@@ -508,9 +507,9 @@ class Submitter:
             tracked.echo_at_end = self.live_tail.echo_at_end
         tracked.attempts_reader = AttemptsReader(self._env.batch, job_id, len(job.blobs) > 1,
                                                  job.earlier_attempts)
-        if self._pricing is _UNREAD:
-            self._pricing = pricing_of(self._env)
-        tracked.pricing = CallPricing(self._pricing, job.settings.vcpus, memory, job.settings.gpus)
+        if self._pricing is _UNREAD:  # read when a cost is first asked: a submit never waits
+            self._pricing = PricingWhenAsked(self._env)
+        tracked.pricing = self._pricing.of_call(job.settings.vcpus, memory, job.settings.gpus)
         for group in job.futures:  # each call's cost is counted as it ends (max_cost, ex.cost)
             for future in group:
                 future.add_done_callback(self.spending.count)

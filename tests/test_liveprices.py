@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import boto3
 import pytest
@@ -222,3 +225,132 @@ def test_the_emulators_endpoint_keeps_the_shipped_table(tmp_path: Path, s3_endpo
     assert pricing.rates is None and not pricing.local
     assert "the shipped table" in costs.estimate(60, 1, 2048, pricing).basis
     assert not (tmp_path / "work" / "prices").exists()
+
+
+class SlowPriceList:
+    """A Price List client whose every GetProducts answers after ``seconds`` (a stand-in for
+    an unreachable endpoint: botocore's Stubber cannot wait), then fails or answers ``pages``."""
+
+    def __init__(self, seconds: float, pages: Optional[List[List[str]]] = None) -> None:
+        self.seconds, self.pages, self.calls = seconds, pages, 0
+        self.released = threading.Event()  # set: answer at once (a test's end)
+
+    def get_paginator(self, operation: str) -> Any:
+        assert operation == "get_products"
+        return self
+
+    def paginate(self, **request: Any) -> Iterator[Dict[str, Any]]:
+        for number, page in enumerate(self.pages or [[]], 1):
+            self.calls += 1
+            self.released.wait(self.seconds)
+            if self.pages is None:
+                raise TimeoutError("read timeout on the Price List endpoint")
+            more = {"NextToken": f"page{number + 1}"} if number < len(self.pages) else {}
+            yield {"PriceList": page, **more}
+
+
+class SlowSession:
+    def __init__(self, pricing: SlowPriceList) -> None:
+        self.pricing = pricing
+
+    def client(self, service: str, region_name: str, config: Any = None) -> Any:
+        assert service == "pricing" and config is not None
+        return self.pricing
+
+
+def timed_read(session: Any, instance_type: str, folder: Path) -> Tuple[Any, float]:
+    started = time.monotonic()
+    rates = liveprices.read_rates(session, None, "eu-west-1", "EC2", "X86_64", instance_type,
+                                  False, folder)
+    return rates, time.monotonic() - started
+
+
+def test_slow_reads_of_different_keys_run_side_by_side_and_failures_are_kept(
+        tmp_path: Path) -> None:
+    """The review's case: GetProducts takes 1 s then times out. Two types asked at once end
+    together (not one after the other), and asking again answers at once (the failure is kept
+    in the process, not written to disk)."""
+    pricing = SlowPriceList(1.0)
+    session = SlowSession(pricing)
+    with ThreadPoolExecutor(2) as pool:
+        reads = [pool.submit(timed_read, session, kind, tmp_path)
+                 for kind in ("c6i.large", "m6i.large")]
+        results = [read.result() for read in reads]
+    assert [rates for rates, _ in results] == [None, None]
+    assert max(seconds for _, seconds in results) < 1.8  # serialised they would take 2 s
+    assert pricing.calls == 2
+    rates, seconds = timed_read(session, "c6i.large", tmp_path)
+    assert rates is None and seconds < 0.2 and pricing.calls == 2  # no read again
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failure_is_tried_again_after_its_age(tmp_path: Path) -> None:
+    session = SlowSession(SlowPriceList(0.0))
+    assert liveprices.read_rates(session, None, "eu-west-1", "FARGATE", "X86_64", None, False,
+                                 tmp_path, now=1000.0) is None
+    later = StubbedSession([ECS_EU_WEST_1])
+    rates = liveprices.read_rates(later, None, "eu-west-1", "FARGATE", "X86_64", None, False,
+                                  tmp_path, now=1000.0 + liveprices.FAILURE_AGE_S + 1)
+    assert rates is not None and rates.fargate == prices.FargateRate(0.04048, 0.004445)
+
+
+def test_callers_of_one_key_share_one_read_within_the_deadline(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read that hangs: every caller of that key is answered (the table) by the read's
+    deadline, with one GetProducts between them; no new read until the failure's age."""
+    monkeypatch.setattr(liveprices, "READ_DEADLINE_S", 0.5)
+    pricing = SlowPriceList(30.0)
+    session = SlowSession(pricing)
+    try:
+        with ThreadPoolExecutor(3) as pool:
+            results = list(pool.map(lambda _: timed_read(session, "c6i.large", tmp_path),
+                                    range(3)))
+        assert [rates for rates, _ in results] == [None] * 3
+        assert all(0.4 < seconds < 1.5 for _, seconds in results)
+        assert pricing.calls == 1
+        assert timed_read(session, "c6i.large", tmp_path)[1] < 0.2 and pricing.calls == 1
+    finally:
+        pricing.released.set()  # the abandoned read ends
+
+
+def test_the_deadline_stops_paging(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pages that answer slowly: no page is asked for past the read's deadline."""
+    monkeypatch.setattr(liveprices, "READ_DEADLINE_S", 0.3)
+    pricing = SlowPriceList(0.2, pages=[[]] * 20)
+    rates, seconds = timed_read(SlowSession(pricing), "c6i.large", tmp_path)
+    assert rates is None and seconds < 1.0
+    for _ in range(50):  # the read's own thread stops at the next page
+        if "eu-west-1-EC2-X86_64-c6i.large-od" not in liveprices._reading:
+            break
+        time.sleep(0.05)
+    assert pricing.calls <= 3
+
+
+@pytest.mark.slow
+def test_a_submit_does_not_wait_for_prices(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                           ) -> None:
+    """Pricing is read when a cost is first asked, not on the submitting thread: while the
+    price read hangs, submit returns; once it answers, the ended call's cost is given."""
+    from batchfutures import BatchExecutor, LocalEnvironment
+    askers: List[threading.Thread] = []
+    answer = threading.Event()
+
+    def hanging_pricing_of(env: Any) -> Pricing:
+        askers.append(threading.current_thread())
+        answer.wait(60)
+        return costs.LOCAL
+
+    monkeypatch.setattr(spending, "pricing_of", hanging_pricing_of)
+    env = LocalEnvironment(tmp_path / "work", max_vcpus=2)
+    executor = BatchExecutor(env)
+    try:
+        started = time.monotonic()
+        futures = [executor.submit(pow, 2, n) for n in range(3)]
+        assert time.monotonic() - started < 10  # the read would hang a minute
+        answer.set()
+        assert [f.result(timeout=120) for f in futures] == [1, 2, 4]
+        assert all(f.cost is not None and f.cost > 0 for f in futures)
+        assert askers and threading.current_thread() not in askers
+    finally:
+        executor.shutdown(wait=False, cancel_futures=True)
+        env.emulator.close()
