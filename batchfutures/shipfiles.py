@@ -8,7 +8,8 @@ each call's working directory, so a relative path the script opens resolves as o
       MAX_BYTES, MAX_FILES)                      only (tarfile's "data" filter), never over a
     Submitter: put once per run, sealed, as      file that is there already (a local attempt that
       the initargs are (Storage.put_function);   runs in the client's own folder keeps the client's)
-      the header's "files" names it
+      the header's "files" names it              a file there already that differs (an image's
+                                                 stale copy) is replaced, with a warning
 
 A path is taken as the script would open it: relative to the working directory (or absolute,
 inside it); one outside the working directory is refused (the call could not open it by the
@@ -30,10 +31,13 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from .errors import ConfigurationError
 
-__all__ = ["MAX_BYTES", "MAX_FILES", "collect", "pack", "cache_part", "missing_file_note"]
+__all__ = ["MAX_BYTES", "MAX_FILES", "CLIENT_FOLDER_HEADER", "collect", "pack", "cache_part",
+           "missing_file_note"]
 
 MAX_BYTES = 64 * 1024 * 1024  # the files' sizes summed: beyond, an image or S3 is the way
 MAX_FILES = 10_000
+# the archive's global header naming the client's folder: the emulator may run a call there
+CLIENT_FOLDER_HEADER = "BATCHFUTURES.client_folder"
 
 Entry = Tuple[str, str]  # (name in the call's working directory, path here)
 
@@ -114,11 +118,15 @@ def collect(paths: Iterable[Any], cwd: str) -> List[Entry]:
     return sorted(found.items())
 
 
-def pack(entries: Iterable[Entry]) -> bytes:
-    """One uncompressed tar of the entries: regular files, owner root, mode kept (rwx bits)."""
+def pack(entries: Iterable[Entry], folder: Optional[str] = None) -> bytes:
+    """One uncompressed tar of the entries: regular files, owner root, mode kept (rwx bits).
+    ``folder`` (default: this working directory, the one collect named them in) is recorded
+    (CLIENT_FOLDER_HEADER): a worker running in it never writes over the client's own files."""
     buffer = io.BytesIO()
     total = 0
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
+    client_folder = {CLIENT_FOLDER_HEADER: os.path.realpath(folder or os.getcwd())}
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT,
+                      pax_headers=client_folder) as archive:
         for name, local in entries:
             with open(local, "rb") as handle:
                 # from the open file (fstat): a link's content as a regular file, never the

@@ -122,6 +122,53 @@ def test_a_link_counts_its_target_size(tmp_path, monkeypatch):
         shipfiles.collect(["data"], str(cwd))
 
 
+@pytest.mark.parametrize("existing, where, content, words", [
+    (None, "image", b"new: 2\n", None),                       # nothing there: written
+    (b"new: 2\n", "image", b"new: 2\n", None),                # the same already: left
+    (b"old: 1\n", "image", b"new: 2\n", "replacing it"),      # an image's stale copy: replaced
+    (b"edited: 3\n", "client", b"edited: 3\n", "keeping the file"),  # the user's own: kept
+    (b"new: 2\n", "client", b"new: 2\n", None),
+], ids=["absent", "same", "stale", "client-edited", "client-same"])
+def test_a_file_already_there(tmp_path, monkeypatch, caplog, existing, where, content, words):
+    from batchfutures.worker import calls
+
+    client = tmp_path / "client"
+    client.mkdir()
+    (client / "config.yaml").write_bytes(b"new: 2\n")
+    data = shipfiles.pack(shipfiles.collect(["config.yaml"], str(client)), str(client))
+    folder = client if where == "client" else tmp_path / "image"
+    folder.mkdir(exist_ok=True)
+    if existing is not None:
+        (folder / "config.yaml").write_bytes(existing)  # the image's, or edited since
+    monkeypatch.chdir(folder)
+    caplog.set_level("WARNING", logger="batchfutures")
+    calls.write_files(data)
+    assert (folder / "config.yaml").read_bytes() == content
+    assert sorted(os.listdir(folder)) == ["config.yaml"]  # nothing left aside
+    if words is None:
+        assert "config.yaml" not in caplog.text
+    else:
+        assert words in caplog.text and "config.yaml" in caplog.text
+
+
+@pytest.mark.parametrize("client_folder, here, expected", [
+    (None, "{a}", False),          # an archive without the header
+    ("", "{a}", False),
+    ("{a}", "{a}", True),
+    ("{a}/../a", "{a}", True),     # the same folder by another name
+    ("{a}", "{b}", False),
+    ("{a}/missing", "{a}", False),  # not a folder of this machine
+])
+def test_runs_in_folder(tmp_path, client_folder, here, expected):
+    from batchfutures.worker import calls
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    names = {"a": tmp_path / "a", "b": tmp_path / "b"}
+    given = client_folder.format(**names) if client_folder is not None else None
+    assert calls.runs_in_folder(given, here.format(**names)) is expected
+
+
 @pytest.mark.parametrize("error, existing, expected", [
     (FileNotFoundError(2, "No such file", "data/a.csv"), {"/cwd/data/a.csv"}, "files=['data/a.csv']"),
     (FileNotFoundError(2, "No such file", "data/a.csv"), set(), None),  # not here either

@@ -47,7 +47,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import IO, TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from .. import serialization, wire
 from ..dependencies import Resolver, UpstreamFailed, has_refs
@@ -258,7 +258,8 @@ def _file_member_name(member: "tarfile.TarInfo") -> Optional[str]:
 def unpack_files(prefetched: Prefetched, header: Dict[str, Any], index: int) -> Optional[bytes]:
     """The run's files= archive (header "files", its seal checked) into the working directory,
     before the initializer: each file written aside and linked into place, so a process beside
-    (the inner pool's) sees it whole or not at all, and a file already there is kept. None when
+    (the inner pool's) sees it whole or not at all; a file already there that differs is
+    replaced (warned), except in the client's own folder (kept, warned). None when
     done; else the outcome of every item (the files could not be written)."""
     url = header.get("files")
     if not url:
@@ -279,7 +280,10 @@ def write_files(data: Union[bytes, bytearray]) -> None:
     unpack_files says; raises what writing raised."""
     import tarfile  # start-up: ~1.5 ms on a worker's start; only a run with files= needs it
 
+    from ..shipfiles import CLIENT_FOLDER_HEADER
+
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as archive:
+        in_client_folder = runs_in_folder(archive.pax_headers.get(CLIENT_FOLDER_HEADER))
         for member in archive.getmembers():
             name = _file_member_name(member)
             if name is None:
@@ -287,8 +291,16 @@ def write_files(data: Union[bytes, bytearray]) -> None:
             if member.isdir():
                 os.makedirs(name, exist_ok=True)
                 continue
-            if os.path.lexists(name):
-                continue
+            replacing = os.path.lexists(name)
+            if replacing:
+                if _same_content(name, archive.extractfile(member)):
+                    continue  # a sibling process wrote it, or the image holds the same
+                if in_client_folder:  # the emulator in the client's folder: the user's file
+                    logger.warning("files=: %s differs from the copy shipped, and this is the "
+                                   "client's own folder: keeping the file as it is", name)
+                    continue
+                logger.warning("files=: %s was already in the working directory (the image's "
+                               "copy?) and differs from the one shipped: replacing it", name)
             folder = os.path.dirname(name)
             if folder:
                 os.makedirs(folder, exist_ok=True)
@@ -299,11 +311,42 @@ def write_files(data: Union[bytes, bytearray]) -> None:
                 shutil.copyfileobj(source, handle)
             os.chmod(aside, (member.mode & 0o755) | 0o600)
             try:
-                os.link(aside, name)
+                if replacing:  # atomic: a process beside sees the old file or the new
+                    os.replace(aside, name)
+                else:
+                    os.link(aside, name)
             except FileExistsError:  # another process put it there first
                 pass
             finally:
-                os.unlink(aside)
+                if os.path.lexists(aside):
+                    os.unlink(aside)
+
+
+def runs_in_folder(client_folder: Optional[str], here: Optional[str] = None) -> bool:
+    """Whether the working directory ``here`` (default: this one) is ``client_folder``, the
+    folder the client shipped its files from (the emulator runs a call there when asked)."""
+    if not client_folder:
+        return False
+    try:
+        return os.path.samefile(client_folder, here or os.getcwd())
+    except OSError:  # no such folder on this machine: not the client's
+        return False
+
+
+def _same_content(path: str, shipped: Optional[IO[bytes]]) -> bool:
+    """Whether the file at ``path`` holds exactly what ``shipped`` reads."""
+    if shipped is None:
+        return False
+    try:
+        with open(path, "rb") as handle:
+            while True:
+                mine, theirs = handle.read(1 << 16), shipped.read(1 << 16)
+                if mine != theirs:
+                    return False
+                if not mine:
+                    return True
+    except OSError:  # a folder, unreadable: not the same file
+        return False
 
 
 # -- the items ----------------------------------------------------------------------------------
