@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol, Tuple
 
 from . import serialization
 
@@ -52,7 +52,8 @@ class Storage(Protocol):
 
 __all__ = ["checkpoint", "restored", "interrupted", "attempt", "CHECKPOINT_KIND",
            "checkpoint_url", "begin_call", "at_item", "end_call", "on_sigterm",
-           "install_sigterm_handler", "request_retry", "retry_requested", "retry_reason"]
+           "install_sigterm_handler", "request_retry", "retry_requested", "retry_reason",
+           "take_retry"]
 
 CHECKPOINT_KIND = "checkpoint"
 _NOT_READ = object()
@@ -109,17 +110,32 @@ def end_call() -> None:
     _local.call = None
 
 
-def request_retry(delay: float, error: Optional[BaseException] = None) -> bool:
+def request_retry(delay: float, error: Optional[BaseException] = None,
+                  reason: Optional[str] = None) -> bool:
     """retrypolicy.Retrying: the call raised a listed exception with attempts left; the worker
     ends this attempt after ``delay`` seconds without a result, for Batch to retry it. False
-    outside a worker (nothing to retry: the exception is the outcome)."""
+    outside a worker (nothing to retry: the exception is the outcome). ``reason``: the
+    "Type: message" of an error raised elsewhere (worker/pool.py: in a sub-process)."""
     call = _current()
     if call is None:
         return False
     call.retry_after = max(call.retry_after or 0.0, delay)
-    if error is not None and call.retry_reason is None:
-        call.retry_reason = f"{type(error).__name__}: {error}"
+    if error is not None:
+        reason = f"{type(error).__name__}: {error}"
+    if reason is not None and call.retry_reason is None:
+        call.retry_reason = reason
     return True
+
+
+def take_retry() -> Optional[Tuple[float, Optional[str]]]:
+    """worker/pool.py's sub-process: the retry the item just run asked for, (delay, reason) or
+    None, cleared here (the worker asks for it again: request_retry there)."""
+    call = _current()
+    if call is None or call.retry_after is None:
+        return None
+    asked = (call.retry_after, call.retry_reason)
+    call.retry_after = call.retry_reason = None
+    return asked
 
 
 def retry_requested() -> Optional[float]:

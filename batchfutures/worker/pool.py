@@ -12,8 +12,16 @@
         all N ready; one failed?  every item's outcome is that failure (as sequentially)
         hand out ranges of item positions, shrinking (guided self-scheduling) ──> (start, stop)
           sub-process k: each function loaded once, the items run, each measured (calls.Meter,
-          opened in the sub-process: its own /proc/self)
-                                                   ──> [(position, outcome, printed, usage)...]
+          opened in the sub-process: its own /proc/self), each under its own checkpoint key
+          (checkpoints.at_item(position))
+                                                   ──> [(position, outcome, printed, usage,
+                                                         retry)...]
+          retry: (delay, reason) when the item's Retries(on=...) asked for one
+          (checkpoints.take_retry); the worker asks for it again (checkpoints.request_retry), so
+          worker.main ends the attempt with the retry status, as on the sequential path
+        SIGTERM meanwhile (a Spot notice): forwarded to the live sub-processes (_SigtermForwarding),
+          each decides there as the sequential worker does (checkpoints.on_sigterm); the worker
+          keeps waiting for them, until their end or the kill
         outcomes back in item order; None ("stop") to every sub-process; reap them
       printed: with echo_output (``output`` given), what the item printed in its sub-process
       (calls.Capture there: tee'd to the container's log as before) or None
@@ -51,12 +59,14 @@ import math
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 import warnings
 from multiprocessing.connection import Connection, Pipe, wait
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from .. import checkpoints
 from ..batchlimits import OOM_EXIT_STATUS
 from ..dependencies import Resolver
 from . import calls, oomguard
@@ -186,10 +196,12 @@ def _serve_items(connection: Connection, items: Sequence[Item], header: Dict[str
     meter = calls.Meter() if measure else None  # here: /proc/self is this sub-process
     runner = calls.ItemRunner(prefetched, header, index, resolver, functions, failed, meter)
 
-    def run(position: int) -> Tuple[int, bytes, Any, Any]:
+    def run(position: int) -> Tuple[int, bytes, Any, Any, Any]:
+        checkpoints.at_item(position)  # checkpoint()/restored() of this item: its own key
         outcome = runner.run(items[position])
-        # what it printed (and the initializer before), and what it used
-        return position, outcome, capture.take(), runner.usage
+        # what it printed (and the initializer before), what it used, the retry it asked for
+        # (Retries(on=...): the worker's attempt ends for it, so the worker must know)
+        return position, outcome, capture.take(), runner.usage, checkpoints.take_retry()
 
     try:
         while True:
@@ -259,9 +271,55 @@ def _kill(process: _SubProcess) -> None:
         pass
 
 
+class _SigtermForwarding:
+    """While the worker waits for its sub-processes, SIGTERM (a Spot notice, a terminated job)
+    goes on to them: there each item's process decides (checkpoints.on_sigterm: a call that used
+    checkpoint/restored/interrupted goes on, interrupted() now true; any other ends of it, and so
+    the container) and the worker keeps waiting, until their end or the kill."""
+
+    def __init__(self) -> None:
+        self.owner = os.getpid()
+        self.processes: List[_SubProcess] = []
+        self.received = False
+        self.previous: Any = None
+        self.installed = False
+
+    def __enter__(self) -> "_SigtermForwarding":
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+            self.installed = True
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.restore()
+
+    def restore(self) -> None:
+        """The handler before (in a sub-process: its own, inherited, checkpoints.on_sigterm)."""
+        if self.installed:
+            signal.signal(signal.SIGTERM, self.previous)
+            self.installed = False
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        if os.getpid() != self.owner:  # a sub-process before it restored the handler before
+            self.restore()
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        self.received = True
+        self.forward()
+
+    def forward(self) -> None:
+        for process in self.processes:
+            if process.status is None:
+                try:
+                    os.kill(process.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+
+
 def _start(count: int, items: Sequence[Item], header: Dict[str, Any], index: int,
            prefetched: calls.Prefetched, resolver: Resolver,
-           capture_output: bool = False, measure: bool = False) -> List[_SubProcess]:
+           capture_output: bool = False, measure: bool = False,
+           in_sub_process: Optional[Callable[[], None]] = None) -> List[_SubProcess]:
     calls.flush_output()  # what is buffered now must not be written once by every sub-process
     parent, prctl = os.getpid(), _libc_prctl()
     started: List[_SubProcess] = []
@@ -277,6 +335,8 @@ def _start(count: int, items: Sequence[Item], header: Dict[str, Any], index: int
             if pid == 0:  # the sub-process: never returns
                 status = 1
                 try:
+                    if in_sub_process is not None:
+                        in_sub_process()
                     atexit._clear()  # the worker's handlers are the worker's; the items' run here
                     ours.close()
                     for other in started:
@@ -343,11 +403,23 @@ def run_pool(items: Sequence[Item], header: Dict[str, Any], index: int,
     after the fork); None when they name none.
     Raises SubProcessEnded when one of them ends unasked (the others are killed first).
     """
+    with _SigtermForwarding() as forwarding:
+        return _run_pool(items, header, index, prefetched, processes, output, resolver, usage,
+                         forwarding)
+
+
+def _run_pool(items: Sequence[Item], header: Dict[str, Any], index: int,
+              prefetched: calls.Prefetched, processes: int, output: Optional[Dict[int, Any]],
+              resolver: Optional[Resolver], usage: Optional[List[Any]],
+              forwarding: _SigtermForwarding) -> List[bytes]:
     count = len(items)
     if resolver is None:
         resolver = Resolver(None)
     started = _start(processes, items, header, index, prefetched, resolver, output is not None,
-                     usage is not None)
+                     usage is not None, forwarding.restore)
+    forwarding.processes = started
+    if forwarding.received:  # SIGTERM came while they were forked: each of them gets it
+        forwarding.forward()
     used: List[Any] = [None] * count
     by_connection: Dict[Any, _SubProcess] = {process.connection: process for process in started}
     outcomes: List[Optional[bytes]] = [None] * count
@@ -379,9 +451,13 @@ def run_pool(items: Sequence[Item], header: Dict[str, Any], index: int,
         busy = {connection for connection in by_connection if hand_out(connection)}
         while busy:
             for connection in wait(list(busy)):
-                for position, outcome, printed, item_usage in _receive(by_connection[connection]):
+                for position, outcome, printed, item_usage, retry in _receive(
+                        by_connection[connection]):
                     outcomes[position] = outcome
                     used[position] = item_usage
+                    if retry is not None:  # worker.main ends the attempt for Batch's retry
+                        delay, reason = retry
+                        checkpoints.request_retry(delay, reason=reason)
                     if printed is not None and output is not None:
                         output[position] = printed
                 if not hand_out(connection):
