@@ -28,7 +28,8 @@ PACKAGE = "batchfutures"
 # what the worker may use of the core: storage, seals, pickles, errors; nothing of the client
 WORKER_MAY_IMPORT = {"serialization", "wire", "storage", "layout", "signing", "awsclients", "dependencies",
                      "errors", "statuses", "batchlimits", "_version", "sqsapi", "warmwire",
-                     "envarchive", "workdir", "checkpoints", "retrypolicy"}
+                     "envarchive", "workdir", "checkpoints", "retrypolicy",
+                     "shipfiles"}  # the files= archive's format: the worker unpacks what it packs
 # the emulator's front: what answers requests; the runtime never reaches back into it
 EMULATOR_FRONT = {"service", "server", "listing", "logservice", "table", "submitjob", "auth",
                   "tagging", "__main__"}

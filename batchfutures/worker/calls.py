@@ -280,7 +280,7 @@ def write_files(data: Union[bytes, bytearray]) -> None:
     unpack_files says; raises what writing raised."""
     import tarfile  # start-up: ~1.5 ms on a worker's start; only a run with files= needs it
 
-    from ..shipfiles import CLIENT_FOLDER_HEADER
+    from ..shipfiles import CLIENT_FOLDER_HEADER  # start-up: as tarfile, only files= needs it
 
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as archive:
         in_client_folder = runs_in_folder(archive.pax_headers.get(CLIENT_FOLDER_HEADER))
