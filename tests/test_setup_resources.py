@@ -285,7 +285,8 @@ def test_iam_is_least_privilege(template):
                 "ecr:GetAuthorizationToken", "batch:DescribeJobs", "batch:ListJobs",
                 "batch:DescribeJobQueues", "batch:DescribeJobDefinitions",
                 "batch:DescribeComputeEnvironments", "ec2:DescribeInstanceTypes",
-                "sqs:ListQueues"}, (name, actions)
+                "sqs:ListQueues", "pricing:GetProducts", "ec2:DescribeSpotPriceHistory",
+            }, (name, actions)
     job_statements = {s["Sid"]: s for n, s in statements if n == "JobRole"}
     assert set(job_statements) == {"RunObjects", "MissingKeysAre404", "ReadSigningKey",
                                    "WarmQueues"}
