@@ -3,6 +3,7 @@
     python -m batchfutures.emulator [--port N] [--host H] [--folder DIR] [--max-vcpus N]
                                     [--gpus N] [--metadata-ttl S] [--isolation auto|cgroups|rlimit]
                                     [--inherit-client-path] [--launcher process|threads]
+                                    [--image 'PATTERN=COMMAND' ...]
                                     [--summary-lag S] [--throttle-rate F] [--server-error-rate F]
                                     [--lost-reply-rate F] [--host-loss-rate F]
                                     [--host-loss-after S] [--fault-operations A,B]
@@ -15,6 +16,12 @@
 
 The fault flags set the emulator's FaultProfile (faults.py); all are off by default.
 `--launcher threads` runs each worker attempt in a thread of this process (runtime/threads.py).
+`--image 'PATTERN=COMMAND'` (repeatable, first match wins) says what a job runs when its job
+definition and overrides give no command and the definition's `image` matches the fnmatch
+PATTERN, as a container runs its image's entry point; COMMAND is split as a shell would (shlex),
+a leading `python` meaning the image's interpreter. E.g. Lithops' aws_batch runtime:
+
+    --image '*lithops*=python -m lithops.serverless.backends.aws_batch.entry_point'
 
 The endpoint serves only requests SigV4-signed with its credentials (auth.py). The secret is
 never in argv (any local user reads /proc/<pid>/cmdline) nor on stdout (a `> emulator.log` under
@@ -41,12 +48,13 @@ import json
 import logging
 import os
 import secrets
+import shlex
 import signal
 import stat
 import sys
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 if TYPE_CHECKING:  # pragma: no cover
     from .faults import FaultProfile
@@ -86,6 +94,11 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument("--launcher", choices=["process", "threads"], default="process",
                         help="how attempts run: a process each (default), or the worker's code "
                              "in threads of this process (no memory limits; for benchmarks)")
+    parser.add_argument("--image", action="append", default=[], metavar="PATTERN=COMMAND",
+                        help="what a job with no command runs when its definition's image "
+                             "matches the fnmatch PATTERN (its entry point; repeatable, first "
+                             "match wins), e.g. '*lithops*=python -m "
+                             "lithops.serverless.backends.aws_batch.entry_point'")
     faults = parser.add_argument_group("faults", "AWS's harshness on demand (all off by default)")
     faults.add_argument("--summary-lag", type=float, default=0.0, metavar="S",
                         help="refresh an array's statusSummary at most every S seconds")
@@ -219,6 +232,29 @@ def write_endpoint_file(folder: Path, endpoint_url: str, key_id: str, secret: st
     return path
 
 
+def image_option(text: str) -> Tuple[str, List[str]]:
+    """One --image value, PATTERN=COMMAND (split at the first '='; COMMAND as a shell would):
+    (pattern, argv). ValueError when either side is empty or COMMAND does not parse."""
+    pattern, equals, command = text.partition("=")
+    try:
+        argv = shlex.split(command)
+    except ValueError as error:  # an unclosed quote
+        raise ValueError(f"--image {text!r}: {error}") from None
+    if not equals or not pattern.strip() or not argv:
+        raise ValueError(f"--image {text!r}: give PATTERN=COMMAND, e.g. "
+                         "'*my-image*=python -m my.entry_point'")
+    return pattern.strip(), argv
+
+
+def image_options(values: List[str]) -> Dict[str, List[str]]:
+    """The --image values in the order given (the first matching pattern wins)."""
+    images: Dict[str, List[str]] = {}
+    for text in values:
+        pattern, argv = image_option(text)
+        images.setdefault(pattern, argv)
+    return images
+
+
 def fault_profile(args: argparse.Namespace) -> FaultProfile:
     from .faults import FaultProfile  # start-up: as main's
 
@@ -285,7 +321,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         emulator = BatchEmulator(folder, isolation=args.isolation,
                                  inherit_client_path=args.inherit_client_path,
                                  faults=fault_profile(args), launcher=args.launcher,
-                                 control_plane_delay=args.control_plane_delay, **options)
+                                 control_plane_delay=args.control_plane_delay,
+                                 images=image_options(args.image), **options)
     except (ValueError, TypeError, OSError) as error:  # a bad option or an unusable folder
         print(f"batchfutures emulator: {error}", file=sys.stderr)
         return 2

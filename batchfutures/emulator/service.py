@@ -89,7 +89,7 @@ from .retries import normalized
 from .runtime import cgroups as cgroups_module
 from .runtime import host
 from .runtime.attempts import AttemptLauncher, AttemptMonitor
-from .runtime.container import Scratch
+from .runtime.container import ImageEntryPoints, Scratch, image_entry_points
 from .runtime.launcher import ProcessLauncher
 from .runtime.monitor import MemoryMonitor
 from .runtime.scheduler import Scheduler, now_ms
@@ -177,13 +177,17 @@ class BatchEmulator:
                  faults: Optional[FaultProfile] = None, gpus: Optional[int] = None,
                  max_memory_mib: Optional[int] = None,
                  launcher: Union[Launcher, str] = Launcher.PROCESS,
-                 control_plane_delay: float = SETTLE_SECONDS) -> None:
+                 control_plane_delay: float = SETTLE_SECONDS,
+                 images: Optional[ImageEntryPoints] = None) -> None:
         """``max_memory_mib``: the most memory a job may ask for, as the largest instance of
         a compute environment (default: this machine's); a job asking for more waits RUNNABLE
         with Batch's MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT reason. ``launcher="threads"``
         runs each attempt of the worker's command in a thread of this process (runtime/threads.py; no
         memory limits, no other commands); never chosen by default. ``control_plane_delay``:
-        seconds a compute environment or queue stays CREATING, UPDATING or DELETING."""
+        seconds a compute environment or queue stays CREATING, UPDATING or DELETING.
+        ``images``: what an image runs when its job gives no command, {fnmatch pattern of the
+        definition's ``image``: argv} (runtime/container.py's ``entry_point``)."""
+        images = image_entry_points(images)  # ValueError before anything starts
         if max_vcpus is not None and not max_vcpus > 0:
             raise ValueError(f"max_vcpus={max_vcpus!r} must be positive")
         if max_memory_mib is not None and not max_memory_mib > 0:
@@ -242,7 +246,7 @@ class BatchEmulator:
             cgroups=self.cgroups, scratch=None if threads else self.scratch,  # a thread has no cwd
             inherit_client_path=self.inherit_client_path, faults=self.faults,
             queue_actions=self.queues.actions, lane_of=self._lane_of, lane_limit=self._lane_limit,
-            gate=self.consumables, spot_type=self._spot_type)
+            gate=self.consumables, spot_type=self._spot_type, images=images)
         self.scheduler.start()
         BatchEmulator._live[self.instance_id] = self
         atexit.register(_close_at_exit, weakref.ref(self))

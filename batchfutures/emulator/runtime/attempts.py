@@ -65,6 +65,7 @@ class LaunchRequest:
     scratch: Optional[str] = None  # a working directory removed when the attempt ends
     # keeps the emptied scratch folder for a later attempt, once the cgroup says none is left
     recycle: Optional[Callable[[str], None]] = None
+    unrunnable: Optional[str] = None  # why it cannot start: no command, no known entry point
 
 
 def docker_exit_code(returncode: Optional[int]) -> int:

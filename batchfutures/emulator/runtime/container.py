@@ -7,7 +7,11 @@ or, when the definition's `image` is the absolute path of an executable
 (`LocalEnvironment(image=PYTHON)`, `image_interpreter`), that interpreter with its own, so a
 library the client has and that image lacks is missing there as on AWS. An attempt gets:
 
-    command      the job's, a leading `python`/`python3`/`python3.X` meaning the image's interpreter
+    command      the job's, a leading `python`/`python3`/`python3.X` meaning the image's interpreter;
+                 for a definition with none, what its image runs: the entry point of the first
+                 `images` pattern (fnmatch) matching the definition's `image` (`entry_point`;
+                 `BatchEmulator(images=)`, `--image PATTERN=COMMAND`), as a container runs its
+                 image's ENTRYPOINT; with no match the attempt cannot start
     environment  PATH, HOME, locale and temp-dir variables (what an image defines), the AWS
                  endpoint, region and credential variables and proxy/CA settings (what reaching
                  storage needs), BATCHFUTURES_SIGNING_KEY (the local stand-in for the secret
@@ -38,6 +42,7 @@ import by reference. It hides what a container on AWS would lack; the default do
 
 from __future__ import annotations
 
+import fnmatch
 import itertools
 import logging
 import math
@@ -50,7 +55,7 @@ import sys
 import threading
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ...errors import ConfigurationError
 from ...workdir import make_private_dirs, owned_folder, secure_folder
@@ -95,6 +100,44 @@ def container_argv(command: List[str], python: Optional[str] = None) -> List[str
     if command and _PYTHON.fullmatch(command[0]):
         return [python or sys.executable] + list(command[1:])
     return list(command)
+
+
+# An image's entry point as the emulator knows it: fnmatch pattern of a definition's `image` ->
+# the argv its container runs when neither the definition nor the overrides give a command.
+ImageEntryPoints = Mapping[str, Sequence[str]]
+
+
+def image_entry_points(images: Optional[ImageEntryPoints]) -> Dict[str, Tuple[str, ...]]:
+    """`images` checked (ValueError: a pattern or an entry point that is not text, or empty)."""
+    checked: Dict[str, Tuple[str, ...]] = {}
+    for pattern, argv in (images or {}).items():
+        if not isinstance(pattern, str) or not pattern:
+            raise ValueError(f"images: the pattern {pattern!r} is not a non-empty string")
+        if isinstance(argv, str) or not argv or not all(isinstance(a, str) for a in argv):
+            raise ValueError(f"images[{pattern!r}] = {argv!r}: give the entry point as a "
+                             "non-empty list of strings (argv)")
+        checked[pattern] = tuple(argv)
+    return checked
+
+
+def entry_point(image: Optional[str], images: ImageEntryPoints) -> Optional[List[str]]:
+    """What `image` runs when its job gives no command: the argv of the first pattern of
+    `images` (in order; fnmatch, case-sensitive) matching it; None when none does."""
+    for pattern, argv in images.items():
+        if image is not None and fnmatch.fnmatchcase(image, pattern):
+            return list(argv)
+    return None
+
+
+class NoEntryPoint(OSError):
+    """A job with no command whose image has no entry point the emulator knows."""
+
+
+def no_entry_point(image: Optional[str]) -> str:
+    return (f"the job definition gives no command and the emulator knows no entry point for "
+            f"its image {image!r}: pass --image 'PATTERN=COMMAND' to python -m "
+            "batchfutures.emulator (BatchEmulator(images={PATTERN: [argv]})), or give the "
+            "definition a command")
 
 
 def passed_from_host(name: str) -> bool:
@@ -268,21 +311,27 @@ def log_file(logs_folder: Path, stream: str) -> Path:
 
 def launch_request(unit: Unit, stream: str, *, compute_environment: str, logs_folder: Path,
                    python_path: List[str], cwd: str,
-                   host: Optional[Mapping[str, str]] = None) -> LaunchRequest:
-    """What an attempt of `unit` gets, `host` being the client's environment (os.environ)."""
+                   host: Optional[Mapping[str, str]] = None,
+                   images: Optional[ImageEntryPoints] = None) -> LaunchRequest:
+    """What an attempt of `unit` gets, `host` being the client's environment (os.environ);
+    a job with no command runs its image's entry point (`images`), or cannot start."""
     node = unit.job.spec.node(unit.index if unit.job.is_multinode else None)
     vcpus = float(node["vcpus"] or 1)
     env = environment(os.environ if host is None else host, node["environment"] or [],
                       batch_variables(unit, compute_environment), vcpus=vcpus,
                       python_path=python_path)
-    python = image_interpreter(node.get("image"))
-    return LaunchRequest(argv=container_argv(list(node["command"] or []), python), env=env, cwd=cwd,
+    image = node.get("image")
+    command = list(node["command"] or []) or entry_point(image, images or {}) or []
+    return LaunchRequest(argv=container_argv(command, image_interpreter(image)), env=env, cwd=cwd,
                          log_path=str(log_file(logs_folder, stream)), memory_mib=node["memory"],
-                         vcpus=vcpus)
+                         vcpus=vcpus, unrunnable=None if command else no_entry_point(image))
 
 
 def prepare(request: LaunchRequest, scratch: Optional[Scratch], cgroups: Optional[Cgroups]) -> None:
-    """Outside the lock: the attempt's scratch folder (named for its task) and cgroup."""
+    """Outside the lock: the attempt's scratch folder (named for its task) and cgroup;
+    NoEntryPoint (the attempt cannot start) for a request with nothing to run."""
+    if request.unrunnable is not None:
+        raise NoEntryPoint(request.unrunnable)
     if not request.cwd:
         if scratch is not None:
             request.cwd = request.scratch = scratch.make(os.path.basename(request.log_path))

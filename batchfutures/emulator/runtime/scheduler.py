@@ -78,13 +78,15 @@ class Scheduler:
                  lane_of: Callable[[Unit], str] = lambda unit: "",
                  lane_limit: Callable[[str], Tuple[Optional[float], bool]] = lambda lane: (None, True),
                  gate: Optional[Gate] = None,
-                 spot_type: Callable[[str], Optional[str]] = lambda lane: None) -> None:
+                 spot_type: Callable[[str], Optional[str]] = lambda lane: None,
+                 images: Optional[container.ImageEntryPoints] = None) -> None:
         self.lock = lock
         self.launcher = launcher
         self.monitor = monitor
         self.cgroups = cgroups  # None: RLIMIT_DATA and the monitor
         self.scratch = scratch
         self.inherit_client_path = inherit_client_path
+        self.images = container.image_entry_points(images)  # a commandless job's entry point
         self.faults = faults or FaultInjector()
         self._queue_actions = queue_actions
         self.max_vcpus = float(max_vcpus)
@@ -265,7 +267,8 @@ class Scheduler:
                                                                    self.launcher.in_processes)
             launches.append((unit, container.launch_request(
                 unit, unit.current["container"]["logStreamName"], python_path=python_path, cwd=cwd,
-                compute_environment=self.compute_environment, logs_folder=self.logs_folder)))
+                compute_environment=self.compute_environment, logs_folder=self.logs_folder,
+                images=self.images)))
         return launches
 
     def _launch(self, unit: Unit, request: LaunchRequest) -> None:
