@@ -21,12 +21,17 @@
           worker.main ends the attempt with the retry status, as on the sequential path
         SIGTERM meanwhile (a Spot notice): forwarded to the live sub-processes (_SigtermForwarding),
           each decides there as the sequential worker does (checkpoints.on_sigterm); the worker
-          keeps waiting for them, until their end or the kill
+          keeps waiting for them, until their end or the kill. One whose call used no checkpoint
+          ends of it (status 143): the others go on (one that checkpoints saves its work until
+          the kill), no range is handed out any more, and once they ended the container ends
+          with 143, no result written, as the sequential worker ends of SIGTERM
+          (sub_process_ending: Ending.AFTER_THE_OTHERS)
         outcomes back in item order; None ("stop") to every sub-process; reap them
       printed: with echo_output (``output`` given), what the item printed in its sub-process
       (calls.Capture there: tee'd to the container's log as before) or None
       a sub-process that ends unasked (the OOM killer's SIGKILL, a MemoryError, os._exit in the
-      function, a crash) ends the container: the other sub-processes are killed, then
+      function, a crash; not SIGTERM's end above) ends the container: the other sub-processes
+      are killed, then (sub_process_ending: Ending.MEMORY or Ending.NOW)
         status 137, or SIGKILL with the cgroup's oom_kill count risen (or unreadable:
         oomguard.verdict) -> MemoryError (the worker exits 137, as for the sequential path)
         any other status (a SIGKILL the count says was no OOM kill: 137 with no marker)
@@ -53,6 +58,7 @@ Linux only (Batch containers run Linux); elsewhere the items run sequentially.
 from __future__ import annotations
 
 import atexit
+import enum
 import gc
 import logging
 import math
@@ -75,8 +81,8 @@ from .calls import Item
 if TYPE_CHECKING:
     from ..storage import Storage
 
-__all__ = ["VCPUS_VARIABLE", "SubProcessEnded", "processes_for", "requested_processes",
-           "usable_cpus", "parse_cpu_max", "parse_cfs_quota", "run_items", "run_pool"]
+__all__ = ["VCPUS_VARIABLE", "SubProcessEnded", "Ending", "sub_process_ending", "processes_for",
+           "requested_processes", "usable_cpus", "parse_cpu_max", "parse_cfs_quota", "run_items", "run_pool"]
 
 logger = logging.getLogger("batchfutures")
 
@@ -87,19 +93,51 @@ FORK_AVAILABLE = sys.platform.startswith("linux") and hasattr(os, "fork")
 BATCH_SHARES = 4
 _EXIT_GRACE = 5.0  # seconds a sub-process whose pipe closed has to exit before it is killed
 _PR_SET_PDEATHSIG = 1
-
+SIGTERM_EXIT_STATUS = 128 + signal.SIGTERM  # a death by SIGTERM, as Docker reports it
 
 
 class SubProcessEnded(Exception):
     """A sub-process ended without being told to; ``exit_status`` is the container's to be,
-    ``killed``: it died of SIGKILL (an OOM kill, or another), not of its own exit."""
+    ``killed``: it died of SIGKILL (an OOM kill, or another), not of its own exit; ``sigterm``:
+    it ended of the SIGTERM the worker forwarded (Ending.AFTER_THE_OTHERS), raised once the
+    other sub-processes ended."""
 
-    def __init__(self, pid: int, exit_status: int, killed: bool = False) -> None:
+    def __init__(self, pid: int, exit_status: int, killed: bool = False,
+                 sigterm: bool = False, ending: "Optional[Ending]" = None) -> None:
         super().__init__(f"a worker sub-process (pid {pid}) ended with status {exit_status} "
-                         f"while running items")
+                         f"while running items" + (" (of SIGTERM: its call did not checkpoint)"
+                                                   if sigterm else ""))
         self.pid = pid
         self.exit_status = exit_status
         self.killed = killed
+        self.sigterm = sigterm
+        self.ending = ending  # sub_process_ending's, once run_pool decided it
+
+
+class Ending(enum.Enum):
+    """What a sub-process's end unasked means for the container (sub_process_ending)."""
+
+    MEMORY = "memory"  # worker.main's MemoryError: the out-of-memory marker, exit 137
+    NOW = "now"  # the other sub-processes are killed, the container ends with its status
+    # SIGTERM ended a call that did not checkpoint: the others go on (a call that checkpoints
+    # saves its work until the kill), no item is handed out any more, and the container ends
+    # with this status once they end, no result written (as the sequential worker ends)
+    AFTER_THE_OTHERS = "after the others"
+
+
+def sub_process_ending(exit_status: int, killed: bool, sigterm_forwarded: bool,
+                       oom_counted: bool) -> Ending:
+    """How the container ends after a sub-process ended unasked with ``exit_status``.
+
+    ``killed``: it died of SIGKILL; ``sigterm_forwarded``: the worker got SIGTERM (a Spot notice,
+    TerminateJob) and forwarded it; ``oom_counted``: the cgroup's oom_kill count rose meanwhile
+    (or cannot be read: oomguard.verdict's rule), asked only of a SIGKILL.
+    """
+    if exit_status == OOM_EXIT_STATUS and (not killed or oom_counted):
+        return Ending.MEMORY  # its MemoryError, or the OOM killer's SIGKILL
+    if sigterm_forwarded and exit_status == SIGTERM_EXIT_STATUS and not killed:
+        return Ending.AFTER_THE_OTHERS  # checkpoints.on_sigterm: its call never asked
+    return Ending.NOW
 
 
 # -- how many processes --------------------------------------------------------------------------
@@ -401,17 +439,27 @@ def run_pool(items: Sequence[Item], header: Dict[str, Any], index: int,
     ``usage``: extended with each item's usage, in item order (worker.run_items's ``usage``).
     ``resolver``: the upstream results the items' arguments name, read already (no storage I/O
     after the fork); None when they name none.
-    Raises SubProcessEnded when one of them ends unasked (the others are killed first).
+    Raises SubProcessEnded when one of them ends unasked, its ``ending`` decided
+    (sub_process_ending): the others killed first, or, for Ending.AFTER_THE_OTHERS (SIGTERM
+    ended a call that did not checkpoint), once they ended of themselves or of the kill.
     """
+    kills_before = oomguard.oom_kill_count()  # before any item: an OOM kill later raises it
     with _SigtermForwarding() as forwarding:
         return _run_pool(items, header, index, prefetched, processes, output, resolver, usage,
-                         forwarding)
+                         forwarding, kills_before)
+
+
+def _ending(ended: SubProcessEnded, sigterm_forwarded: bool,
+            kills_before: Optional[int]) -> Ending:
+    oom_counted = ended.killed and oomguard.verdict(
+        None, signal.SIGKILL, kills_before, oomguard.oom_kill_count(), lambda: False)[0] == "oom"
+    return sub_process_ending(ended.exit_status, ended.killed, sigterm_forwarded, oom_counted)
 
 
 def _run_pool(items: Sequence[Item], header: Dict[str, Any], index: int,
               prefetched: calls.Prefetched, processes: int, output: Optional[Dict[int, Any]],
               resolver: Optional[Resolver], usage: Optional[List[Any]],
-              forwarding: _SigtermForwarding) -> List[bytes]:
+              forwarding: _SigtermForwarding, kills_before: Optional[int]) -> List[bytes]:
     count = len(items)
     if resolver is None:
         resolver = Resolver(None)
@@ -423,13 +471,36 @@ def _run_pool(items: Sequence[Item], header: Dict[str, Any], index: int,
     used: List[Any] = [None] * count
     by_connection: Dict[Any, _SubProcess] = {process.connection: process for process in started}
     outcomes: List[Optional[bytes]] = [None] * count
+    ended_of_sigterm: Optional[SubProcessEnded] = None
+
+    def receive(connection: Any) -> Any:
+        """What the sub-process sent; None when SIGTERM ended its call (which did not
+        checkpoint): the others go on, each until its end or the kill."""
+        nonlocal ended_of_sigterm
+        try:
+            return _receive(by_connection[connection])
+        except SubProcessEnded as ended:
+            ended.ending = _ending(ended, forwarding.received, kills_before)
+            if ended.ending is not Ending.AFTER_THE_OTHERS:
+                raise
+            if ended_of_sigterm is None:
+                logger.warning("child %d: a sub-process's call ended of SIGTERM (it used no "
+                               "checkpoint); the others go on until they end or the kill, then "
+                               "the container ends with status %d, no result written", index,
+                               ended.exit_status)
+                ended_of_sigterm = ended
+            return None
+
     try:
         failure: Optional[bytes] = None
         not_ready = set(by_connection)
         while not_ready:  # every initializer first: one that fails fails the whole child
             for connection in wait(list(not_ready)):
-                _, initializer_failure, printed = _receive(by_connection[connection])
+                ready = receive(connection)
                 not_ready.discard(connection)
+                if ready is None:
+                    continue
+                _, initializer_failure, printed = ready
                 if failure is None and initializer_failure is not None:
                     failure = initializer_failure
                     if printed is not None and output is not None:  # the initializer's output
@@ -441,18 +512,25 @@ def _run_pool(items: Sequence[Item], header: Dict[str, Any], index: int,
 
         def hand_out(connection: Any) -> bool:
             nonlocal handed
-            if handed >= count:
+            if handed >= count or ended_of_sigterm is not None:  # then no result is written
                 return False
             size = max(1, math.ceil((count - handed) / (BATCH_SHARES * processes)))
-            connection.send((handed, min(count, handed + size)))
+            try:
+                connection.send((handed, min(count, handed + size)))
+            except OSError:
+                pass  # it ended meanwhile: its next receive says how
             handed += size
             return True
 
-        busy = {connection for connection in by_connection if hand_out(connection)}
+        busy = {connection for connection in by_connection
+                if by_connection[connection].status is None and hand_out(connection)}
         while busy:
             for connection in wait(list(busy)):
-                for position, outcome, printed, item_usage, retry in _receive(
-                        by_connection[connection]):
+                done = receive(connection)
+                if done is None:
+                    busy.discard(connection)
+                    continue
+                for position, outcome, printed, item_usage, retry in done:
                     outcomes[position] = outcome
                     used[position] = item_usage
                     if retry is not None:  # worker.main ends the attempt for Batch's retry
@@ -466,6 +544,9 @@ def _run_pool(items: Sequence[Item], header: Dict[str, Any], index: int,
     except BaseException:
         _stop(started, kill=True)
         raise
+    if ended_of_sigterm is not None:  # the others ended: now the container, as SIGTERM meant
+        raise SubProcessEnded(ended_of_sigterm.pid, ended_of_sigterm.exit_status,
+                              sigterm=True, ending=Ending.AFTER_THE_OTHERS)
     if usage is not None:
         usage.extend(used)
     return outcomes  # type: ignore[return-value]  # every position was sent back
@@ -489,15 +570,12 @@ def run_items(storage: "Storage", header: Dict[str, Any], items: Sequence[Item],
     resolver = Resolver(storage, header.get("redirects"))
     resolver.preload(items)  # here, before the fork: the sub-processes read no storage
     logger.debug("child %d: running %d items on %d processes", index, len(items), processes)
-    kills_before = oomguard.oom_kill_count()
     try:
         return run_pool(items, header, index, prefetched, processes, output, resolver, usage)
     except SubProcessEnded as ended:
         # its MemoryError (exit 137), or a SIGKILL (128 + 9) the cgroup counts as an OOM kill
         # (or that nothing can tell from another: oomguard.verdict's rule)
-        if ended.exit_status == OOM_EXIT_STATUS and (not ended.killed or oomguard.verdict(
-                None, signal.SIGKILL, kills_before, oomguard.oom_kill_count(),
-                lambda: False)[0] == "oom"):
+        if ended.ending is Ending.MEMORY:
             raise MemoryError from None
         logger.error("child %d: %s; ending the container with it", index, ended)
         calls.flush_output()
