@@ -3,10 +3,12 @@ handlers and formats (as a ProcessPoolExecutor's forked workers log through the 
 
 On by default with echo_output (``BatchExecutor(echo_output=False)`` turns both off). The worker
 keeps what each call logs (worker/logrecords.py: one plain dict per record, in the order made)
-next to what it printed; when the call's future resolves, its records are replayed here, after
-its printed output: each becomes a LogRecord again (``logging.makeLogRecord``) and is handled by
-the logger of the same name here, so the client's handlers, formats, filters and levels apply
-(``%(filename)s:%(lineno)d`` are the call's, in the user's file; tracebacks.Pickler keeps it).
+next to what it printed, and their order (outputorder.py); when the call's future resolves, its
+records are replayed here, between its prints as it made them (wire.echo_output), or, with
+echo_output="live", each as its log line is read (``replay_line``). Each becomes a LogRecord
+again (``logging.makeLogRecord``) and is handled by the logger of the same name here, so the
+client's handlers, formats, filters and levels apply (``%(filename)s:%(lineno)d`` are the
+call's, in the user's file; tracebacks.Pickler keeps it).
 
 A replayed record carries the call's tags: ``record.job_id`` (the Batch job), ``record.call_index``
 (the array child; None for a plain job) and ``record.processName`` (the child's job id: a
@@ -20,14 +22,20 @@ refused by the worker's logger as it would be here: its message is never formatt
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any, Dict, Iterable, Mapping
 
 from . import tracebacks
 
-__all__ = ["client_levels", "levels_of", "replay", "OWN_LOGGER"]
+__all__ = ["client_levels", "levels_of", "replay", "replay_line", "OWN_LOGGER", "LINE_PREFIX"]
 
 OWN_LOGGER = "batchfutures"  # its levels are this library's business, not the calls'
+# a record's line in a call's log (worker/logrecords.log_line): this prefix, then its JSON
+LINE_PREFIX = "batchfutures.log: "
+# longest record line read back: the worker writes at most 16,000 characters (logrecords.MAX_LINE);
+# anything longer is not its and is not parsed
+MAX_LINE = 64 * 1024
 
 
 def levels_of(root_level: int, named: Mapping[str, int]) -> Dict[str, int]:
@@ -50,11 +58,14 @@ def client_levels() -> Dict[str, int]:
 
 
 _TRUSTED_KEYS = frozenset({"exc_info", "args"})  # never taken from the wire: rebuilt here
+# nor a name that would shadow a LogRecord method (getMessage) or a dunder
+_METHODS = frozenset(name for name in dir(logging.LogRecord) if callable(getattr(logging.LogRecord, name)))
 
 
 def _record(data: Mapping[str, Any]) -> logging.LogRecord:
     fields = {key: value for key, value in data.items()
-              if isinstance(key, str) and key not in _TRUSTED_KEYS}
+              if isinstance(key, str) and key not in _TRUSTED_KEYS and key not in _METHODS
+              and not key.startswith("__")}
     if isinstance(fields.get("exc_text"), str):  # the call's frames with this file's lines
         fields["exc_text"] = tracebacks.with_source_lines(fields["exc_text"])
     fields["args"] = None  # the message was formatted in the worker
@@ -79,3 +90,19 @@ def replay(records: Iterable[Any]) -> None:
         except Exception:  # a broken handler: the record stays in the job's log
             logging.getLogger(OWN_LOGGER).debug("a forwarded log record could not be handled",
                                                 exc_info=True)
+
+
+def replay_line(line: Any) -> bool:
+    """A line of a call's log: when it is a record's line (LINE_PREFIX and a JSON object, at most
+    MAX_LINE characters), replay that record (as ``replay``) and say True; anything else, False.
+    Never raises (a hostile line is not a record)."""
+    if not isinstance(line, str) or not line.startswith(LINE_PREFIX) or len(line) > MAX_LINE:
+        return False
+    try:
+        data = json.loads(line[len(LINE_PREFIX):])
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
+        return False
+    if not isinstance(data, dict):
+        return False
+    replay([data])
+    return True

@@ -62,7 +62,10 @@ The output section (BatchExecutor(echo_output=True)) is what the items printed, 
 JSON object for the child, holding only the items that printed something:
 ``{"<item position>": [stdout, stderr, stdout chars cut, stderr chars cut]}`` (the end of each
 stream, at most calls.OUTPUT_LIMIT characters), and a fifth entry, the call's logging records
-(worker/logrecords.py), when it logged any (echo_output replays them: logforward.py). It is
+(worker/logrecords.py), when it logged any (echo_output replays them: logforward.py), and a
+sixth, when more than one of the three has something: their order, runs of ``[source, count]``
+(outputorder.py: 0 stdout, 1 stderr, 2 records; characters or records, covering the end of each),
+so echo_output writes and replays them interleaved as the call made them. It is
 read apart from the outcomes (result_output), so decoding an outcome costs what it did; an
 object without meta["output"] (written before echo_output existed, or by a child that printed
 nothing) has none.
@@ -103,7 +106,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import cloudpickle
 
-from . import logforward
+from . import logforward, outputorder
 from .errors import (
     DependencyFailedError,
     EnvironmentMismatchError,
@@ -429,8 +432,10 @@ def result_output(data: Any) -> Dict[int, List[Any]]:
         if not length or length > len(view):
             return {}
         section = json.loads(bytes(view[len(view) - length:]))
+        # [out, err, out_cut, err_cut], records (5th) and their order (6th) when kept; a
+        # longer entry (a later worker's) is read for what this client knows of it
         return {int(position): list(printed) for position, printed in section.items()
-                if isinstance(printed, list) and len(printed) in (4, 5)}
+                if isinstance(printed, list) and len(printed) >= 4}
     except Exception:
         return {}
 
@@ -470,18 +475,34 @@ def _echo_stream(stream: Any, text: Any, cut: Any, name: str) -> None:
 
 def echo_output(printed: Optional[Sequence[Any]], streams: bool = True) -> None:
     """Write what one call printed (an entry of result_output) to this process's sys.stdout and
-    sys.stderr, as a ProcessPoolExecutor's worker prints to its parent's terminal."""
+    sys.stderr, and replay its logging records, as a ProcessPoolExecutor's worker prints to its
+    parent's terminal: in the order the call made them when the entry has it (a sixth entry,
+    outputorder's runs), else stdout, stderr, then the records (an entry written before the
+    order was kept, or a malformed one). ``streams=False``: its prints were streamed while it
+    ran (echo_output="live"), not written again; its records are still replayed, after them."""
     if not printed:
         return
     out, err, out_cut, err_cut = printed[:4]
-    if streams:  # not when streamed while the call ran (echo_output="live"): its records only
+    records = printed[4] if len(printed) > 4 and isinstance(printed[4], list) else []
+    if not streams:
+        logforward.replay(records)
+        return
+    parts = outputorder.steps(out, err, records, printed[5] if len(printed) > 5 else None)
+    cuts = {outputorder.STDOUT: out_cut, outputorder.STDERR: err_cut}
+    for stream, cut in ((outputorder.STDERR, err_cut), (outputorder.STDOUT, out_cut)):
+        if cut and not any(source == stream for source, _ in parts):
+            parts.insert(0, (stream, ""))  # only the note of what was cut
+    for source, part in parts:
+        if source == outputorder.RECORDS:
+            logforward.replay(part)
+            continue
         try:
-            _echo_stream(sys.stdout, out, out_cut, "stdout")
-            _echo_stream(sys.stderr, err, err_cut, "stderr")
+            if source == outputorder.STDOUT:
+                _echo_stream(sys.stdout, part, cuts.pop(source, 0), "stdout")
+            else:
+                _echo_stream(sys.stderr, part, cuts.pop(source, 0), "stderr")
         except Exception:  # a closed or broken stream: the output stays in the job's log
             pass
-    if len(printed) > 4 and isinstance(printed[4], list):  # its logging records, after it
-        logforward.replay(printed[4])
 
 
 # -- outcomes (client side) ---------------------------------------------------------------------

@@ -214,3 +214,64 @@ def test_echo_writes_each_stream_with_the_cut_said(monkeypatch):
     assert err.getvalue() == "warning\n"
     wire.echo_output(None)
     assert out.getvalue().count("kept end") == 1
+
+
+# -- with the order of the prints and records (outputorder) -------------------------------------
+RECORD = {"name": "echo_app", "levelno": 30, "levelname": "WARNING", "msg": "a record"}
+
+
+@pytest.fixture
+def one_terminal(monkeypatch):
+    """A function that puts stdout, stderr and the root logger's handler on one stream, as a
+    terminal shows them (called in the test: pytest sets sys.stdout again as the test starts)."""
+    import logging
+
+    root = logging.getLogger()
+    saved = list(root.handlers)
+
+    def install():
+        terminal = io.StringIO()
+        monkeypatch.setattr(sys, "stdout", terminal)
+        monkeypatch.setattr(sys, "stderr", terminal)
+        handler = logging.StreamHandler(terminal)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+        root.handlers[:] = [handler]
+        return terminal
+
+    yield install
+    root.handlers[:] = saved
+
+
+@pytest.mark.parametrize("entry, expected", [
+    # the order kept: interleaved as made
+    (["o1\no2\n", "e1\n", 0, 0, [RECORD], [[0, 3], [2, 1], [1, 3], [0, 3]]],
+     "o1\nWARNING a record\ne1\no2\n"),
+    # an entry written before the order was kept (or without records): grouped, as before
+    (["o1\no2\n", "e1\n", 0, 0, [RECORD]], "o1\no2\ne1\nWARNING a record\n"),
+    (["o1\n", "e1\n", 0, 0], "o1\ne1\n"),
+    # a malformed order: grouped
+    (["o1\no2\n", "e1\n", 0, 0, [RECORD], [[0, 99]]], "o1\no2\ne1\nWARNING a record\n"),
+    (["o1\no2\n", "e1\n", 0, 0, [RECORD], "junk"], "o1\no2\ne1\nWARNING a record\n"),
+    # the cut said before the first stdout written, wherever it falls in the order
+    (["o2\n", "e1\n", 5, 0, [RECORD], [[1, 3], [2, 1], [0, 3]]],
+     "e1\nWARNING a record\n[batchfutures: the first 5 characters this call wrote to stdout were "
+     "cut; future.log() has them]\no2\n"),
+    # a later worker's longer entry: what this client knows of it
+    (["o1\n", "", 0, 0, [RECORD], [[2, 1], [0, 3]], "later"], "WARNING a record\no1\n"),
+])
+def test_echo_writes_and_replays_in_the_order_kept(one_terminal, entry, expected):
+    terminal = one_terminal()
+    wire.echo_output(entry)
+    assert terminal.getvalue() == expected
+
+
+def test_a_streamed_calls_prints_are_not_written_again(one_terminal):
+    terminal = one_terminal()
+    wire.echo_output(["o1\n", "e1\n", 0, 0, [RECORD], [[0, 3], [2, 1], [1, 3]]], streams=False)
+    assert terminal.getvalue() == "WARNING a record\n"
+
+
+def test_the_order_travels_in_the_result_object():
+    entry = ["o1\n", "e1\n", 0, 0, [RECORD], [[0, 3], [2, 1], [1, 3]]]
+    data = wire.pack_result([wire.encode_ok(1)], {"index": 0}, {0: entry})
+    assert wire.result_output(data) == {0: entry}

@@ -96,7 +96,11 @@ def test_round_trip_through_the_clients_handler_and_format(clean_logging):
     finally:
         keeper.remove()
     assert keeper.take() == []  # taken once
-    assert "batchfutures.log: INFO:app:first 1" in log.getvalue()  # the container's log too
+    # the container's log too: one line per record, its JSON after the prefix
+    lines = log.getvalue().splitlines()
+    assert [line[:len(logrecords.LINE_PREFIX)] for line in lines] == [logrecords.LINE_PREFIX] * 2
+    assert lines[0].startswith('batchfutures.log: {"levelname": "INFO", "name": "app", "msg": "first 1"')
+    assert [json.loads(line[len(logrecords.LINE_PREFIX):]) for line in lines] == records
     shipped = json.loads(json.dumps(records))  # as the result object carries them
 
     handler = logging.StreamHandler(stream)
@@ -175,3 +179,78 @@ def test_records_past_the_limit_are_cut_with_a_note(clean_logging):
         keeper.remove()
     assert [r["msg"] for r in records[1:]] == ["r2", "r3", "r4"]
     assert "first 2 log records" in records[0]["msg"]
+
+
+# -- a record's line in the container's log, read back (echo_output="live") --------------------
+def _keep_replayed():
+    seen = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record)
+
+    logging.getLogger().handlers[:] = [Keep()]
+    logging.getLogger().setLevel(logging.DEBUG)
+    return seen
+
+
+def test_a_records_line_replays_it(clean_logging):
+    seen = _keep_replayed()
+    line = logrecords.log_line(logrecords.as_dict(_record(), TAGS))
+    assert logforward.replay_line(line) is True
+    (record,) = seen
+    assert (record.name, record.getMessage(), record.call_index, record.lineno) == (
+        "app", "hello there", 2, 12)
+
+
+@pytest.mark.parametrize("fields", [
+    {"msg": "m" * 40_000},
+    {"msg": "\n\t\"é" * 10_000, "exc_text": "Traceback\n" * 5_000, "stack_info": "s" * 16_000},
+    {**{f"extra{i}": "e" * 60 for i in range(400)}},  # many short extras: the essentials only
+    {"name": "n" * 40_000},
+])
+def test_a_records_line_is_bounded_and_still_reads(clean_logging, fields):
+    data = {**logrecords.as_dict(_record(msg="short", args=()), TAGS), **fields}
+    line = logrecords.log_line(data)
+    assert len(line) <= logrecords.MAX_LINE and "\n" not in line and line.isascii()
+    seen = _keep_replayed()
+    assert logforward.replay_line(line) is True
+    (record,) = seen
+    assert record.levelno == logging.INFO and record.name.startswith(data["name"][:100])
+
+
+def test_a_records_long_message_says_it_was_cut_in_the_line():
+    data = logrecords.as_dict(_record(msg="m" * 40_000, args=()), TAGS)
+    back = json.loads(logrecords.log_line(data)[len(logrecords.LINE_PREFIX):])
+    assert back["msg"].startswith("mmm") and back["msg"].endswith("characters cut in the log line]")
+    assert back["job_id"] == "abc" and back["call_index"] == 2
+
+
+@pytest.mark.parametrize("line", [
+    "hello from the call",
+    "batchfutures.log: INFO:app:an older worker's line",  # not JSON: not a record here
+    "batchfutures.log: [1, 2]",
+    "batchfutures.log: null",
+    "batchfutures.log: " + "[" * 50_000,  # nested past the parser's depth
+    "batchfutures.log: {\"name\": \"app\", \"levelno\": 20, \"msg\": \"" + "x" * 70_000 + "\"}",
+    "batchfutures.note: the worker's own",
+    None, 42, b"batchfutures.log: {}",
+])
+def test_anything_else_is_not_a_record(clean_logging, line):
+    seen = _keep_replayed()
+    assert logforward.replay_line(line) is False
+    assert seen == []
+
+
+def test_a_hostile_records_line_is_replayed_safely(clean_logging):
+    seen = _keep_replayed()
+    hostile = {"name": "app", "levelno": 20, "msg": "plain", "args": ["%s"], "exc_info": [1, 2],
+               "getMessage": "shadowed", "__class__": "x", "__dict__": {}}
+    assert logforward.replay_line(logrecords.LINE_PREFIX + json.dumps(hostile)) is True
+    (record,) = seen
+    assert record.getMessage() == "plain" and record.exc_info is None and record.args is None
+    # a record its level refuses, and malformed fields: a record line, nothing handled
+    logging.getLogger().setLevel(logging.ERROR)
+    assert logforward.replay_line(logrecords.LINE_PREFIX + json.dumps(hostile)) is True
+    assert logforward.replay_line(logrecords.LINE_PREFIX + '{"name": 3, "levelno": 20}') is True
+    assert len(seen) == 1

@@ -9,9 +9,10 @@
       ItemRunner(prefetched, header, index, ...).run(item) -> the item's encoded outcome
           in the worker's process (N = 1), or in each of pool.py's forked sub-processes (N > 1)
       Capture                                           each item's stdout and stderr (_Tee),
-                                                        and its logging records
-                                                        (logrecords.RecordKeeper), for the
-                                                        client's echo (echo_output)
+                                                        its logging records
+                                                        (logrecords.RecordKeeper) and their
+                                                        order (_Order), for the client's echo
+                                                        (echo_output)
       Meter                                             each item's wall time, CPU time and peak
                                                         memory (ItemRunner.usage, docs/usage.md)
 
@@ -38,6 +39,7 @@ measures no memory (the process is the emulator's; peak None).
 
 from __future__ import annotations
 
+import collections
 import io
 import logging
 import os
@@ -47,7 +49,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import IO, TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import IO, TYPE_CHECKING, Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple, Union
 
 from .. import serialization, wire
 from ..dependencies import Resolver, UpstreamFailed, has_refs
@@ -513,19 +515,73 @@ class Meter:
 
 
 # -- what the items print -----------------------------------------------------------------------
+# the order's sources and its cap, as the client reads them (batchfutures/outputorder.py: the
+# worker does not import the client's modules; tests/test_output_order.py holds them equal)
+_STDOUT, _STDERR, _RECORDS = 0, 1, 2
+MAX_RUNS = 2048  # runs kept per item, the last ones (outputorder.MAX_RUNS says why 2048)
+
+
+class _Order:
+    """The order of an item's writes and records: runs of ``[source, count]``, a new run only
+    when the source changes, the last MAX_RUNS of them (earlier ones are grouped on the
+    client). ``lock`` is the tees' and the record keeper's: a write is kept and noted at once."""
+
+    def __init__(self, limit: int = MAX_RUNS) -> None:
+        self.lock = threading.RLock()  # Capture.take holds it across the tees' and records' takes
+        self._runs: Deque[List[int]] = collections.deque(maxlen=limit)
+
+    def note(self, source: int, count: int) -> None:
+        """``count`` characters (or records) of ``source`` happened now; the caller holds lock."""
+        if self._runs and self._runs[-1][0] == source:
+            self._runs[-1][1] += count
+        else:
+            self._runs.append([source, count])
+
+    def take(self, kept: Sequence[int]) -> List[List[int]]:
+        """The runs since the last take, cut to what was kept of each source (tail_runs)."""
+        with self.lock:
+            runs = list(self._runs)
+            self._runs.clear()
+        return tail_runs(runs, kept)
+
+
+def tail_runs(runs: Sequence[Sequence[int]], kept: Sequence[int]) -> List[List[int]]:
+    """``runs`` cut at their front to ``kept[source]`` of each source: what was kept of a stream
+    (or of the records) is its end, so what was cut is its runs' first characters (pure)."""
+    excess = [0, 0, 0]
+    for source, count in runs:
+        excess[source] += count
+    excess = [max(0, total - kept[source]) for source, total in enumerate(excess)]
+    cut: List[List[int]] = []
+    for source, count in runs:
+        dropped = min(excess[source], count)
+        excess[source] -= dropped
+        count -= dropped
+        if not count:
+            continue
+        if cut and cut[-1][0] == source:  # a run between them was cut whole
+            cut[-1][1] += count
+        else:
+            cut.append([source, count])
+    return cut
+
+
 class _Tee:
     """``sys.stdout`` or ``sys.stderr`` while a child's items run in this process: a write still
     reaches the stream (the container's log, as before) and is also kept for the client's echo,
-    the last OUTPUT_LIMIT characters since the previous ``take`` (with a count of those cut).
+    the last OUTPUT_LIMIT characters since the previous ``take`` (with a count of those cut),
+    and noted in ``order`` (as ``source``) when given.
 
     Python-level writes only (print, sys.stdout.write, warnings, a logging handler made on
     sys.stderr while the tee is in place): output written to the file descriptors directly (a
     subprocess, C code, sys.stdout.buffer) reaches the log only.
     """
 
-    def __init__(self, stream: Any) -> None:
+    def __init__(self, stream: Any, order: Optional[_Order] = None, source: int = _STDOUT) -> None:
         self._stream = stream
-        self._lock = threading.Lock()  # the function's own threads may print too
+        self._order, self._source = order, source
+        # the function's own threads may print too
+        self._lock: Any = order.lock if order is not None else threading.Lock()
         self._parts: List[str] = []
         self._size = 0
         self._cut = 0
@@ -536,6 +592,8 @@ class _Tee:
             with self._lock:
                 self._parts.append(text)
                 self._size += len(text)
+                if self._order is not None:
+                    self._order.note(self._source, len(text))
                 if self._size > 2 * OUTPUT_LIMIT:  # bounded: keep the end
                     kept = "".join(self._parts)
                     self._cut += len(kept) - OUTPUT_LIMIT
@@ -561,9 +619,9 @@ class _Tee:
 
 
 class Capture:
-    """Each item's stdout and stderr in this process (``_Tee`` on both) and its logging records
+    """Each item's stdout and stderr in this process (``_Tee`` on both), its logging records
     (a logrecords.RecordKeeper on the root logger, writing to the container's log, not to the
-    tee) while it is open.
+    tee) and their order (``_Order``: one lock for the three) while it is open.
 
     Output written before an item (the initializer's, the function's unpickling) is the next
     item's. Not enabled in a thread of the emulator's process (``launcher="threads"``): its
@@ -573,23 +631,32 @@ class Capture:
     def __init__(self, enabled: bool) -> None:
         self._tees: Optional[Tuple[_Tee, _Tee]] = None
         self._records: Optional[logrecords.RecordKeeper] = None
+        self._order = _Order()
         if enabled and sys.stdout is not None and sys.stderr is not None:
-            self._records = logrecords.RecordKeeper(log_stream=sys.stderr).install()
-            self._tees = (_Tee(sys.stdout), _Tee(sys.stderr))
+            order = self._order
+            self._records = logrecords.RecordKeeper(
+                log_stream=sys.stderr, lock=order.lock,
+                on_kept=lambda: order.note(_RECORDS, 1)).install()
+            self._tees = (_Tee(sys.stdout, order, _STDOUT), _Tee(sys.stderr, order, _STDERR))
             sys.stdout, sys.stderr = self._tees
 
     def take(self) -> Optional[List[Any]]:
-        """[stdout, stderr, stdout chars cut, stderr chars cut] since the last take, and the
-        logging records made since (a fifth entry, only when there are some); None if nothing
-        was written or logged."""
+        """[stdout, stderr, stdout chars cut, stderr chars cut] since the last take, then the
+        logging records made since (a fifth entry) and their order with the writes (a sixth,
+        outputorder's runs), each only when needed; None if nothing was written or logged."""
         if self._tees is None:
             return None
         flush_output()
-        (out, out_cut), (err, err_cut) = self._tees[0].take(), self._tees[1].take()
-        records = self._records.take() if self._records is not None else []
+        with self._order.lock:  # what the call's threads write meanwhile is the next take's
+            (out, out_cut), (err, err_cut) = self._tees[0].take(), self._tees[1].take()
+            records, notes = self._records.take_counted() if self._records is not None else ([], 0)
+            runs = self._order.take((len(out), len(err), len(records) - notes))
+        printed: List[Any] = [out, err, out_cut, err_cut]
+        if sum(1 for kept in (out, err, records) if kept) > 1 and runs:  # an order to keep
+            return printed + [records, runs]
         if records:
-            return [out, err, out_cut, err_cut, records]
-        return [out, err, out_cut, err_cut] if out or err or out_cut or err_cut else None
+            return printed + [records]
+        return printed if out or err or out_cut or err_cut else None
 
     def keep(self, output: Optional[Dict[int, Any]], position: int) -> None:
         """What was written since the last take is item ``position``'s."""

@@ -3,8 +3,11 @@
 With echo_output (the inputs header's "output"), while a process runs items a ``RecordKeeper``
 handler sits on the root logger: each record a call's loggers pass (the user's, not
 batchfutures' own) becomes a plain dict (``as_dict``) kept with the item's output
-(calls.Capture) and is written, formatted, to the container's log (the real stderr, not the
-echo's tee). The client replays the dicts through its own handlers (batchfutures.logforward).
+(calls.Capture), noted in the order of the item's writes, and is written to the container's log
+(the real stderr, not the echo's tee) as one line, ``batchfutures.log: `` and its JSON
+(``log_line``, at most MAX_LINE characters). The client replays the dicts through its own
+handlers (batchfutures.logforward): from the result object as the call resolves, or, with
+echo_output="live", from that line as it is read.
 
 Levels: the header's "log_levels" (the client's root level and the levels it set on named
 loggers, logforward.client_levels) are set on the same loggers here before the initializer
@@ -22,24 +25,31 @@ tags: ``job_id`` (the Batch job), ``call_index`` (the array child, None for a pl
 from __future__ import annotations
 
 import collections
+import json
 import logging
 import os
 import threading
-from typing import Any, Deque, Dict, List, Mapping, Optional
+from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Tuple
 
-__all__ = ["MAX_RECORDS", "MAX_MESSAGE", "OWN_LOGGER", "RecordKeeper", "apply_levels", "as_dict",
-           "call_tags"]
+__all__ = ["MAX_RECORDS", "MAX_MESSAGE", "MAX_LINE", "LINE_PREFIX", "OWN_LOGGER", "RecordKeeper",
+           "apply_levels", "as_dict", "call_tags", "log_line"]
 
 MAX_RECORDS = 1000  # records kept per item (the last ones); the container's log has them all
 MAX_MESSAGE = 16 * 1024  # characters of a record's message, and of its traceback, kept
+# a record's line in the container's log, at most: under Docker's 16 KiB log copier buffer, which
+# splits a longer line into parts (the later ones without the prefix: they would show as output)
+MAX_LINE = 16000
 OWN_LOGGER = "batchfutures"  # the library's own records are not the call's: not forwarded
 
 _PLAIN = ("name", "levelno", "levelname", "pathname", "filename", "module", "lineno", "funcName",
           "created", "msecs", "thread", "threadName", "process")
 _STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
-# in the container's log, marked as kept for the client (echo_output="live" does not show them:
-# they reach the client's handlers when the call resolves)
-_LOG_FORMAT = logging.Formatter("batchfutures.log: %(levelname)s:%(name)s:%(message)s")
+# a record's line in the container's log: this prefix, then the record dict as JSON
+# (logforward.replay_line reads it back: echo_output="live" replays it in order with the prints)
+LINE_PREFIX = "batchfutures.log: "
+_FORMATTER = logging.Formatter()
+# first in the line, so a person reading the log sees what a console would
+_LEADING = ("levelname", "name", "msg")
 
 
 def call_tags(environ: Mapping[str, str]) -> Dict[str, Any]:
@@ -66,15 +76,38 @@ def as_dict(record: logging.LogRecord, tags: Mapping[str, Any]) -> Dict[str, Any
         data["msg"] = _cut(f"{record.msg!r} (could not be formatted: {type(error).__name__})")
     exc_text = record.exc_text
     if record.exc_info and not exc_text:
-        exc_text = _LOG_FORMAT.formatException(record.exc_info)
+        exc_text = _FORMATTER.formatException(record.exc_info)
     data["exc_text"] = _cut(exc_text) if exc_text else None
     data["stack_info"] = _cut(record.stack_info) if record.stack_info else None
     for key, value in record.__dict__.items():  # the user's extra=, when JSON can carry it
         if key not in _STANDARD and key not in data and (
                 value is None or isinstance(value, (str, int, float, bool))):
-            data[key] = value
+            data[key] = _cut(value) if isinstance(value, str) else value
     data.update(tags)
     return data
+
+
+def log_line(data: Mapping[str, Any], limit: int = MAX_LINE) -> str:
+    """A record dict as one line of at most ``limit`` characters: LINE_PREFIX and its JSON (ASCII:
+    a character is a byte), its longest strings cut until it fits, said in each (bounded: a
+    round per field)."""
+    fields = {key: data[key] for key in _LEADING if key in data}
+    fields.update(data)
+    budget = limit - len(LINE_PREFIX)
+    for _ in range(len(fields) + 1):
+        text = json.dumps(fields, ensure_ascii=True, default=str)
+        if len(text) <= budget:
+            return LINE_PREFIX + text
+        longest = max(fields, key=lambda key: len(fields[key]) if isinstance(fields[key], str) else 0)
+        value = fields[longest]
+        if not isinstance(value, str) or len(value) < 64:  # nothing left to cut: the essentials
+            break
+        over = len(text) - budget + 64  # escapes make JSON longer than the text: cut at least this
+        keep = max(0, len(value) - over)
+        fields[longest] = value[:keep] + f" [... {len(value) - keep} characters cut in the log line]"
+    essentials = {key: data.get(key) for key in ("levelname", "name", "levelno")}
+    essentials["msg"] = "[a log record too long for its log line; the result has it]"
+    return LINE_PREFIX + json.dumps(essentials, ensure_ascii=True, default=str)[:budget]
 
 
 def apply_levels(levels: Any) -> None:
@@ -89,14 +122,18 @@ def apply_levels(levels: Any) -> None:
 
 class RecordKeeper(logging.Handler):
     """On the root logger while items run: each record of the user's loggers, kept as a dict
-    until ``take``, and written to ``log_stream`` (the container's log)."""
+    until ``take``, and written to ``log_stream`` (the container's log) as its ``log_line``.
+    ``lock``: the guard of what is kept (calls.Capture's, shared with its tees); ``on_kept``:
+    called under it as each record is kept (Capture notes it in the order of the writes)."""
 
     def __init__(self, log_stream: Any = None, environ: Optional[Mapping[str, str]] = None,
-                 limit: int = MAX_RECORDS) -> None:
+                 limit: int = MAX_RECORDS, lock: Any = None,
+                 on_kept: Optional[Callable[[], None]] = None) -> None:
         super().__init__(logging.NOTSET)
         self._records: Deque[Dict[str, Any]] = collections.deque(maxlen=limit)
         self._cut = 0
-        self._guard = threading.Lock()  # the call's own threads may log too
+        self._guard = lock if lock is not None else threading.Lock()  # the call's threads log too
+        self._on_kept = on_kept
         self._stream = log_stream
         self._tags = call_tags(os.environ if environ is None else environ)
 
@@ -106,7 +143,7 @@ class RecordKeeper(logging.Handler):
         try:
             data = as_dict(record, self._tags)
             if self._stream is not None:
-                self._stream.write(_LOG_FORMAT.format(record) + "\n")
+                self._stream.write(log_line(data) + "\n")
         except Exception:
             self.handleError(record)
             return
@@ -114,20 +151,26 @@ class RecordKeeper(logging.Handler):
             if len(self._records) == self._records.maxlen:
                 self._cut += 1
             self._records.append(data)
+            if self._on_kept is not None:
+                self._on_kept()
 
     def take(self) -> List[Dict[str, Any]]:
         """The records made since the last take, in order (the last MAX_RECORDS, after a note of
         how many earlier ones were cut)."""
+        return self.take_counted()[0]
+
+    def take_counted(self) -> Tuple[List[Dict[str, Any]], int]:
+        """(``take``'s records, how many of them lead as notes: 1 after a cut, else 0)."""
         with self._guard:
             records, cut = list(self._records), self._cut
             self._records.clear()
             self._cut = 0
-        if cut:
-            note = logging.makeLogRecord({
-                "name": OWN_LOGGER, "levelno": logging.WARNING, "levelname": "WARNING",
-                "msg": f"the first {cut} log records of this call were cut; future.log() has them"})
-            records.insert(0, as_dict(note, self._tags))
-        return records
+        if not cut:
+            return records, 0
+        note = logging.makeLogRecord({
+            "name": OWN_LOGGER, "levelno": logging.WARNING, "levelname": "WARNING",
+            "msg": f"the first {cut} log records of this call were cut; future.log() has them"})
+        return [as_dict(note, self._tags)] + records, 1
 
     def install(self) -> "RecordKeeper":
         logging.getLogger().addHandler(self)
