@@ -1,10 +1,14 @@
 """The real-clients tier (issue 20, point 8): the emulator's HTTP endpoint, started as its users
 start it (`python -m batchfutures.emulator`, a process of its own), driven by clients that know
-nothing of batchfutures: the AWS CLI (`awscli`, v1, from PyPI) and Metaflow's AWS Batch client.
-Both are in the `test` extra of setup.cfg.
+nothing of batchfutures: the AWS CLI (`awscli`, v1, from PyPI), Metaflow's AWS Batch client and
+Lithops' `aws_batch` backend. All are in the `test` extra of setup.cfg.
 
     endpoint   (module)  the running endpoint: `.url`, `.access_key_id`, `.secret_access_key`,
                          `.folder`; one emulator process per test module, stopped at its end
+
+    serve      (session) `serve(folder, *arguments, env=...)`, a context manager: one more
+                         endpoint, with more flags or another environment (the one its jobs'
+                         containers see, e.g. an S3 endpoint)
 
 The emulator signs nothing and trusts nothing: every request must be SigV4-signed with the pair
 it was started with (here given explicitly, as a user sharing one pair with a setup would).
@@ -13,11 +17,13 @@ All traffic is on 127.0.0.1.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator, Mapping, Optional
 
 import pytest
 
@@ -36,18 +42,21 @@ class Endpoint:
     folder: Path
 
 
-@pytest.fixture(scope="module")
-def endpoint(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("emulator")
+@contextlib.contextmanager
+def serve(folder: Path, *arguments: str,
+          env: Optional[Mapping[str, str]] = None) -> Iterator[Endpoint]:
+    """`python -m batchfutures.emulator --folder FOLDER ... *arguments` with `env` (default
+    this process's), stopped (and checked to exit 0) at the end."""
     key_id, secret = "AKIDCLIENTTIER", "client-tier-secret"
-    path = [str(REPO), os.environ.get("PYTHONPATH")]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BATCHFUTURES_EMULATOR_")}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
-    env["BATCHFUTURES_EMULATOR_SECRET_ACCESS_KEY"] = secret  # never in argv (issue 29)
+    base = os.environ if env is None else env
+    path = [str(REPO), base.get("PYTHONPATH")]
+    child = {k: v for k, v in base.items() if not k.startswith("BATCHFUTURES_EMULATOR_")}
+    child["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
+    child["BATCHFUTURES_EMULATOR_SECRET_ACCESS_KEY"] = secret  # never in argv (issue 29)
     process = subprocess.Popen(
         [sys.executable, "-m", "batchfutures.emulator", "--folder", str(folder),
-         "--max-vcpus", str(MAX_VCPUS), "--access-key-id", key_id],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+         "--max-vcpus", str(MAX_VCPUS), "--access-key-id", key_id, *arguments],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child)
     try:
         url = process.stdout.readline().strip()
         assert url.startswith("http://127.0.0.1:"), url or process.stderr.read()
@@ -56,3 +65,14 @@ def endpoint(tmp_path_factory):
         process.terminate()
         _, err = process.communicate(timeout=60)
         assert process.returncode == 0, err
+
+
+@pytest.fixture(scope="module")
+def endpoint(tmp_path_factory):
+    with serve(tmp_path_factory.mktemp("emulator")) as running:
+        yield running
+
+
+@pytest.fixture(name="serve", scope="session")
+def serve_fixture():
+    return serve

@@ -6,10 +6,13 @@ it creates its own compute environment and job queue, waits for each to be VALID
 its job definition, submits an array job, then disables and deletes the queue and the
 environment, waiting for each to be gone.
 
-One deviation, where the emulator cannot do what AWS does: Lithops' job definition names its
-ECR image, whose entry point runs the call; the emulator runs commands, not images, so the
-definition here carries the command the image would run (it reads `__LITHOPS_PAYLOAD` and the
-array index, as Lithops' entry point does). Lithops is not a dependency: its calls are copied.
+Real Lithops runs against the emulator in test_lithops.py (Lithops is in the `test` extra; its
+commandless job definition runs the entry point given with `--image`). This copy of its calls
+stays for what that run cannot show: each transition seen on the way (CREATING, then VALID, on
+an emulator with its default control-plane delay, polled every 0.1 s where Lithops sleeps 3 to
+30 s), in a few seconds. One deviation: the definition here carries the command Lithops' image
+would run (it reads `__LITHOPS_PAYLOAD` and the array index, as Lithops' entry point does), as
+this module shares the plain `endpoint` fixture, started with no `--image`.
 """
 
 from __future__ import annotations
