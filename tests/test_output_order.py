@@ -242,7 +242,8 @@ def work(x):
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(levelname)s|%(name)s|%(message)s")
     kind = sys.argv[1]
-    executor = BatchExecutor() if kind == "batch" else concurrent.futures.ProcessPoolExecutor(1)
+    executor = (BatchExecutor() if kind == "batch" else BatchExecutor(keepalive=30)
+                if kind == "warm" else concurrent.futures.ProcessPoolExecutor(1))
     with executor as ex:
         for x in range(2):
             assert ex.submit(work, x).result() == x
@@ -283,3 +284,10 @@ def test_prints_records_and_warnings_interleave_as_under_process_pool(tmp_path):
     assert "INFO|app|step 2 info 0" in batch[0] and "ERROR|app|step 7 error 0" in batch[0]
     # map: the calls may end in another order (they run at once), each one's lines as made
     assert sorted(batch[2:]) == sorted(ppe[2:]) and len(batch) == 4
+
+
+@slow
+def test_warm_workers_keep_the_order_too(tmp_path):
+    ppe, warm = _calls(_terminal(tmp_path, "ppe")), _calls(_terminal(tmp_path, "warm"))
+    assert warm[:2] == ppe[:2]
+    assert sorted(warm[2:]) == sorted(ppe[2:]) and len(warm) == 4
