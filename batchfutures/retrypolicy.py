@@ -17,6 +17,12 @@ aborts). So everything here rides on Batch's own retries, attempt by attempt:
 On warm workers (keepalive=) the same `Retrying` asks, with the call's message's receive count
 as its attempt: the worker leaves the message to come back after the delay (worker/warm.py).
 
+Multi-node jobs (nodes > 1) are refused a policy listing exceptions when the settings are made
+(`check_nodes`, ConfigurationError), never left to ignore it: Batch retries such a job as a whole
+on its main node's failure only (a node's other than the main one makes no attempt), every node's
+result of the failed attempt stays written (a node's result is written once), and the emulator
+retries no multi-node job. `Retries(n)` without `on` keeps its meaning there: Batch's attempts.
+
 `retries=int` keeps its meaning (Batch's attempts; a user exception is an outcome, never retried).
 The delays are spent in the failing attempt's container, just before it exits (Batch has no delay
 between attempts); `backoff` doubles each time up to `max_delay`.
@@ -33,7 +39,8 @@ from . import checkpoints
 from .errors import ConfigurationError
 
 __all__ = ["Retries", "RETRY_EXIT_STATUS", "START_FAILURE_PREFIXES", "is_start_failure",
-           "delay_after", "retry_in_worker", "attempts_of", "MAX_ATTEMPTS", "Retrying", "wrap"]
+           "delay_after", "retry_in_worker", "attempts_of", "MAX_ATTEMPTS", "Retrying", "wrap",
+           "by_exception", "nodes_refusal", "check_nodes"]
 
 MAX_ATTEMPTS = 10  # Batch's retryStrategy.attempts: 1 to 10
 # EX_TEMPFAIL (sysexits.h): "temporary failure, the user is invited to retry"; a listed exception
@@ -126,8 +133,31 @@ class Retrying:
             raise
 
 
+def by_exception(retries: Any) -> bool:
+    """``retries`` retries listed exceptions: a Retries with ``on`` and attempts to spare."""
+    return isinstance(retries, Retries) and bool(retries.on) and retries.attempts > 1
+
+
 def wrap(fn: Any, retries: Any) -> Any:
     """``fn`` as it is sent: under `Retrying` when ``retries`` is a Retries listing exceptions."""
-    if isinstance(retries, Retries) and retries.on and retries.attempts > 1:
-        return Retrying(fn, retries)
-    return fn
+    return Retrying(fn, retries) if by_exception(retries) else fn
+
+
+def nodes_refusal(retries: Any, nodes: int) -> Optional[str]:
+    """Why ``retries`` cannot be the policy of a call on ``nodes`` nodes, or None (see the
+    module doc: a multi-node job's call is never retried by exception)."""
+    if nodes <= 1 or not by_exception(retries):
+        return None
+    listed = ", ".join(kind.__name__ for kind in retries.on)
+    return (f"retries=Retries({retries.attempts}, on=({listed},)) with nodes={nodes}: a "
+            f"multi-node job's call is not retried by exception (Batch retries such a job as a "
+            f"whole, on its main node's failure only). Pass retries={retries.attempts} (Batch's "
+            f"attempts, for crashes and lost hosts) with nodes=, or catch and retry the exception "
+            f"inside the function")
+
+
+def check_nodes(retries: Any, nodes: int) -> None:
+    """JobSettings: refuse `nodes_refusal`'s combination when the settings are made."""
+    refusal = nodes_refusal(retries, nodes)
+    if refusal is not None:
+        raise ConfigurationError(refusal)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 from .errors import ConfigurationError
-from .retrypolicy import Retries
+from .retrypolicy import Retries, check_nodes
 
 MAX_ATTEMPTS = 10
 _UNITS = {
@@ -179,6 +179,7 @@ class JobSettings:
             values["fallback_queue"] = _check_name("fallback_queue", kwargs["fallback_queue"],
                                                    "a job queue's name or ARN")
         settings = replace(base or cls(), **values)
+        check_nodes(settings.retry_policy, settings.nodes)  # never ignored silently
         names = {name for name, _ in settings.environment} & {name for name, _ in settings.secrets}
         if names:
             raise ConfigurationError(f"{sorted(names)} given both in environment= and in secrets=")
