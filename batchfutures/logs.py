@@ -36,8 +36,8 @@ from .statuses import FINISHED
 
 logger = logging.getLogger("batchfutures")
 
-__all__ = ["LogsAPI", "log_stream", "log_group_of", "tail", "read_all", "iter_all", "lines_after", "Cursor",
-           "follow", "follow_job", "job_log_tail", "job_log"]
+__all__ = ["LogsAPI", "LiveTailAPI", "log_stream", "log_group_of", "tail", "read_all", "iter_all",
+           "lines_after", "events_after", "Cursor", "follow", "follow_job", "job_log_tail", "job_log"]
 
 NOT_FOUND = "ResourceNotFoundException"
 
@@ -51,6 +51,18 @@ class LogsAPI(Protocol):
     def get_log_events(self, **params: Any) -> Dict[str, Any]: ...
 
     def filter_log_events(self, **params: Any) -> Dict[str, Any]: ...  # ex.logs(search=)
+
+
+@runtime_checkable
+class LiveTailAPI(LogsAPI, Protocol):
+    """CloudWatch Logs with StartLiveTail (``echo_output="live"`` on AWS, livetail.py): boto3's
+    ``logs`` client only. The emulator's LogsService does not serve it, so it is a Protocol of
+    its own rather than a member of `LogsAPI`; livetail takes an AWS environment's client as one
+    (``env.is_local`` false: boto3's). ``meta``: boto3's client facts (endpoint, config)."""
+
+    meta: Any
+
+    def start_live_tail(self, **params: Any) -> Dict[str, Any]: ...
 
 
 # -- where a job's log is --------------------------------------------------------------------
@@ -113,6 +125,16 @@ def lines_after(logs_client: LogsAPI, group: str, stream: str, cursor: Optional[
     raises `batchapi.PaginationError` on an earlier token coming back (a loop) or past
     `batchapi.MAX_PAGES` pages in one read.
     """
+    for event in events_after(logs_client, group, stream, cursor, end_time_ms=end_time_ms):
+        yield event.get("message", "")
+
+
+def events_after(logs_client: LogsAPI, group: str, stream: str, cursor: Optional[Cursor] = None, *,
+                 start_time_ms: Optional[int] = None,
+                 end_time_ms: Optional[int] = None) -> Iterator[Dict[str, Any]]:
+    """`lines_after`'s events (message, timestamp, ingestionTime). ``start_time_ms``: from the
+    first event at or after that time when the cursor has no token yet (GetLogEvents' startTime;
+    a token, once there is one, says where to go on)."""
     cursor = cursor if cursor is not None else Cursor()
     pages = batchapi.Pages("GetLogEvents", start=cursor.token, same_token_ends=True)
     while True:
@@ -121,11 +143,12 @@ def lines_after(logs_client: LogsAPI, group: str, stream: str, cursor: Optional[
             params["endTime"] = end_time_ms
         if cursor.token:
             params["nextToken"] = cursor.token
+        elif start_time_ms is not None:
+            params["startTime"] = start_time_ms
         page = _page(logs_client, group, stream, **params)
         events, forward = page.get("events") or [], page.get("nextForwardToken")
         del page
-        for event in events:
-            yield event.get("message", "")
+        yield from events
         events = []  # this page is let go before the next one is read
         forward = pages.next(forward)
         if forward is None:
