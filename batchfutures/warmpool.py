@@ -32,7 +32,9 @@ Data flow (one pool per distinct JobSettings of a Session, as with_settings view
     pool thread (one per pool)               │
       ReceiveMessage(10, long poll) <────────┘
       seal checked (unseal "result" under results/<n>; or GET it when not inline)
-      settle the call's future(s) (jobs.decode_result), echo its output, keep it for log()
+      settle the call's future(s) (jobs.decode_result), echo its output (echo_output="live":
+        not what the session's LiveTail streamed from its worker's log, warmlive.py), keep it
+        for log()
       DeleteMessageBatch ten at a time, or once idle (completions_to_delete); refill the
         window (_pump)
       every WATCH_EVERY s with workers: DescribeJobs(worker ids) (<= 100 a request): a worker
@@ -91,7 +93,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, List, Mapping, Optional, Tuple
 
-from . import batchapi, logforward, serialization, sqsapi, warmwire, wire
+from . import batchapi, logforward, serialization, sqsapi, warmlive, warmwire, wire
 from .errors import (
     ConfigurationError,
     DependencyFailedError,
@@ -575,6 +577,13 @@ class WarmPool:
                                                                / settings.vcpus + 1e-9))
         self.window = window_for(self.max_workers)
         self.echo_output = session.submitter.echo_output
+        # echo_output="live": the session's LiveTail follows the workers' streams, split by
+        # call (warmlive.py); the workers write the markers under this token
+        self.live: Optional[warmlive.WarmLive] = None
+        if session.live_tail is not None:
+            from .livetail import shown  # start-up: only "live" needs it
+
+            self.live = warmlive.WarmLive(uuid.uuid4().hex[:12], self._live_statuses, shown)
         self.spec = sqs_spec_for(self.env)
         # on AWS, the environment's own boto3 session (its profile, its credentials)
         self.sqs, self._sqs_counts = sqsapi.counted(sqsapi.client_for(
@@ -644,6 +653,8 @@ class WarmPool:
                   **serialization.payload_stamp()}
         if self.echo_output:  # the calls' logging records, made at the client's levels
             config["log_levels"] = logforward.client_levels()
+        if self.live is not None:  # line-buffered, each call between markers of this token
+            config["live"] = self.live.token
         if self._files_url is not None:
             config["files"] = self._files_url
         if self._environment is not None and self._environment.pointer is not None:
@@ -670,17 +681,23 @@ class WarmPool:
 
     # -- calls -------------------------------------------------------------------------------
     def add(self, function_pickle: bytes, encoding: str, blobs: List[bytes],
-            counts: List[int], futures: List[List[BatchFuture]], per_child: bool = False
-            ) -> None:
-        """Calls (one per blob) whose futures are ``futures[i]``; sent as the window allows."""
+            counts: List[int], futures: List[List[BatchFuture]], per_child: bool = False,
+            first_item: int = 0) -> None:
+        """Calls (one per blob) whose futures are ``futures[i]``; sent as the window allows.
+        ``first_item``: the map position of the first blob's first item (live output's label)."""
         if self._environment is not None:  # requirements=: before anything of the call is stored
             self._environment.admit(function_pickle, blobs, self._write_config)
         function_url = self.storage.put_function(self.run_id, function_pickle)
         calls = []
+        position = first_item
         for blob, count, group in zip(blobs, counts, futures):
             call = self._new_call(function_url, encoding, blob, count, group, per_child)
             if self.settings.retry_on_oom:
                 call.parts = (function_pickle, encoding, blob)
+            if self.live is not None:  # a map's child by its items, a submit by its number
+                self.live.label(call.number, warmlive.label_for(
+                    encoding != wire.CALLS, call.number, position, count))
+            position += count
             calls.append(call)
         with self._lock:
             self._pending.extend(calls)
@@ -720,6 +737,8 @@ class WarmPool:
                               key=earlier.key or (earlier.pool.pool_url, earlier.number))
         call.parts, call.tries, call.resent = earlier.parts, earlier.tries, True
         call.earlier = earlier.attempts_of(0)
+        if self.live is not None and earlier.pool.live is not None:  # still the same item
+            self.live.label(call.number, earlier.pool.live.label_of(earlier.number))
         with self._lock:
             self._pending.append(call)
         self._pump()
@@ -780,15 +799,17 @@ class WarmPool:
         if self._closed.is_set():
             raise JobAbortedError("the warm pool was shut down while this call waited for its "
                                   "arguments")
+        first = held.first_item + running[0]
         if not held.per_child:
             self.add(held.function_pickle, held.encoding, [blob], [len(items)],
-                     [[held.futures[i] for i in running]])
+                     [[held.futures[i] for i in running]], first_item=first)
         elif plan == SEND:
             self.add(held.function_pickle, held.encoding, [blob], [len(items)],
-                     [held.futures], per_child=True)
+                     [held.futures], per_child=True, first_item=first)
         else:  # a map child with items that do not run: its outcome merged from a call's
             self.add(held.function_pickle, held.encoding, [blob], [len(items)],
-                     [[self._merging(held.futures[0], fates, errors)]], per_child=True)
+                     [[self._merging(held.futures[0], fates, errors)]], per_child=True,
+                     first_item=first)
 
     def _merging(self, child: BatchFuture, fates: List[str],
                  errors: Dict[int, BaseException]) -> BatchFuture:
@@ -939,9 +960,10 @@ class WarmPool:
             return
         call._status = JobStatus.SUCCEEDED.value if all(ok for ok, _ in decoded) \
             else JobStatus.FAILED.value
-        if self.echo_output:
+        if self.echo_output:  # live: not what was streamed while it ran (its records are)
+            streams = self.live is None or self.live.echo_at_end(number, worker)
             for position in sorted(call.output):
-                wire.echo_output(call.output[position])
+                wire.echo_output(call.output[position], streams=streams)
         if call.per_child:
             settle(call.futures[0], True, functools.partial(_same, decoded))
             return
@@ -983,6 +1005,11 @@ class WarmPool:
         for future in call.futures:
             settle(future, False, failure)
         return True
+
+    def _live_statuses(self) -> Dict[str, str]:
+        """The workers' last statuses (the pool's watch), none once the pool is closed."""
+        with self._lock:
+            return {} if self._closed.is_set() else dict(self.workers)
 
     def _live_workers(self) -> List[str]:
         with self._lock:

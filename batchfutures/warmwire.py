@@ -60,7 +60,8 @@ __all__ = ["INLINE_LIMIT", "CALL_KIND", "CONFIG_KIND", "call_name", "encode_call
            "decode_call", "encode_pointer", "encode_completion", "decode_completion",
            "runner_failure", "runner_death_retried", "lost_failure", "results_in_messages",
            "Completion", "read_completion", "attempt_record", "attempt_of", "lost_attempt",
-           "attempts_listed", "retry_visibility", "LOST_REASON", "MAX_VISIBILITY", "lost_record"]
+           "attempts_listed", "retry_visibility", "LOST_REASON", "MAX_VISIBILITY", "lost_record",
+           "CALL_MARKER", "CALL_BEGIN", "CALL_END", "call_marker"]
 
 # SQS's message limit is 256 KiB; base64 makes 4 bytes of 3, with room for the JSON around it
 INLINE_LIMIT = 180 * 1024
@@ -71,6 +72,16 @@ MAX_VISIBILITY = 43200  # SQS: a message's visibility timeout is 0 to 12 hours, 
 # an attempt whose worker ended before it finished (the reason Batch gives a lost host's attempt:
 # spot.is_reclaim counts it, as lost_failure's)
 LOST_REASON = "Host EC2 (instance) terminated."
+
+
+# echo_output="live": the line a worker writes to its log before and after each call it runs
+# (the pool's config "live" is the token); warmlive.py splits a worker's stream by them
+CALL_MARKER = "batchfutures.call: "
+CALL_BEGIN, CALL_END = "begin", "end"
+
+
+def call_marker(token: str, number: int, edge: str) -> str:
+    return f"{CALL_MARKER}{token} {number} {edge}"
 
 
 def call_name(pool_name: str, number: int) -> str:

@@ -52,6 +52,12 @@ takes its next call at once. `checkpoint()` in a call stores at the call's own k
 checkpoints.checkpoint_url(<pool_url>, n, item) (a call resent for memory keeps its first key),
 and `restored()` reads it on the call's next attempt.
 
+With echo_output="live" (the config's "live", a token) the runner's stdout and stderr are
+line-buffered and share one pipe, and each call it runs is written between two marker lines,
+``batchfutures.call: <token> <n> begin`` and ``... end`` (warmwire.call_marker; the supervisor
+writes the end of a call whose runner died): the client splits the worker's log stream by call
+(warmlive.py). What is printed between calls is nobody's, as the calls' capture treats it.
+
 The runner's path has no round trip to the supervisor (a call costs no pipe write and no
 context switch): the supervisor only reads the small shared record of the call held.
 The runner makes its own SQS client and storage after the fork (boto3's and s3fs's are not
@@ -138,13 +144,39 @@ class Holding:
             time.sleep(0.0001)  # the runner is writing it
 
 
+# -- echo_output="live": the calls' lines in order in the log, each call between markers ------
+def live_output() -> None:
+    """The runner's stdout and stderr line-buffered (as a cold job's under header "live") and
+    its stderr the same pipe as its stdout: the container runtime reads the two apart, and a
+    line of one could pass a marker written to the other (the log has both in one stream)."""
+    calls.line_buffered_output()
+    calls.flush_output()
+    try:
+        os.dup2(1, 2)
+    except OSError as error:  # no stdout to share: the order is as the runtime reads it
+        logger.debug("could not share stdout with stderr: %s", error)
+
+
+def write_marker(token: str, number: Any, edge: str) -> None:
+    """The line that marks where call ``number`` begins or ends in the log (warmwire.call_marker),
+    written past the calls' capture (never part of a call's output), after what they printed."""
+    if not token:
+        return
+    calls.flush_output()
+    try:
+        os.write(1, (warmwire.call_marker(token, int(number), edge) + "\n").encode())
+    except OSError:  # a closed stdout: nothing streams anyway
+        pass
+
+
 # -- what runs a call: the user's world ------------------------------------------------------
 class World:
     """What the runner keeps between calls: the functions loaded, the initializer's verdict."""
 
     def __init__(self, initargs: Optional[bytes], header: Dict[str, Any],
-                 storage: Optional[Storage] = None) -> None:
+                 storage: Optional[Storage] = None, live: str = "") -> None:
         self.initargs = initargs
+        self.live = live  # echo_output="live": the pool's marker token (warmlive.py)
         self.header = header
         self.storage = storage  # where a map item's argument that is a done job's result is
         self.functions: Dict[str, Any] = {}
@@ -204,13 +236,17 @@ class World:
                                           self.meter)
                 outcomes = []
                 self.capture.take()  # what was printed between calls is nobody's
-                for item in items:
-                    checkpoints.at_item(len(outcomes))  # checkpoint() of this item: its own key
-                    try:
-                        outcomes.append(runner.run((0, item[1], item[2])))
-                        usage.append(runner.usage)
-                    finally:
-                        self.capture.keep(output, len(outcomes) - 1)
+                write_marker(self.live, head["n"], warmwire.CALL_BEGIN)
+                try:
+                    for item in items:
+                        checkpoints.at_item(len(outcomes))  # checkpoint() of this item: its key
+                        try:
+                            outcomes.append(runner.run((0, item[1], item[2])))
+                            usage.append(runner.usage)
+                        finally:
+                            self.capture.keep(output, len(outcomes) - 1)
+                finally:
+                    write_marker(self.live, head["n"], warmwire.CALL_END)
         meta["finished"] = time.time()
         if any(entry is not None for entry in usage):
             meta["usage"] = (usage + [None] * len(outcomes))[:len(outcomes)]
@@ -233,6 +269,7 @@ class Pool:
         self.config = json.loads(bytes(raw))
         self.pool_name = self.storage.name_of(pool_url)
         self.worker_id = environ.get("AWS_BATCH_JOB_ID")
+        self.live = str(self.config.get("live") or "")  # echo_output="live": the marker token
         # requirements=: the pool's environment first on sys.path before anything is unpickled
         # (the runner inherits it); refused (altered, missing): every call fails with it, unrun
         self.refused: Optional[IntegrityError] = None
@@ -341,7 +378,7 @@ class Runner:
     def __init__(self, pool: Pool, holding: Holding) -> None:
         self.pool = pool
         self.holding = holding
-        self.world = World(pool.initargs, pool.header, pool.storage)
+        self.world = World(pool.initargs, pool.header, pool.storage, pool.live)
         self.calls = 0
         # a call's tail (its result PUT, completion, DeleteMessage) is sent by these threads
         # while the next call is taken and run: three round trips off each call's path, and
@@ -505,6 +542,8 @@ def _run_in_child(pool: Pool, holding: Holding) -> None:
     try:
         checkpoints.install_sigterm_handler()  # SIGTERM (passed on by the supervisor): interrupted()
         pool.renew_after_fork()
+        if pool.live:
+            live_output()
         runner = Runner(pool, holding)
         try:
             status = runner.serve()
@@ -637,6 +676,7 @@ class Supervisor:
                     logger.error("the warm worker's runner ended with status %s", status)
                 return 0 if self.stopping else status
             number, started, items, receives, handle = held
+            write_marker(pool.live, number, warmwire.CALL_END)  # the runner could not
             if self.stopping:  # asked to stop: as a worker lost, the call goes to another
                 logger.warning("call %s: its process ended (status %s) after SIGTERM; back in "
                                "the queue", number, status)

@@ -1,0 +1,131 @@
+"""echo_output="live" on warm workers (batchfutures.warmlive): a worker's stream split by call,
+each call's lines prefixed while it runs, none echoed twice."""
+
+import pytest
+
+from batchfutures import livetail, warmlive
+from batchfutures.warmwire import call_marker
+
+TOKEN = "t0k3n"
+
+
+def begin(n, token=TOKEN):
+    return call_marker(token, n, "begin")
+
+
+def end(n, token=TOKEN):
+    return call_marker(token, n, "end")
+
+
+@pytest.mark.parametrize("lines, expected", [
+    # one call between its markers; what comes before and after belongs to nobody
+    (["start-up", begin(3), "a", "b", end(3), "idle"], [(3, "a"), (3, "b")]),
+    # calls one after another
+    ([begin(0), "x", end(0), begin(1), "y", end(1)], [(0, "x"), (1, "y")]),
+    # lines between calls (a new runner's initializer) are nobody's
+    ([begin(0), end(0), "init of the next runner", begin(1), "y", end(1)], [(1, "y")]),
+    # the runner died in call 4 (no end): the next begin opens the next call
+    ([begin(4), "before the kill", begin(5), "next", end(5)], [(4, "before the kill"), (5, "next")]),
+    # the supervisor's end after a death, then a late end of the same call: ignored
+    ([begin(4), "x", end(4), end(4), "nobody's"], [(4, "x")]),
+    # an end of another call closes nothing
+    ([begin(2), "x", end(7), "still 2", end(2)], [(2, "x"), (2, "still 2")]),
+    # an end with no call open: nothing
+    ([end(1), "nobody's"], []),
+    # the call's last line had no newline: the marker ends that line, the text is the call's
+    ([begin(6), "progress 99%" + end(6), "after"], [(6, "progress 99%")]),
+    # text before a begin (between calls) stays nobody's
+    (["half a line" + begin(6), "in"], [(6, "in")]),
+    # hostile or malformed markers are the call's own lines (the client hides them: shown())
+    ([begin(1), "batchfutures.call: 9 begin", "z", end(1)],
+     [(1, "batchfutures.call: 9 begin"), (1, "z")]),                     # no token
+    ([begin(1), begin(9, "other"), "z", end(1)], [(1, begin(9, "other")), (1, "z")]),  # wrong one
+    ([begin(1), f"batchfutures.call: {TOKEN} x begin", end(1)],
+     [(1, f"batchfutures.call: {TOKEN} x begin")]),                      # not a number
+    ([begin(1), f"batchfutures.call: {TOKEN} 2 started", end(1)],
+     [(1, f"batchfutures.call: {TOKEN} 2 started")]),                    # not begin/end
+    ([begin(1), begin(2) + " trailing", end(1)], [(1, begin(2) + " trailing")]),
+    ([begin(1), f"batchfutures.call: {TOKEN} ٣ begin", end(1)],          # a non-ASCII digit
+     [(1, f"batchfutures.call: {TOKEN} ٣ begin")]),
+    ([begin(1), f"batchfutures.call: {TOKEN} -2 begin", end(1)],
+     [(1, f"batchfutures.call: {TOKEN} -2 begin")]),
+    # empty lines are the call's too
+    ([begin(1), "", end(1)], [(1, "")]),
+])
+def test_splitter_table(lines, expected):
+    assert warmlive.CallSplitter(TOKEN).split(lines) == expected
+
+
+@pytest.mark.parametrize("cut", range(1, 7))
+def test_splitter_keeps_its_place_across_reads(cut):
+    lines = ["boot", begin(0), "a", "b", end(0), "between", begin(1), "c"]
+    splitter = warmlive.CallSplitter(TOKEN)
+    found = splitter.split(lines[:cut]) + splitter.split(lines[cut:])
+    assert found == [(0, "a"), (0, "b"), (1, "c")]
+    assert splitter.current == 1  # a read may end in the middle of a call
+
+
+def test_no_token_no_markers():
+    assert warmlive.read_marker(begin(1, ""), "") == (begin(1, ""), None)
+    assert warmlive.CallSplitter("").split([begin(1, ""), "x"]) == []
+
+
+@pytest.mark.parametrize("mapped, number, first, items, label", [
+    (False, 12, 0, 1, "call 12"),
+    (True, 12, 3, 1, "item 3"),
+    (True, 12, 4, 4, "items 4-7"),
+    (True, 0, 0, 0, "item 0"),
+])
+def test_label_for(mapped, number, first, items, label):
+    assert warmlive.label_for(mapped, number, first, items) == label
+
+
+def _live(statuses):
+    return warmlive.WarmLive(TOKEN, lambda: dict(statuses), livetail.shown)
+
+
+def test_a_worker_followed_streams_its_calls_and_they_are_not_echoed():
+    statuses = {"w1": "RUNNING"}
+    live = _live(statuses)
+    live.label(5, "item 2")
+    route = live.routes()["w1"]
+    assert live.routes()["w1"] is route  # the same router every round
+    assert [route(line) for line in (begin(5), "hello", "batchfutures.log: INFO:x:y", end(5))] \
+        == [None, "[w1 item 2] hello", None, None]  # the worker's own lines hidden
+    assert live.echo_at_end(5, "w1") is False
+
+
+def test_calls_echoed_before_their_worker_was_followed_are_skipped_in_its_stream():
+    statuses = {"w1": "STARTING"}  # the pool's watch has not seen it RUNNING yet
+    live = _live(statuses)
+    assert live.routes() == {}
+    assert live.echo_at_end(0, "w1") is True  # echoed as it resolved
+    assert live.routes() == {}  # not RUNNING yet: what was echoed is still remembered
+    statuses["w1"] = "RUNNING"
+    route = live.routes()["w1"]
+    shown = [route(line) for line in (begin(0), "echoed already", end(0), begin(1), "new", end(1))]
+    assert shown == [None, None, None, None, "[w1 call 1] new", None]  # no label kept: call n
+    assert live.echo_at_end(1, "w1") is False
+
+
+def test_workers_that_end_leave_the_routes_and_their_echoed_calls_are_forgotten():
+    statuses = {"w1": "RUNNING", "w2": "RUNNING"}
+    live = _live(statuses)
+    assert set(live.routes()) == {"w1", "w2"}
+    statuses["w1"] = "SUCCEEDED"
+    assert set(live.routes()) == {"w2"}  # the LiveTail reads w1 to its end once more
+    assert live.echo_at_end(3, "w1") is False  # it was followed: its lines came from the stream
+    live.echo_at_end(4, "w3")
+    statuses["w3"] = "FAILED"  # ended before it was ever followed
+    live.routes()
+    assert "w3" not in live._echoed
+    assert live.echo_at_end(9, None) is True  # no worker said (a failure result): echoed
+
+
+def test_labels_kept_are_bounded(monkeypatch):
+    monkeypatch.setattr(warmlive, "LABELS_KEPT", 3)
+    live = _live({})
+    for n in range(5):
+        live.label(n, f"item {n}")
+    assert [live.label_of(n) for n in range(5)] == ["call 0", "call 1", "item 2", "item 3", "item 4"]
+
