@@ -139,6 +139,8 @@ SAR: Dict[str, Tuple[Tuple[str, ...], frozenset]] = {
         "aws:ResourceTag/${TagKey}"})),
     "ssm:GetParameters": (("parameter",), frozenset({"aws:ResourceTag/${TagKey}"})),
     "logs:GetLogEvents": (("log-stream",), frozenset()),
+    # echo_output="live": the resource type "log-group" (required), no action condition keys
+    "logs:StartLiveTail": (("log-group",), frozenset()),
     "logs:CreateLogStream": (("log-stream",), frozenset()),
     "logs:PutLogEvents": (("log-stream",), frozenset()),
     # resource type "quota" (required), condition key servicequotas:service
@@ -184,6 +186,7 @@ RESOURCE_ARNS = {
     "object": ":s3:::", "bucket": ":s3:::", "Secret": ":secretsmanager:{region}:{account}:secret:",
     "parameter": ":ssm:{region}:{account}:parameter/",
     "log-stream": ":logs:{region}:{account}:log-group:",
+    "log-group": ":logs:{region}:{account}:log-group:",
     "repository": ":ecr:{region}:{account}:repository/", "role": ":iam::{account}:role/",
     "key": ":kms:{region}:{account}:key/",
     "queue": ":sqs:{region}:{account}:",
@@ -588,6 +591,9 @@ def test_the_client_policy_allows_the_batch_and_logs_calls_the_client_makes(stac
                               f":log-stream:{STACK}-worker/default/abc"),
         ("logs:GetLogEvents", f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/batch/job"
                               f":log-stream:{STACK}_0123/default/abc"),
+        # echo_output="live": Live Tail sessions of the stack's log group
+        ("logs:StartLiveTail", f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/batch/{STACK}"),
+        ("logs:StartLiveTail", f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/batch/{STACK}:*"),
     ]:
         assert allowed(document, action, resource), (action, resource)
     for action, resource in [
@@ -604,6 +610,11 @@ def test_the_client_policy_allows_the_batch_and_logs_calls_the_client_makes(stac
         ("ecr:DescribeImages", f"arn:aws:ecr:{REGION}:{ACCOUNT}:repository/someone-elses"),
         ("ecr:BatchGetImage", f"arn:aws:ecr:{REGION}:{ACCOUNT}:repository/batchfutures-worker"),
         ("logs:GetLogEvents", f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/other:log-stream:x"),
+        # Batch's shared group would show every job of the account: never tailed
+        ("logs:StartLiveTail", f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/batch/job"),
+        ("logs:StartLiveTail", f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/other"),
+        ("logs:StartLiveTail", f"arn:aws:logs:{REGION}:{ACCOUNT}:log-group:/aws/batch/{STACK}-x"),
+        ("logs:StopLiveTail", "*"),
         # another stack's definitions (its worker, its registered ones) and their logs
         ("batch:SubmitJob", f"{batch}:job-definition/other-worker:1"),
         ("batch:SubmitJob", f"{batch}:job-definition/{STACK}-worker-x-worker:1"),

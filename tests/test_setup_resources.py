@@ -287,6 +287,13 @@ def test_iam_is_least_privilege(template):
                 "batch:DescribeComputeEnvironments", "ec2:DescribeInstanceTypes",
                 "sqs:ListQueues", "pricing:GetProducts", "ec2:DescribeSpotPriceHistory",
             }, (name, actions)
+    # echo_output="live": Live Tail of the stack's own log group only (not Batch's shared one)
+    tailing = [(n, s) for n, s in statements if "logs:StartLiveTail" in as_list(s["Action"])]
+    assert [(n, s["Sid"], as_list(s["Action"])) for n, s in tailing] == [
+        ("ClientPolicy", "LiveTailLogs", ["logs:StartLiveTail"])]
+    assert as_list(tailing[0][1]["Resource"]) == [{"Fn::Sub": (
+        "arn:${AWS::Partition}:logs:${AWS::Region}:${AWS::AccountId}:log-group:${LogGroup}" + end)}
+        for end in ("", ":*")]
     job_statements = {s["Sid"]: s for n, s in statements if n == "JobRole"}
     assert set(job_statements) == {"RunObjects", "MissingKeysAre404", "ReadSigningKey",
                                    "WarmQueues"}
