@@ -407,6 +407,9 @@ class LiveTail:
             catch_up = [child for child in streaming if not self._followed[child].caught_up
                         and self._sessions[self._followed[child].group].starts]
             polled = [child for child in live if child not in streaming]
+        # catch-up reads share the GetLogEvents budget (at least one a round); the rest wait,
+        # their streamed lines kept
+        catch_up = catch_up[:max(1, self._budget - len(ended))]
         budget = max(0, self._budget - len(ended) - len(catch_up))
         chosen, self._turn = choose(polled, self._turn, budget)
         if len(polled) > len(chosen) and not self._sampled_said:
@@ -495,16 +498,17 @@ class LiveTail:
     def _dispatch(self, session: "_Session", update: Dict[str, Any]) -> None:
         """A sessionUpdate: each event to its child (a child not caught up yet, or a stream not
         followed yet, keeps it for later); the sampling said once."""
-        if (update.get("sessionMetadata") or {}).get("sampled") and not self._live_sampled_said:
-            self._live_sampled_said = True
-            self._write("[batchfutures: more than 500 lines a second; CloudWatch Live Tail samples "
-                        "the live output (future.log() has all of it)]\n")
         by_stream: Dict[str, List[Dict[str, Any]]] = {}
         for event in update.get("sessionResults") or []:
             by_stream.setdefault(str(event.get("logStreamName", "")), []).append(event)
         with self._show_lock:
             if self._sessions.get(session.group) is not session:
                 return  # closed or replaced: its successor reads on
+            sampled = (update.get("sessionMetadata") or {}).get("sampled")
+            if sampled and not self._live_sampled_said:
+                self._live_sampled_said = True
+                self._write("[batchfutures: more than 500 lines a second; CloudWatch Live Tail "
+                            "samples the live output (future.log() has all of it)]\n")
             for stream, events in by_stream.items():
                 key = (session.group, stream)
                 self.counts["events streamed"] += len(events)

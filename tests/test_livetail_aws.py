@@ -109,6 +109,27 @@ def test_a_start_live_tail_session_shows_each_line_once_in_order(aws_env, monkey
     assert not tail._sessions  # nothing followed: no session left open (billed per minute)
 
 
+def test_a_sampled_session_says_so_once(aws_env, monkeypatch, names):
+    """Past 500 events, a session update is a sample (moto's too): said once, however many
+    updates are sampled; the catch-up read still shows every line once."""
+    monkeypatch.setenv("AWS_DISABLE_HOST_PREFIX_INJECTION", "true")
+    env = environment()
+    make_stream(env.logs, names["group"], names["stream"])
+    put(env.logs, names["group"], names["stream"], [f"line {i}" for i in range(600)])
+    written: List[str] = []
+    tail = livetail.LiveTail(env, lambda: [], write=written.append, interval=0.05)
+    try:
+        follow(tail, names)
+        tail.set_running({names["child"]})
+        rounds_until(tail, lambda: len(lines_of(written)) >= 601 and tail.counts["sessions"] >= 2)
+    finally:
+        tail.stop()
+    notes = [line for line in lines_of(written) if line.startswith("[batchfutures:")]
+    assert len(notes) == 1 and "samples" in notes[0]
+    assert [line for line in lines_of(written) if not line.startswith("[batchfutures:")] == [
+        f"[{names['child']}] line {i}" for i in range(600)]
+
+
 def test_a_custom_endpoint_with_host_prefix_injection_reads_with_get_log_events(aws_env, names):
     """StartLiveTail's host prefix would name stream-127.0.0.1: no session is tried."""
     env = environment()
