@@ -82,7 +82,8 @@ if TYPE_CHECKING:
     from ..storage import Storage
 
 __all__ = ["VCPUS_VARIABLE", "SubProcessEnded", "Ending", "sub_process_ending", "processes_for",
-           "requested_processes", "usable_cpus", "parse_cpu_max", "parse_cfs_quota", "run_items", "run_pool"]
+           "requested_processes", "usable_cpus", "parse_cpu_max", "parse_cfs_quota", "run_items",
+           "run_pool"]
 
 logger = logging.getLogger("batchfutures")
 
