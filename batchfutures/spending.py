@@ -1,20 +1,26 @@
 """``BatchExecutor(max_cost=USD)`` and ``ex.cost``: an executor's money, estimated as calls end.
 
 Each call's estimate (``future.cost``: costs.estimate of its measured run time and its share of
-what ran it) is added when its future finishes (`Spending.count`, a done callback). Before a
-Batch job is sent, `Spending.check` raises BudgetExceededError once the total reached
-``max_cost``: that job's futures fail with it and nothing more is submitted. Nothing already
-sent is cancelled, so nothing is left running unknown to the executor (no orphaned job), and
-what runs still adds to the total: the budget stops spending, it cannot undo it.
+what ran it) is added when its future finishes (`Spending.count`, a done callback, on the
+poller's thread). Counting never waits for prices: a call whose queue's prices are not read
+yet is added once they are, on the thread that reads them (`PricingWhenAsked.when_read`, at
+most liveprices.READ_DEADLINE_S on AWS). Before a Batch job is sent, `Spending.check` raises
+BudgetExceededError once the calls that ended reached ``max_cost``: that job's futures fail
+with it and nothing more is submitted. With ``max_cost`` that check counts every call that
+ended, so it waits for prices still being read (once per executor): the budget is decided on
+no less than when the count itself waited for them. Nothing already sent is cancelled,
+so nothing is left running unknown to the executor (no orphaned job), and what runs still adds
+to the total: the budget stops spending, it cannot undo it.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import threading
 from dataclasses import replace
-from typing import Any, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 from urllib.parse import urlsplit
 
 from . import costs, liveprices
@@ -22,7 +28,8 @@ from .environments import Environment, default_workdir, queue_compute_environmen
 from .errors import BudgetExceededError, ConfigurationError
 from .workdir import secure_folder
 
-__all__ = ["Spending", "check_max_cost", "pricing_of", "with_live_rates", "PricingWhenAsked"]
+__all__ = ["Spending", "check_max_cost", "pricing_of", "with_live_rates", "PricingWhenAsked",
+           "PriceNotReadYet"]
 
 logger = logging.getLogger("batchfutures")
 
@@ -36,6 +43,27 @@ def check_max_cost(value: Any) -> Optional[float]:
     return float(value)
 
 
+class PriceNotReadYet(Exception):
+    """Raised to `Spending.count` only (never to a user): the call's prices are still being
+    read by ``source``, and asking for them here would wait."""
+
+    def __init__(self, source: "PricingWhenAsked") -> None:
+        super().__init__("the queue's prices are not read yet")
+        self.source = source
+
+
+_counting = threading.local()  # .active while Spending.count reads a cost: it must not wait
+
+
+def _cost_without_waiting(future: Any) -> Optional[float]:
+    """``future.cost``, or PriceNotReadYet where it would wait for prices to be read."""
+    _counting.active = True
+    try:
+        return future.cost
+    finally:
+        _counting.active = False
+
+
 class Spending:
     """The estimated USD of an executor's finished calls, and its ``max_cost``."""
 
@@ -43,11 +71,34 @@ class Spending:
         self.max_cost = check_max_cost(max_cost)
         self._total = 0.0
         self._lock = threading.Lock()
+        # ended calls whose prices are being read: id(future) -> (future, what reads them)
+        self._unpriced: Dict[int, Tuple[Any, PricingWhenAsked]] = {}
+
+    @property
+    def counted(self) -> float:
+        """The calls priced so far; never waits (the budget's check, on any thread)."""
+        with self._lock:
+            return self._total
+
+    @property
+    def unpriced(self) -> int:
+        """Ended calls whose prices are still being read (not in `counted` yet)."""
+        with self._lock:
+            return len(self._unpriced)
 
     @property
     def total(self) -> float:
+        """Every ended call (``ex.cost``): prices still being read are waited for here, on the
+        asker's thread, as ``future.cost`` waits for them."""
         with self._lock:
-            return self._total
+            waiting = list(self._unpriced.items())
+        for key, (_, source) in waiting:
+            try:
+                source.pricing()
+            except Exception:  # a cost that cannot be read is not counted
+                logger.debug("pricing: could not be read for ex.cost", exc_info=True)
+            self._priced(key)
+        return self.counted
 
     def add(self, usd: Optional[float]) -> None:
         if usd:
@@ -55,21 +106,39 @@ class Spending:
                 self._total += usd
 
     def count(self, future: Any) -> None:
-        """A done callback: the finished call's cost (None when not measured) is added."""
+        """A done callback: the finished call's cost (None when not measured) is added, now if
+        its prices are known, else when they are read (never waiting for them here)."""
         try:
-            self.add(future.cost)
+            usd = _cost_without_waiting(future)
+        except PriceNotReadYet as unread:
+            with self._lock:
+                self._unpriced[id(future)] = (future, unread.source)
+            unread.source.when_read(functools.partial(self._priced, id(future)))
+            return
         except Exception:  # a cost that cannot be read is not counted: never fail the callback
-            pass
+            return
+        self.add(usd)
+
+    def _priced(self, key: int) -> None:
+        """Its prices were read: the call waiting under ``key`` is counted (once)."""
+        with self._lock:
+            entry = self._unpriced.pop(key, None)
+        if entry is not None:
+            self.count(entry[0])
 
     def exceeded(self) -> bool:
+        """Whether the calls that ended reached max_cost: every one of them, so a call whose
+        prices are still being read is waited for here (as its count used to wait on the
+        poller; once per executor, within liveprices.READ_DEADLINE_S on AWS)."""
         return self.max_cost is not None and self.total >= self.max_cost
 
     def check(self, calls: int = 1) -> None:
-        """Before sending ``calls`` calls: BudgetExceededError once the estimate reached max_cost."""
+        """Before sending ``calls`` calls: BudgetExceededError once the estimate reached max_cost.
+        Without max_cost it never waits."""
         if not self.exceeded():
             return
         assert self.max_cost is not None
-        spent = self.total
+        spent = self.counted
         raise BudgetExceededError(
             f"max_cost={self.max_cost:g} USD reached (an estimated {spent:.6g} USD spent by this "
             f"executor's finished calls): {calls} call(s) not sent; what runs goes on",
@@ -79,18 +148,55 @@ class Spending:
 class PricingWhenAsked:
     """An executor's pricing_of(env), read at the first cost asked (a call that ended: its
     future.cost, ex.cost, max_cost's count), never on the thread that submits: reading the
-    queue and AWS's prices may take seconds, a submit must not wait for them."""
+    queue and AWS's prices may take seconds, a submit must not wait for them. `Spending.count`
+    (the poller's) does not wait either: it asks `when_read`, which reads on a thread of its own."""
 
     def __init__(self, env: Environment) -> None:
         self._env = env
         self._pricing: Optional[costs.Pricing] = None
         self._lock = threading.Lock()  # this executor's: one read, the others wait for it
+        self._state = threading.Lock()  # guards the two below; never held across a read
+        self._reader: Optional[threading.Thread] = None
+        self._then: List[Callable[[], None]] = []  # to call once the pricing is known
+
+    @property
+    def known(self) -> Optional[costs.Pricing]:
+        """The pricing once read, else None (never waits)."""
+        return self._pricing
 
     def pricing(self) -> costs.Pricing:
+        then: List[Callable[[], None]] = []
         with self._lock:
             if self._pricing is None:
-                self._pricing = pricing_of(self._env)
-            return self._pricing
+                pricing = pricing_of(self._env)
+                with self._state:
+                    self._pricing = pricing
+                    then, self._then = self._then, []
+            found = self._pricing
+        for callback in then:
+            callback()
+        return found
+
+    def when_read(self, callback: Callable[[], None]) -> None:
+        """``callback()`` once the pricing is known: now if it is, else on the thread that
+        reads it (started here once, when no read is under way)."""
+        with self._state:
+            if self._pricing is None:
+                self._then.append(callback)
+                if self._reader is None or not self._reader.is_alive():
+                    self._reader = threading.Thread(target=self._read_for_callbacks,
+                                                    name="batchfutures-pricing", daemon=True)
+                    self._reader.start()
+                return
+        callback()
+
+    def _read_for_callbacks(self) -> None:
+        try:
+            self.pricing()
+        except Exception:  # as a cost that cannot be read: those waiting are not counted
+            logger.debug("pricing: could not be read", exc_info=True)
+            with self._state:
+                self._then.clear()
 
     def of_call(self, vcpus: float, memory_mib: float, gpus: int = 0) -> "CallPricedWhenAsked":
         return CallPricedWhenAsked(self, vcpus, memory_mib, gpus)
@@ -106,8 +212,12 @@ class CallPricedWhenAsked:
     def cost(self, usage: Any) -> Optional[float]:
         if getattr(usage, "wall_s", None) is None:
             return None  # not measured: nothing to read prices for
-        return costs.CallPricing(self.source.pricing(), self.vcpus, self.memory_mib,
-                                 self.gpus).cost(usage)
+        pricing = self.source.known
+        if pricing is None:
+            if getattr(_counting, "active", False):  # Spending.count, on the poller: no wait
+                raise PriceNotReadYet(self.source)
+            pricing = self.source.pricing()
+        return costs.CallPricing(pricing, self.vcpus, self.memory_mib, self.gpus).cost(usage)
 
 
 def pricing_of(env: Environment) -> Any:

@@ -14,7 +14,13 @@ from typing import Any, Dict, Iterator, List, Optional
 import boto3
 import pytest
 from botocore.stub import Stubber
-from s3server import aws_env, emulator_endpoint, emulator_environment, moto_server  # noqa: F401
+from s3server import (  # noqa: F401
+    aws_env,
+    emulator_endpoint,
+    emulator_environment,
+    moto_server,
+    new_bucket,
+)
 
 from batchfutures import costs, liveprices, prices, spending
 from batchfutures.costs import Pricing
@@ -156,7 +162,10 @@ def fresh_cache() -> None:
 
 
 def test_spot_history_read_from_moto_with_the_price_list(aws_env: Dict[str, str],  # noqa: F811
-                                                         tmp_path: Path) -> None:
+                                                         tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # moto's first EC2 request can take seconds on a busy machine: not the deadline's test
+    monkeypatch.setattr(liveprices, "READ_DEADLINE_S", 120.0)
     session = StubbedSession([[ec2("c6i.large", "0.0960000000", "2", "4 GiB")]])
     ec2_client = boto3.client("ec2", region_name="us-east-1")
     rates = liveprices.read_rates(session, ec2_client, "us-east-1", "EC2", "X86_64", "c6i.large",
@@ -233,6 +242,7 @@ class SlowPriceList:
     def __init__(self, seconds: float, pages: Optional[List[List[str]]] = None) -> None:
         self.seconds, self.pages, self.calls = seconds, pages, 0
         self.released = threading.Event()  # set: answer at once (a test's end)
+        self.asked = threading.Event()  # set: the first GetProducts was sent
         self.in_flight = self.most_in_flight = 0
         self._count = threading.Lock()
 
@@ -246,6 +256,7 @@ class SlowPriceList:
                 self.calls += 1
                 self.in_flight += 1
                 self.most_in_flight = max(self.most_in_flight, self.in_flight)
+            self.asked.set()
             self.released.wait(self.seconds)
             with self._count:
                 self.in_flight -= 1
@@ -353,3 +364,75 @@ def test_a_submit_does_not_wait_for_prices(tmp_path: Path, monkeypatch: pytest.M
     finally:
         executor.shutdown(wait=False, cancel_futures=True)
         env.emulator.close()
+
+
+class PriceListSession(boto3.session.Session):
+    """boto3's Session (Batch, S3 and Logs at the test's endpoints) whose Price List client is
+    ``price_list`` (moto serves no Price List)."""
+
+    def __init__(self, price_list: SlowPriceList) -> None:
+        super().__init__(region_name="us-east-1")
+        self.price_list = price_list
+
+    def client(self, service_name: str, *args: Any, **kwargs: Any) -> Any:
+        if service_name == "pricing":
+            return self.price_list
+        return super().client(service_name, *args, **kwargs)
+
+
+def ec2_queue(instance_type: str) -> str:
+    """An EC2 compute environment of ``instance_type`` and its queue, in the emulator boto3 is
+    pointed at (its own environment is "optimal": no type to price); the queue's name."""
+    batch = boto3.client("batch", region_name="us-east-1")
+    made = batch.create_compute_environment(
+        computeEnvironmentName="priced", type="MANAGED", computeResources={
+            "type": "EC2", "maxvCpus": 2, "minvCpus": 0, "instanceRole": "ecsInstanceRole",
+            "instanceTypes": [instance_type], "subnets": ["subnet-1"],
+            "securityGroupIds": ["sg-1"]})
+    batch.create_job_queue(jobQueueName="priced", priority=1, computeEnvironmentOrder=[
+        {"order": 1, "computeEnvironment": made["computeEnvironmentArn"]}])
+    return "priced"
+
+
+@pytest.mark.slow
+def test_the_poller_settles_futures_while_a_price_read_hangs(
+        tmp_path: Path, s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first call's end starts the price read, which hangs; another call still resolves
+    through the poller meanwhile (its done callback counts without waiting), and once the read
+    answers both calls are priced at the prices read, on the reading thread."""
+    from batchfutures import AWSBatchEnvironment, BatchExecutor
+    monkeypatch.setenv("BATCHFUTURES_WORKDIR", str(tmp_path / "work"))
+    monkeypatch.setattr(liveprices, "READ_DEADLINE_S", 600.0)  # it hangs until released below
+    # the emulator's endpoint stands in for AWS's (whose endpoints alone read AWS prices)
+    monkeypatch.setattr(spending, "_is_aws", lambda endpoint: True)
+    live_hour = 2 * prices.FAMILIES["c6i"].vcpu_hour * 2  # twice the table's c6i.large
+    price_list = SlowPriceList(600.0, pages=[[ec2("c6i.large", f"{live_hour:.10f}", "2",
+                                                  "4 GiB")]])
+    with emulator_endpoint(tmp_path / "emulator", max_vcpus=2, control_plane_delay=0.0):
+        env = AWSBatchEnvironment(job_queue=ec2_queue("c6i.large"), io_bucket=new_bucket(),
+                                  job_definition="batchfutures-worker", region_name="us-east-1",
+                                  session=PriceListSession(price_list))
+        executor = BatchExecutor(env, vcpus=1, memory=2048)
+        try:
+            first = executor.submit(pow, 2, 3)
+            assert first.result(timeout=120) == 8
+            assert price_list.asked.wait(120)  # its count started the read, which hangs
+            second = executor.submit(pow, 2, 4)
+            assert second.result(timeout=120) == 16  # the poller was not held by the read
+            assert price_list.in_flight == 1 and not price_list.released.is_set()
+            counted = executor._session.submitter.spending
+            assert counted.counted == 0.0 and counted.unpriced == 2  # not priced yet
+
+            price_list.released.set()  # the Price List answers
+            readers = [t for t in threading.enumerate() if t.name == "batchfutures-pricing"]
+            for reader in readers:
+                reader.join(120)
+            assert readers and counted.unpriced == 0
+            expected = [f.usage.wall_s / 3600 * live_hour * 0.5 for f in (first, second)]
+            assert [first.cost, second.cost] == pytest.approx(expected)  # the prices read
+            assert counted.counted == pytest.approx(sum(expected))  # priced by the reader
+            assert executor.cost == pytest.approx(sum(expected))
+            assert price_list.calls == 1
+        finally:
+            price_list.released.set()
+            executor.shutdown(wait=True)
