@@ -575,6 +575,15 @@ class LocalEnvironment(BaseEnvironment):
     def validate_settings(self, settings: JobSettings) -> None:
         """Refuse a job this machine can never place (it would wait RUNNABLE forever)."""
         super().validate_settings(settings)  # spot_attempts needs a fallback queue
+        if self._emulator is not None and not self._emulator.launcher.in_processes:
+            # an emulator made with launcher="threads" (a test's, a benchmark's): image= and
+            # requirements= cannot apply in a thread of this process
+            from .emulator.runtime.threads import threads_refusal
+
+            refusal = threads_refusal(self.image, settings.requirements is not None,
+                                      sys.executable)
+            if refusal is not None:
+                raise ConfigurationError(refusal)
         vcpus = self.max_vcpus if self.max_vcpus is not None else host.cpu_count()
         if settings.nodes > 1 and settings.nodes * settings.vcpus > vcpus:  # all nodes at once
             raise ConfigurationError(

@@ -2,8 +2,13 @@
 
     BatchEmulator(folder, launcher="threads") ──> Scheduler (unchanged lifecycle and records)
       ThreadLauncher.start(LaunchRequest, on_exit) ──> ThreadAttempt (an attempts.AttemptHandle)
-        `python -m batchfutures.worker <url>` only; any other command cannot start (OSError:
-        the attempt fails with CannotStartContainerError, as a missing executable does)
+        `python -m batchfutures.worker <url>` on this interpreter only (`attempt_refusal`); any
+        other command, another interpreter (`LocalEnvironment(image=PYTHON)`) or an environment
+        archive (`requirements=`) cannot start (OSError: the attempt fails with
+        CannotStartContainerError, as a missing executable does): a thread runs this process's
+        interpreter with its imports, so neither could apply. A LocalEnvironment whose emulator
+        runs threads refuses them sooner, when the settings are given (`threads_refusal`,
+        ConfigurationError: environments.LocalEnvironment.validate_settings).
         the log file opened (appended to) ──> the attempt's log stream, as a process's stdout
         _Threads: a pool grown on demand, idle threads reused (and gone after IDLE_EXIT s)
           thread: worker.run(url, request.env, fork=False, cancelled=attempt.cancelled)
@@ -26,8 +31,9 @@ import logging
 import os
 import queue
 import signal
+import sys
 import threading
-from typing import IO, Callable, Dict, Optional
+from typing import IO, Callable, Dict, List, Mapping, Optional
 
 from ...batchlimits import OOM_EXIT_STATUS
 from ...workdir import make_private_dirs, open_private
@@ -37,7 +43,40 @@ from .forkserver import is_worker_command
 logger = logging.getLogger("batchfutures")
 
 IDLE_EXIT = 5.0  # seconds an idle thread waits for another attempt before it ends
+# requirements=' pointer to the job's environment archive (envarchive.POINTER_VARIABLE: the
+# runtime may not import the core's envarchive; tests/test_threads_launcher_settings.py holds
+# the two equal)
+ARCHIVE_VARIABLE = "BATCHFUTURES_ENVIRONMENT"
 _OOM_LINE = b"batchfutures.worker: MemoryError: out of memory; exiting with status 137 like the OOM killer\n"
+
+
+def threads_refusal(interpreter: Optional[str], environment_archive: bool,
+                    this_python: str) -> Optional[str]:
+    """Why a job cannot run in a thread of this process (launcher="threads"), None when it can
+    (pure): a thread runs ``this_python`` with this process's imports, so an ``image=``
+    interpreter other than it, or a ``requirements=`` environment archive, would be ignored."""
+    reasons = []
+    if interpreter is not None and interpreter != this_python:
+        reasons.append(f"image={interpreter!r} (an interpreter other than this process's, "
+                       f"{this_python!r})")
+    if environment_archive:
+        reasons.append("requirements= (an environment archive put on the worker's import path)")
+    if not reasons:
+        return None
+    return (f"launcher='threads' runs each attempt in a thread of this process, so "
+            f"{' and '.join(reasons)} cannot apply: use the emulator's default "
+            f"launcher='process' (a LocalEnvironment's own emulator) to run them as AWS would, "
+            f"or leave them out to run on this interpreter and its installed packages")
+
+
+def attempt_refusal(argv: List[str], env: Mapping[str, str],
+                    this_python: str) -> Optional[str]:
+    """Why an attempt cannot start as a thread (ThreadLauncher.start's OSError), None when it
+    can (pure): only the worker's command runs, on this interpreter, with no archive."""
+    if not is_worker_command(argv):
+        return (f"{argv[0] if argv else ''!r}: launcher='threads' runs only the worker's "
+                "command, python -m batchfutures.worker <job_url>")
+    return threads_refusal(argv[0], bool(env.get(ARCHIVE_VARIABLE)), this_python)
 
 
 class ThreadAttempt(AttemptHandle):
@@ -184,11 +223,11 @@ class ThreadLauncher:
 
     def start(self, request: LaunchRequest,
               on_exit: Optional[Callable[[AttemptHandle], None]] = None) -> AttemptHandle:
-        """Start the attempt; OSError when its command is not the worker's."""
+        """Start the attempt; OSError when it cannot run as a thread (`attempt_refusal`)."""
         argv = list(request.argv)
-        if not is_worker_command(argv):
-            raise OSError(f"{argv[0] if argv else ''!r}: launcher='threads' runs only the "
-                          "worker's command, python -m batchfutures.worker <job_url>")
+        refusal = attempt_refusal(argv, request.env, sys.executable)
+        if refusal is not None:
+            raise OSError(refusal)
         make_private_dirs(os.path.dirname(request.log_path))  # 0700 whatever the umask
         log = open(open_private(request.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND),
                    "ab", buffering=0)  # the user's alone (CONTRACT 9)
