@@ -1,9 +1,13 @@
 """echo_output="live" on warm workers (batchfutures.warmlive): a worker's stream split by call,
 each call's lines prefixed while it runs, none echoed twice."""
 
+import os
+
 import pytest
 
-from batchfutures import livetail, warmlive
+from batchfutures import BatchExecutor, jobdetail, livetail, warmlive
+from batchfutures.errors import MemoryLimitExceeded
+from batchfutures.logs import lines_after, log_group_of
 from batchfutures.warmwire import call_marker
 
 TOKEN = "t0k3n"
@@ -129,3 +133,45 @@ def test_labels_kept_are_bounded(monkeypatch):
         live.label(n, f"item {n}")
     assert [live.label_of(n) for n in range(5)] == ["call 0", "call 1", "item 2", "item 3", "item 4"]
 
+
+
+# -- the worker's side: each call between its markers in the worker's log ---------------------
+def _talks(x):
+    import sys
+
+    print(f"out {x}")
+    print(f"err {x}", file=sys.stderr)
+    print(f"no newline {x}", end="")
+    return x
+
+
+def _dies(x):
+    import signal
+
+    print(f"dying {x}", flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)  # the runner dies in the call: no end of its own
+
+
+def _worker_lines(env, worker):
+    description = env.batch.describe_jobs(jobs=[worker])["jobs"][0]
+    return list(lines_after(env.logs, log_group_of(description, env.log_group),
+                            jobdetail.log_stream(description)))
+
+
+@pytest.mark.slow
+def test_the_worker_writes_each_call_between_its_markers(local_env):
+    with BatchExecutor(local_env, keepalive=30, max_workers=1, echo_output="live") as ex:
+        assert list(ex.map(_talks, range(2))) == [0, 1]
+        with pytest.raises(MemoryLimitExceeded):  # a runner killed (SIGKILL): as the OOM killer
+            ex.submit(_dies, 2).result(timeout=120)
+        assert ex.submit(_talks, 3).result(timeout=120) == 3
+        pool = next(iter(ex._session.warm_pools.values()))
+        token, (worker,) = pool.live.token, list(pool.workers)
+    lines = _worker_lines(local_env, worker)
+    by_call = {}
+    for number, line in warmlive.CallSplitter(token).split(lines):
+        by_call.setdefault(number, []).append(line)
+    # stdout and stderr in the order printed (one pipe), the last line without newline kept
+    assert by_call == {0: ["out 0", "err 0", "no newline 0"], 1: ["out 1", "err 1", "no newline 1"],
+                       2: ["dying 2"], 3: ["out 3", "err 3", "no newline 3"]}
+    assert sum(line.endswith(f"{token} 2 end") for line in lines) == 1  # by the supervisor
