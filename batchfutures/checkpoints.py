@@ -104,6 +104,11 @@ def at_item(position: int) -> None:
     call = _current()
     if call is not None:
         call.item, call.restored = position, _NOT_READ
+    # each item decides for itself: an earlier item's use of the API does not make this one
+    # wait past SIGTERM, and one that starts after SIGTERM came ends the process as it would have
+    _aware.clear()
+    if _sigterm.is_set():
+        on_sigterm()
 
 
 def end_call() -> None:

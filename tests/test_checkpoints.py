@@ -106,3 +106,44 @@ def test_a_call_that_never_asked_ends_of_sigterm_as_before(tmp_path):
             "print('still here')\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == -signal.SIGTERM and "still here" not in done.stdout
+
+
+_ITEMS_SCRIPT = """
+import os, signal, sys, time
+from batchfutures import checkpoints, signing
+from batchfutures.storage import Storage
+job_url = sys.argv[1]
+storage = Storage.from_url(job_url, signer=signing.Signer(lambda: b"k" * 32, "test"))
+checkpoints.install_sigterm_handler()
+checkpoints.begin_call(storage, job_url, 0, "1")
+checkpoints.at_item(0)
+checkpoints.checkpoint("item 0 asked")
+if sys.argv[2] == "during 0":
+    os.kill(os.getpid(), signal.SIGTERM)
+    print("item 0 went on", checkpoints.interrupted(), flush=True)
+checkpoints.at_item(1)  # an item that never asks
+print("item 1 started", flush=True)
+if sys.argv[2] == "during 1":
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(30)
+print("item 1 outlived SIGTERM", flush=True)
+"""
+
+
+@pytest.mark.slow  # a real process
+@pytest.mark.parametrize("when, printed", [
+    # an earlier item's checkpoint does not make a later item wait past SIGTERM
+    ("during 1", ["item 1 started"]),
+    # the checkpointing item goes on; the next item, which never asks, does not start
+    ("during 0", ["item 0 went on True"]),
+])
+def test_each_item_decides_for_itself_what_sigterm_means(tmp_path, when, printed):
+    import subprocess
+    import sys
+
+    root = tmp_path / "store"
+    root.mkdir()
+    done = subprocess.run([sys.executable, "-c", _ITEMS_SCRIPT, f"file://{root}/runs/r1/jobs/k1", when],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == -signal.SIGTERM, done.stderr
+    assert done.stdout.splitlines() == printed
