@@ -578,6 +578,7 @@ class LocalEnvironment(BaseEnvironment):
         if self._emulator is not None and not self._emulator.launcher.in_processes:
             # an emulator made with launcher="threads" (a test's, a benchmark's): image= and
             # requirements= cannot apply in a thread of this process
+            # start-up: as the emulator property's (the emulator package loads its service)
             from .emulator.runtime.threads import threads_refusal
 
             refusal = threads_refusal(self.image, settings.requirements is not None,
