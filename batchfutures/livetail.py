@@ -40,6 +40,7 @@ import sys
 import threading
 from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -59,7 +60,7 @@ from urllib.parse import urlsplit
 from botocore.exceptions import EndpointConnectionError
 
 from . import batchapi, jobdetail
-from .logs import Cursor, LiveTailAPI, events_after, log_group_of
+from .logs import NOT_FOUND, Cursor, LiveTailAPI, events_after, log_group_of
 from .statuses import JobStatus
 
 if TYPE_CHECKING:
@@ -84,6 +85,7 @@ MAX_PREFIXES = 5
 MAX_FAILURES = 3  # sessions in a row that fail before starting: the group falls back to POLL
 SEEN_WINDOW_MS = 60_000  # lines shown are remembered this long (by their time) to show each once
 PENDING_STREAMS = 100  # streams not (yet) followed whose streamed events are kept, the latest
+READ_PART = 1000  # events of a GetLogEvents read shown at a time
 PENDING_UPDATES = 60  # updates kept per such stream, the latest (a minute's: one a second)
 # error codes that mean StartLiveTail will not serve this group: read it with GetLogEvents
 REFUSALS = frozenset({
@@ -216,14 +218,15 @@ def after_end(how: str, failures: int) -> str:
 EventKey = Tuple[int, int, str]  # timestamp, ingestionTime, message
 
 
-def fresh(events: Sequence[Dict[str, Any]], seen: Dict[EventKey, int]
-          ) -> Tuple[List[Dict[str, Any]], Dict[EventKey, int]]:
+def fresh(events: Sequence[Dict[str, Any]], seen: Dict[EventKey, int],
+          counts: Optional[Counter] = None) -> Tuple[List[Dict[str, Any]], Dict[EventKey, int]]:
     """The events of one batch (one read, or one session update) not shown before, and what is
     seen after them. An event is known by its time, ingestion time and text; a batch holding
     the same one n times shows as many as the largest earlier batch did not (so a line both
     read and streamed shows once, and two equal lines printed at once both show). Events older
-    than SEEN_WINDOW_MS before the newest are forgotten."""
-    counts: Counter = Counter()
+    than SEEN_WINDOW_MS before the newest are forgotten. ``counts``: the batch's so far, when it
+    comes in parts (a read's pages), updated."""
+    counts = counts if counts is not None else Counter()
     new: List[Dict[str, Any]] = []
     after = dict(seen)
     for event in events:
@@ -440,17 +443,24 @@ class LiveTail:
             # after its session's start (the last one, or one since ended: the next start asks
             # for another catch-up), what the read missed is streamed or kept
             started = session is not None and session.starts > 0 and self._streaming(followed)
-            events = list(events_after(self._env.logs, followed.group, followed.stream,
-                                       followed.cursor, start_time_ms=followed.last_ms))
-            self._show(child, followed, events, POLL)
+            counts: Counter = Counter()  # one read, shown part by part (never held whole)
+            events = events_after(self._env.logs, followed.group, followed.stream,
+                                  followed.cursor, start_time_ms=followed.last_ms)
+            try:
+                while part := list(islice(events, READ_PART)):
+                    self._show(child, followed, part, POLL, counts)
+            except Exception as error:
+                if batchapi.error_code(error) != NOT_FOUND:
+                    raise
+                # no stream yet (made with the attempt's first line): nothing to show
             if started:
                 for update in self._pending.pop((followed.group, followed.stream), None) or []:
                     self._show(child, followed, update, LIVE_TAIL)
                 followed.caught_up = True
 
     def _show(self, child: str, followed: _Followed, events: List[Dict[str, Any]],
-              reader: str) -> None:
-        new, followed.seen = fresh(events, followed.seen)
+              reader: str, counts: Optional[Counter] = None) -> None:
+        new, followed.seen = fresh(events, followed.seen, counts)
         if not new:
             return
         followed.last_ms = max(int(e.get("timestamp") or 0) for e in new)

@@ -2,6 +2,7 @@
 
 import os
 import time
+from collections import Counter
 
 import pytest
 
@@ -231,6 +232,16 @@ def test_fresh_shows_each_event_once(batches, shown):
         new, seen = livetail.fresh(batch, seen)
         out += [event["message"] for event in new]
     assert out == shown
+
+
+def test_fresh_counts_a_batch_that_comes_in_parts():
+    """Two equal lines printed at once, on two pages of one read: both show."""
+    counts: Counter = Counter()
+    first, seen = livetail.fresh([_event(1, "x")], {}, counts)
+    second, seen = livetail.fresh([_event(1, "x")], seen, counts)
+    assert len(first + second) == 2
+    again, _ = livetail.fresh([_event(1, "x"), _event(1, "x")], seen)  # streamed too: shown
+    assert again == []
 
 
 def test_fresh_forgets_what_is_older_than_its_window():

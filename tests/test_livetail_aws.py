@@ -147,6 +147,27 @@ def test_a_custom_endpoint_with_host_prefix_injection_reads_with_get_log_events(
     assert lines_of(written) == [f"[{names['child']}] one", f"[{names['child']}] two"]
 
 
+def test_a_stream_not_made_yet_holds_up_no_other(aws_env, names):
+    """GetLogEvents' ResourceNotFoundException for a child whose stream is not there yet: the
+    other children's lines still show, and both are dropped once ended."""
+    env = environment()
+    make_stream(env.logs, names["group"], names["stream"])
+    put(env.logs, names["group"], names["stream"], ["one"])
+    written: List[str] = []
+    tail = livetail.LiveTail(env, lambda: [], write=written.append, interval=0.05)
+    try:
+        tail.follow("a-job:0", names["group"], names["stream"].replace("/default/", "/default/x"))
+        follow(tail, names)
+        tail.set_running({"a-job:0", names["child"]})
+        tail.read_round()
+        assert lines_of(written) == [f"[{names['child']}] one"]
+        tail.set_running(set())
+        tail.read_round()
+        assert not tail._followed
+    finally:
+        tail.stop()
+
+
 DENY_LIVE_TAIL = {"Version": "2012-10-17", "Statement": [
     {"Effect": "Allow", "Action": "logs:*", "Resource": "*"},
     {"Effect": "Deny", "Action": "logs:StartLiveTail", "Resource": "*"}]}
