@@ -7,8 +7,9 @@ yet is added once they are, on the thread that reads them (`PricingWhenAsked.whe
 most liveprices.READ_DEADLINE_S on AWS). Before a Batch job is sent, `Spending.check` raises
 BudgetExceededError once the calls that ended reached ``max_cost``: that job's futures fail
 with it and nothing more is submitted. With ``max_cost`` that check counts every call that
-ended, so it waits for prices still being read (once per executor): the budget is decided on
-no less than when the count itself waited for them. Nothing already sent is cancelled,
+ended, so it waits for prices still being read (once per executor; they are read as the first
+job is sent, `priced_by`, so in practice they are known before any call ends): the budget is
+decided on no less than when the count itself waited for them. Nothing already sent is cancelled,
 so nothing is left running unknown to the executor (no orphaned job), and what runs still adds
 to the total: the budget stops spending, it cannot undo it.
 """
@@ -119,6 +120,13 @@ class Spending:
             return
         self.add(usd)
 
+    def priced_by(self, source: "PricingWhenAsked") -> None:
+        """The executor's pricing, as its first job is sent. With max_cost its prices are read
+        now, on their own thread: the budget's check needs them once a call ends, and a Batch
+        job takes longer to end than the read (so that check does not wait for it)."""
+        if self.max_cost is not None:
+            source.when_read(_nothing)
+
     def _priced(self, key: int) -> None:
         """Its prices were read: the call waiting under ``key`` is counted (once)."""
         with self._lock:
@@ -218,6 +226,10 @@ class CallPricedWhenAsked:
                 raise PriceNotReadYet(self.source)
             pricing = self.source.pricing()
         return costs.CallPricing(pricing, self.vcpus, self.memory_mib, self.gpus).cost(usage)
+
+
+def _nothing() -> None:
+    pass
 
 
 def pricing_of(env: Environment) -> Any:

@@ -509,6 +509,7 @@ class Submitter:
                                                  job.earlier_attempts)
         if self._pricing is _UNREAD:  # read when a cost is first asked: a submit never waits
             self._pricing = PricingWhenAsked(self._env)
+            self.spending.priced_by(self._pricing)  # max_cost: read now, on their own thread
         tracked.pricing = self._pricing.of_call(job.settings.vcpus, memory, job.settings.gpus)
         for group in job.futures:  # each call's cost is counted as it ends (max_cost, ex.cost)
             for future in group:

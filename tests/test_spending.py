@@ -138,3 +138,14 @@ def test_a_cost_asked_outside_count_waits_for_its_prices(tmp_path):
     assert source.known is None
     assert Ended(source.of_call(1, 2048), 60).cost == pytest.approx(local_cost(60))
     assert source.known == costs.LOCAL
+
+
+@pytest.mark.parametrize("max_cost, read_at_once", [(None, False), (1.0, True)])
+def test_with_max_cost_prices_are_read_as_the_first_job_is_sent(tmp_path, max_cost, read_at_once):
+    """The budget's check will need them as soon as a call ends: read on their own thread
+    before any call ended; without max_cost, when a cost is first asked."""
+    source = PricingWhenAsked(LocalEnvironment(tmp_path / "work"))
+    Spending(max_cost).priced_by(source)
+    for reader in [t for t in threading.enumerate() if t.name == "batchfutures-pricing"]:
+        reader.join(60)
+    assert (source.known is not None) is read_at_once
