@@ -1,0 +1,103 @@
+"""echo_output="live": defects found in review (batchfutures.livetail), each shown failing first.
+
+- The emulator stamps every event of a stream with its file's modification time, which moves in
+  coarse steps: a line equal to the last one read, written before the file's time moved on, was
+  taken for that line again and never shown. A read that goes on from its forward token brings
+  only lines not read before: with GetLogEvents as the one reader nothing is de-duplicated.
+- One child whose GetLogEvents always fails (a log group the client's policy may not read: the
+  definition's own awslogs-group) stopped every other child's live output for the rest of the
+  run: its error left the round before the others' reads, round after round.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from typing import Any, Dict, List
+
+import s3server
+from botocore.awsrequest import AWSResponse
+
+from batchfutures import livetail
+from batchfutures.environments import AWSBatchEnvironment
+
+moto_server, aws_env = s3server.moto_server, s3server.aws_env  # fixtures
+
+
+def lines_of(written: List[str]) -> List[str]:
+    return [line for text in written for line in text.splitlines()]
+
+
+def test_an_equal_line_written_in_the_same_instant_as_the_last_read_one_shows(local_env):
+    """GetLogEvents on the emulator: the file's time stays the same (one tick of the kernel's
+    coarse clock) across a read; the equal line written after it still shows."""
+    stream = "bf-review/default/equal-lines"
+    path = local_env.logs.folder / stream
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tick = (time.time_ns() // 1_000_000) * 1_000_000  # a whole millisecond, as stamps are
+    written: List[str] = []
+    tail = livetail.LiveTail(local_env, lambda: [], write=written.append)
+    tail.follow("job:0", local_env.log_group, stream)
+    tail.set_running({"job:0"})
+    path.write_text("-----\n")
+    os.utime(path, ns=(tick, tick))
+    tail.read_round()
+    with open(path, "a") as handle:
+        handle.write("-----\n")
+    os.utime(path, ns=(tick, tick))  # the same tick: written in the instant of the read
+    tail.read_round()
+    assert lines_of(written) == ["[job:0] -----", "[job:0] -----"]
+
+
+REGION = "us-east-1"
+
+
+def deny_group(client: Any, group: str) -> None:
+    """What CloudWatch answers a policy without logs:GetLogEvents on ``group`` (moto does not
+    scope its IAM checks to a log group): botocore's own parsing of a 400 AccessDeniedException,
+    sent for that group's reads only; every other request reaches moto."""
+
+    def before_send(request: Any, **_: Any) -> Any:
+        body = request.body.decode() if isinstance(request.body, bytes) else str(request.body or "")
+        if f'"logGroupName": "{group}"' not in body:
+            return None
+        return AWSResponse(request.url, 400, {"x-amzn-RequestId": "denied",
+                                              "Content-Type": "application/x-amz-json-1.1"},
+                           _Raw(b'{"__type":"AccessDeniedException","message":"User is not '
+                                b'authorized to perform: logs:GetLogEvents"}'))
+
+    client.meta.events.register("before-send.cloudwatch-logs.GetLogEvents", before_send)
+
+
+class _Raw:
+    def __init__(self, content: bytes) -> None:
+        self.content = content
+
+    def stream(self, **_: Any) -> Any:
+        yield self.content
+
+
+def test_a_child_whose_reads_fail_holds_up_no_other(aws_env):
+    """The thread's rounds (a custom endpoint: GetLogEvents): the child of the denied group
+    ends first and its read fails each time; the other child's lines still show, and both are
+    dropped once read."""
+    run = uuid.uuid4().hex[:8]
+    env = AWSBatchEnvironment("q", "some-bucket", "worker-definition:1", region_name=REGION)
+    logs = env.logs
+    names: Dict[str, str] = {"denied": f"/bf-review/denied-{run}", "allowed": f"/bf-review/ok-{run}"}
+    for group in names.values():
+        logs.create_log_group(logGroupName=group)
+        logs.create_log_stream(logGroupName=group, logStreamName="d/default/t")
+        logs.put_log_events(logGroupName=group, logStreamName="d/default/t", logEvents=[
+            {"timestamp": int(time.time() * 1000), "message": "one"}])
+    deny_group(logs, names["denied"])
+    written: List[str] = []
+    tail = livetail.LiveTail(env, lambda: [], write=written.append, interval=0.05)
+    tail.follow("denied:0", names["denied"], "d/default/t")
+    tail.follow("allowed:0", names["allowed"], "d/default/t")
+    tail.start()
+    tail.stop()  # a last round at least: both children ended (no job outstanding)
+    assert tail.reader == livetail.POLL
+    assert lines_of(written) == ["[allowed:0] one"]
+    assert not tail._followed
