@@ -252,8 +252,9 @@ def test_max_workers_on_the_aws_path_falls_back_when_unreadable(tmp_path, s3_end
         return refused if request.path.startswith("/v1/describecomputeenvironments") else Forward()
 
     with emulator_endpoint(tmp_path / "emulator", max_vcpus=2):
-        with LoopbackProxy(os.environ["AWS_ENDPOINT_URL_BATCH"], rule) as proxy:
-            monkeypatch.setenv("AWS_ENDPOINT_URL_BATCH", proxy.url)
+        with LoopbackProxy(os.environ["AWS_ENDPOINT_URL_BATCH"], rule) as proxy, \
+                monkeypatch.context() as patch:  # undone before emulator_endpoint's own undo
+            patch.setenv("AWS_ENDPOINT_URL_BATCH", proxy.url)
             ex = BatchExecutor(emulator_environment("bf-max-workers"), vcpus=4)
             try:
                 with caplog.at_level(logging.WARNING, logger="batchfutures"):

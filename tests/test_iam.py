@@ -412,6 +412,11 @@ def as_user(moto_url, stack, monkeypatch):
         variables = credentials(moto_url, deployed["keys"][user])
         monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
         monkeypatch.delenv("AWS_PROFILE", raising=False)
+        for key in [k for k in os.environ if k.startswith("AWS_ENDPOINT_URL_")]:
+            # every service on this moto server: an emulator's Batch endpoint left set would
+            # take the Batch checks elsewhere (a closed port: botocore-free retries, ~30 s)
+            if key not in variables:
+                monkeypatch.delenv(key)
         for key, value in variables.items():
             monkeypatch.setenv(key, value)
         # one payload signing key for the client and the workers this test starts (test keys
