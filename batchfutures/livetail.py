@@ -359,9 +359,13 @@ class LiveTail:
         with self._lock:
             new = sorted(child for child in running
                          if child and child not in self._followed and child not in self._echoed)
-            self._streamed.update(new)  # from now on its output is this thread's to show
         for description in batchapi.describe_jobs(self._env.batch, new) if new else []:
             stream = jobdetail.log_stream(description)
+            with self._lock:  # from now on its output is this thread's to show, when it has a
+                # stream (a multi-node job has none: its nodes do; echoed as it resolves)
+                stream = stream if description["jobId"] not in self._echoed else None
+                if stream:
+                    self._streamed.add(description["jobId"])
             if stream:
                 group = log_group_of(description, self._env.log_group)
                 self.follow(description["jobId"], group, stream,

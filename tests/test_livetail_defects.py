@@ -7,6 +7,8 @@
 - One child whose GetLogEvents always fails (a log group the client's policy may not read: the
   definition's own awslogs-group) stopped every other child's live output for the rest of the
   run: its error left the round before the others' reads, round after round.
+- A running job with no log stream of its own (a multi-node job: its nodes have the streams)
+  was taken as streamed, so its call's output was neither streamed nor echoed as it resolved.
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ import time
 import uuid
 from typing import Any, Dict, List
 
+import pytest
 import s3server
 from botocore.awsrequest import AWSResponse
 
-from batchfutures import livetail
+from batchfutures import BatchExecutor, batchapi, livetail
 from batchfutures.environments import AWSBatchEnvironment
 
 moto_server, aws_env = s3server.moto_server, s3server.aws_env  # fixtures
@@ -101,3 +104,28 @@ def test_a_child_whose_reads_fail_holds_up_no_other(aws_env):
     assert tail.reader == livetail.POLL
     assert lines_of(written) == ["[allowed:0] one"]
     assert not tail._followed
+
+
+def _print_then_wait(flag: str) -> int:
+    print("hello from a node", flush=True)
+    deadline = time.time() + 120
+    while not os.path.exists(flag) and time.time() < deadline:
+        time.sleep(0.05)
+    return 1
+
+
+@pytest.mark.slow
+def test_a_multinode_calls_output_is_echoed_as_it_resolves(local_env, tmp_path, capsys):
+    """Its job, RUNNING, has no stream (its nodes have): a round sees it running (one run here,
+    on this thread, once Batch says RUNNING), and its output is echoed when it resolves."""
+    flag = tmp_path / "go"
+    with BatchExecutor(local_env, echo_output="live") as ex:
+        future = ex.with_settings(nodes=2).submit(_print_then_wait, str(flag))
+        deadline = time.monotonic() + 120
+        while batchapi.describe_jobs(local_env.batch, [future.job_id])[0]["status"] != "RUNNING":
+            assert time.monotonic() < deadline, "the job did not start"
+            time.sleep(0.05)
+        ex._session.live_tail.round()
+        flag.write_text("go")
+        assert future.result(timeout=120) == [1, 1]
+    assert capsys.readouterr().out.count("hello from a node") == 2  # each node's call
