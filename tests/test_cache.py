@@ -149,14 +149,15 @@ def test_cleanup_removes_the_index_with_the_runs_it_points_to(local_env, tmp_pat
 
 
 SCRIPT = textwrap.dedent("""
-    import sys, time
+    import os, sys, time
     from batchfutures import BatchExecutor, LocalEnvironment
 
     def slow_square(log, x):
         with open(log, "a") as handle:
             handle.write(f"{x}\\n")
-        if x >= 4:
-            time.sleep(3)  # the kill lands while these run
+        deadline = time.monotonic() + 60
+        while x >= 4 and os.path.exists(log + ".hold") and time.monotonic() < deadline:
+            time.sleep(0.05)  # the kill lands while these run (the test removes the file after)
         return x * x
 
     if __name__ == "__main__":
@@ -174,15 +175,18 @@ def test_a_script_killed_mid_map_runs_again_only_what_was_not_stored(tmp_path):
     script.write_text(SCRIPT)
     log, out = str(tmp_path / "calls.log"), tmp_path / "out.txt"
     command = [sys.executable, str(script), str(tmp_path / "work"), log, str(out)]
+    hold = tmp_path / "calls.log.hold"  # items from 4 on wait while it exists
+    hold.touch()
     first = subprocess.Popen(command, start_new_session=True)
     try:
-        # two vCPUs: once 4 and 5 run (and sleep), items 0-3 have finished
+        # two vCPUs: once 4 and 5 run (and wait), items 0-3 have finished
         while runs(log)[4] == 0 or runs(log)[5] == 0:
             assert first.poll() is None, "the script ended before it was killed"
             time.sleep(0.05)
     finally:
         os.killpg(first.pid, signal.SIGKILL)
         first.wait()
+        hold.unlink()
     before = runs(log)
     assert not out.exists()
     subprocess.run(command, check=True, timeout=600)

@@ -414,7 +414,7 @@ def as_user(moto_url, stack, monkeypatch):
         monkeypatch.delenv("AWS_PROFILE", raising=False)
         for key in [k for k in os.environ if k.startswith("AWS_ENDPOINT_URL_")]:
             # every service on this moto server: an emulator's Batch endpoint left set would
-            # take the Batch checks elsewhere (a closed port: botocore-free retries, ~30 s)
+            # take the Batch checks elsewhere (a closed port: batchapi's retries, ~30 s)
             if key not in variables:
                 monkeypatch.delenv(key)
         for key, value in variables.items():
