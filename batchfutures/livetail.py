@@ -224,22 +224,28 @@ def fresh(events: Sequence[Dict[str, Any]], seen: Dict[EventKey, int],
     seen after them. An event is known by its time, ingestion time and text; a batch holding
     the same one n times shows as many as the largest earlier batch did not (so a line both
     read and streamed shows once, and two equal lines printed at once both show). Events older
-    than SEEN_WINDOW_MS before the newest are forgotten. ``counts``: the batch's so far, when it
-    comes in parts (a read's pages), updated."""
+    than SEEN_WINDOW_MS before the batch's newest are forgotten, the first seen first (about
+    time order). ``seen`` is updated where it is and returned (a copy a part would make a long
+    read quadratic). ``counts``: the batch's so far, when it comes in parts (a read's pages),
+    updated and forgotten with ``seen`` (a read is not kept whole)."""
     counts = counts if counts is not None else Counter()
     new: List[Dict[str, Any]] = []
-    after = dict(seen)
+    newest: Optional[int] = None
     for event in events:
         key = (int(event.get("timestamp") or 0), int(event.get("ingestionTime") or 0),
                str(event.get("message", "")))
+        newest = key[0] if newest is None else max(newest, key[0])
         counts[key] += 1
-        if counts[key] > after.get(key, 0):
-            after[key] = counts[key]
+        if counts[key] > seen.get(key, 0):
+            seen[key] = counts[key]
             new.append(event)
-    if after:
-        horizon = max(key[0] for key in after) - SEEN_WINDOW_MS
-        after = {key: n for key, n in after.items() if key[0] >= horizon}
-    return new, after
+    while seen and newest is not None:
+        oldest = next(iter(seen))
+        if oldest[0] >= newest - SEEN_WINDOW_MS:
+            break
+        del seen[oldest]
+        counts.pop(oldest, None)
+    return new, seen
 
 
 # -- the thread ------------------------------------------------------------------------------

@@ -9,6 +9,9 @@
   run: its error left the round before the others' reads, round after round.
 - A running job with no log stream of its own (a multi-node job: its nodes have the streams)
   was taken as streamed, so its call's output was neither streamed nor echoed as it resolved.
+- ``fresh`` copied what was seen for every part of a read (quadratic: a 200,000-line catch-up
+  read of a chatty call took seconds of the round thread, under the lock the session threads
+  wait on), and a read's counts kept every line of it: the read was held whole after all.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from collections import Counter
 from typing import Any, Dict, List
 
 import pytest
@@ -129,3 +133,25 @@ def test_a_multinode_calls_output_is_echoed_as_it_resolves(local_env, tmp_path, 
         flag.write_text("go")
         assert future.result(timeout=120) == [1, 1]
     assert capsys.readouterr().out.count("hello from a node") == 2  # each node's call
+
+
+def _event(ts: int, message: str) -> Dict[str, Any]:
+    return {"timestamp": ts, "ingestionTime": ts + 5, "message": message}
+
+
+def test_fresh_keeps_a_long_reads_lines_for_its_window_only_and_copies_nothing():
+    """A read of three windows' lines, part by part: what is kept (seen, and the read's counts)
+    is about one window's, and ``seen`` is updated where it is (no copy a part)."""
+    seen: Dict[Any, int] = {}
+    counts: Counter = Counter()
+    per_window, shown = 1000, 0
+    step = livetail.SEEN_WINDOW_MS // per_window
+    for part in range(30):
+        events = [_event((part * 100 + i) * step, f"line {part * 100 + i}") for i in range(100)]
+        new, after = livetail.fresh(events, seen, counts)
+        assert after is seen
+        shown += len(new)
+    assert shown == 3000
+    assert len(seen) <= per_window + 100 and len(counts) <= per_window + 100
+    again, _ = livetail.fresh([_event(2999 * step, "line 2999")], seen)  # streamed as well
+    assert again == []
