@@ -9,15 +9,18 @@ interpreter that has only the worker's own dependencies, and pip pointed at a lo
 
 from __future__ import annotations
 
+import atexit
 import base64
 import hashlib
 import importlib.metadata as metadata
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
-from typing import Dict, Iterable, List
+from typing import Dict, Iterable, List, Tuple
 
 import batchfutures
 from batchfutures import requirements
@@ -65,12 +68,34 @@ def offline_pip(monkeypatch, wheels: Path) -> None:
     monkeypatch.setenv("PIP_NO_CACHE_DIR", "1")
 
 
+_installed: Dict[Tuple[Tuple[Tuple[str, str], ...], Tuple[str, ...]], Path] = {}  # see _pip_target
+
+
+def _members(wheel: Path) -> str:
+    """A wheel's files and their CRCs (its bytes hold write times, which differ per test)."""
+    with zipfile.ZipFile(wheel) as archive:
+        return repr(sorted((info.filename, info.CRC) for info in archive.infolist()))
+
+
+def _pip_target(wheels: Path, specs: Tuple[str, ...]) -> Path:
+    """A folder pip installed `specs` from `wheels` into, once per process for the same wheel
+    files and specs (pip takes ~1 s of CPU a run; the fixtures ask for the same install often)."""
+    key = (tuple(sorted((wheel.name, _members(wheel)) for wheel in wheels.glob("*.whl"))), specs)
+    if key not in _installed:
+        site = Path(tempfile.mkdtemp(prefix="envtools-site-"))
+        atexit.register(shutil.rmtree, site, True)
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index",
+                        "--disable-pip-version-check", "--find-links", str(wheels), "--target",
+                        str(site), *specs], check=True, capture_output=True)
+        _installed[key] = site
+    return _installed[key]
+
+
 def install_here(monkeypatch, wheels: Path, site: Path, *specs: str) -> None:
     """Install `specs` from `wheels` into `site` and put it on this process's path, as a
-    package the client has installed (importlib.metadata finds it there)."""
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index",
-                    "--disable-pip-version-check", "--find-links", str(wheels), "--target",
-                    str(site), *specs], check=True, capture_output=True)
+    package the client has installed (importlib.metadata finds it there). `site` gets a copy
+    of pip's --target folder for those wheels and specs (RECORD's paths are relative to it)."""
+    shutil.copytree(_pip_target(wheels, specs), site, symlinks=True, dirs_exist_ok=True)
     monkeypatch.syspath_prepend(str(site))
 
 
