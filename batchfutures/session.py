@@ -76,6 +76,8 @@ def _at_interpreter_exit() -> None:
     for session in list(_live_sessions):
         try:
             session.finish_at_exit()
+            if session.live_tail is not None:  # echo_output="live": the last lines of the
+                session.live_tail.stop()  # calls streamed (never echoed as they resolve)
         except Exception:  # one session must not keep the others' calls from being sent
             logger.exception("batchfutures: could not finish an executor at interpreter exit")
 

@@ -12,11 +12,17 @@
 - ``fresh`` copied what was seen for every part of a read (quadratic: a 200,000-line catch-up
   read of a chatty call took seconds of the round thread, under the lock the session threads
   wait on), and a read's counts kept every line of it: the read was held whole after all.
+- A script that ends without shutting its executor down: the interpreter's exit waits for its
+  calls, but the LiveTail never read them to their end (no last round), and a streamed call is
+  not echoed as it resolves: its last lines were lost.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import textwrap
 import time
 import uuid
 from collections import Counter
@@ -155,3 +161,47 @@ def test_fresh_keeps_a_long_reads_lines_for_its_window_only_and_copies_nothing()
     assert len(seen) <= per_window + 100 and len(counts) <= per_window + 100
     again, _ = livetail.fresh([_event(2999 * step, "line 2999")], seen)  # streamed as well
     assert again == []
+
+
+@pytest.mark.slow
+def test_a_streamed_calls_last_lines_show_at_interpreter_exit(tmp_path):
+    """The call is followed (its first line shown), the rounds then wait an hour; its last
+    line, printed after that, shows only if the exit reads it to its end."""
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, sys, time
+        from batchfutures import BatchExecutor
+
+        def talk(flag):
+            print("first", flush=True)
+            deadline = time.time() + 120
+            while not os.path.exists(flag) and time.time() < deadline:
+                time.sleep(0.05)
+            print("last", flush=True)
+            return 1
+
+        ex = BatchExecutor(echo_output="live")
+        tail = ex._session.live_tail
+        rounds = []
+        plain_round = tail.round
+        def counted(final=False):
+            plain_round(final)
+            rounds.append(final)
+        tail.round = counted  # the rounds are counted, not changed
+        future = ex.submit(talk, {str(tmp_path / "go")!r})
+        deadline = time.time() + 120
+        while tail.counts["lines by GetLogEvents"] < 1 and time.time() < deadline:
+            time.sleep(0.05)
+        tail._interval = 3600  # no round after the next one (until the exit's)
+        seen = len(rounds)
+        while len(rounds) <= seen and time.time() < deadline:
+            time.sleep(0.05)
+        open({str(tmp_path / "go")!r}, "w").close()
+        print("script ends", flush=True)
+    """))
+    environment = {**os.environ, "BATCHFUTURES_WORKDIR": str(tmp_path / "work")}
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=environment,
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    shown = [line.split("] ", 1)[1] for line in done.stdout.splitlines() if line.startswith("[")]
+    assert shown == ["first", "last"], done.stdout
