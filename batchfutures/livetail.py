@@ -259,6 +259,7 @@ class _Followed:
     last_ms: Optional[int] = None  # the time of the last line shown
     ended: bool = False
     caught_up: bool = False  # read up to its group's session's start: its streamed lines show
+    started: Optional[int] = None  # its attempt's startedAt, as a round first saw it running
 
 
 class LiveTail:
@@ -276,6 +277,7 @@ class LiveTail:
         self._turn = 0
         self._job_turn = 0
         self._listed: Dict[str, Set[str]] = {}  # array job -> its children RUNNING when last listed
+        self._started: Dict[str, int] = {}  # child -> its attempt's startedAt, as this round saw it
         self._sampled_said = False
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -345,11 +347,13 @@ class LiveTail:
         for job in self._outstanding():
             (arrays if getattr(job, "array", False) else plain).append(job.job_id)
         listed, self._job_turn = choose(arrays, self._job_turn, LISTINGS_PER_ROUND)
+        self._started = {}
         for job_id in listed:
-            self._listed[job_id] = {
-                summary["jobId"] for summary in
-                batchapi.list_children(batch, job_id, JobStatus.RUNNING.value)
-                if summary.get("jobId")}
+            self._listed[job_id] = set()
+            for summary in batchapi.list_children(batch, job_id, JobStatus.RUNNING.value):
+                if summary.get("jobId"):
+                    self._listed[job_id].add(summary["jobId"])
+                    self._started[summary["jobId"]] = int(summary.get("startedAt") or 0)
         for job_id in list(self._listed):
             if job_id in arrays:  # not listed this round: as it was when last listed
                 running |= self._listed[job_id]
@@ -358,6 +362,7 @@ class LiveTail:
         for description in batchapi.describe_jobs(batch, plain) if plain else []:
             if description.get("status") == JobStatus.RUNNING.value:
                 running.add(description.get("jobId", ""))
+                self._started[description.get("jobId", "")] = int(description.get("startedAt") or 0)
         return running
 
     def round(self, final: bool = False) -> None:
@@ -376,6 +381,17 @@ class LiveTail:
                 group = log_group_of(description, self._env.log_group)
                 self.follow(description["jobId"], group, stream,
                             job_arn=str(description.get("jobArn") or ""))
+        # a child Batch retried between two rounds (its attempt's start moved): the last
+        # attempt's stream is read to its end now, the next one followed from the next round
+        # (or echoed, should it resolve before)
+        with self._lock, self._show_lock:
+            for child, followed in self._followed.items() if not final else []:
+                now = self._started.get(child) or None
+                if followed.started is None:
+                    followed.started = now
+                elif now is not None and now != followed.started:
+                    running.discard(child)
+                    self._streamed.discard(child)
         self.set_running(running)
         self.read_round()
 

@@ -15,6 +15,9 @@
 - A script that ends without shutting its executor down: the interpreter's exit waits for its
   calls, but the LiveTail never read them to their end (no last round), and a streamed call is
   not echoed as it resolves: its last lines were lost.
+- A call Batch retried between two rounds (the emulator starts the next attempt at once) stayed
+  followed on its first attempt's stream: the next attempt's lines were never shown, neither
+  streamed nor echoed as it resolved.
 """
 
 from __future__ import annotations
@@ -205,3 +208,38 @@ def test_a_streamed_calls_last_lines_show_at_interpreter_exit(tmp_path):
     assert done.returncode == 0, done.stderr
     shown = [line.split("] ", 1)[1] for line in done.stdout.splitlines() if line.startswith("[")]
     assert shown == ["first", "last"], done.stdout
+
+
+def _fail_once(folder: str) -> int:
+    attempt = os.environ.get("AWS_BATCH_JOB_ATTEMPT")
+    print(f"attempt {attempt} starts", flush=True)
+    deadline = time.time() + 120
+    while not os.path.exists(os.path.join(folder, f"go{attempt}")) and time.time() < deadline:
+        time.sleep(0.05)
+    if attempt == "1":
+        os._exit(3)  # a crash: Batch's next attempt
+    print(f"attempt {attempt} ends", flush=True)
+    return 1
+
+
+@pytest.mark.slow
+def test_a_call_retried_between_two_rounds_shows_its_next_attempt(local_env, tmp_path, capsys):
+    written: List[str] = []
+
+    def shown_until(line: str) -> None:
+        deadline = time.monotonic() + 60
+        while not any(text.endswith(f"] {line}") for text in lines_of(written)):
+            written.append(capsys.readouterr().out)
+            assert time.monotonic() < deadline, f"{line!r} was not shown: {written}"
+            time.sleep(0.05)
+
+    with BatchExecutor(local_env, echo_output="live", retries=2) as ex:
+        future = ex.submit(_fail_once, str(tmp_path))
+        shown_until("attempt 1 starts")
+        (tmp_path / "go1").touch()
+        shown_until("attempt 2 starts")  # streamed while it runs
+        (tmp_path / "go2").touch()
+        assert future.result(timeout=120) == 1
+    written.append(capsys.readouterr().out)
+    lines = [line.split("] ", 1)[1] for line in lines_of(written) if line.startswith("[")]
+    assert lines == ["attempt 1 starts", "attempt 2 starts", "attempt 2 ends"]
