@@ -24,6 +24,8 @@ argument_error names the first argument that does not pickle and the map's item 
 from __future__ import annotations
 
 import contextlib
+import copyreg
+import io
 import os
 import pickle
 import platform
@@ -208,6 +210,29 @@ def dumps_function(fn: Any, initializer: Any = None, *, by_value: bool = True) -
     if initializer is None:
         return dumps(fn, by_value=by_value)
     return dumps((initializer, fn), what=describe(fn), by_value=by_value)
+
+
+class _OwnReducePickler(cloudpickle.Pickler):
+    """cloudpickle's Pickler, but an exception is reduced as its own class says, whatever
+    reducer another library registered in copyreg for exception types: tblib's
+    ``pickling_support.install()`` (which importing dask.multiprocessing runs) rebuilds an
+    exception without calling ``__init__``, so ``SystemExit(5).code`` comes back None."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, BaseException) and type(obj) in copyreg.dispatch_table:
+            return obj.__reduce_ex__(self.proto)
+        return super().reducer_override(obj)
+
+
+def dumps_exception(error: BaseException, own_reduce: bool = True) -> bytes:
+    """``error`` pickled by the exceptions' own reduce (_OwnReducePickler), or, with
+    ``own_reduce=False``, as cloudpickle alone does (a registered reducer such as tblib's can
+    rebuild an exception whose ``__init__`` takes other arguments than its ``args``)."""
+    if not own_reduce:
+        return cloudpickle.dumps(error, protocol=PROTOCOL)
+    with io.BytesIO() as buffer:
+        _OwnReducePickler(buffer, protocol=PROTOCOL).dump(error)
+        return buffer.getvalue()
 
 
 def loads(data: Buffer) -> Any:

@@ -114,7 +114,15 @@ from .errors import (
     RemoteError,
     add_note,
 )
-from .serialization import PROTOCOL, Buffer, argument_error, describe, reason, try_dumps
+from .serialization import (
+    PROTOCOL,
+    Buffer,
+    argument_error,
+    describe,
+    dumps_exception,
+    reason,
+    try_dumps,
+)
 from .signing import TAG_SIZE
 from .tracebacks import with_source_lines
 
@@ -335,16 +343,21 @@ def encode_error(error: BaseException, tb_text: Optional[str] = None) -> bytes:
     if tb_text is None:
         tb_text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
     type_name, repr_text = _type_name(error), _safe_repr(error)
-    try:
-        payload = cloudpickle.dumps(error, protocol=PROTOCOL)
-        pickle.loads(payload)
-    except MemoryError:
-        raise
-    except BaseException as failure:
-        return encode_unpicklable(
-            f"the function raised {repr_text}, which could not be pickled and loaded back "
-            f"({reason(failure)})", tb_text, type_name=type_name, repr_text=repr_text)
-    return _envelope(ERROR, payload, type_name, repr_text, tb_text)
+    failure: Optional[BaseException] = None
+    for own_reduce in (True, False):  # its own reduce first: the same whatever is imported
+        try:
+            payload = dumps_exception(error, own_reduce)
+            pickle.loads(payload)
+        except MemoryError:
+            raise
+        except BaseException as caught:
+            failure = failure or caught
+            continue
+        return _envelope(ERROR, payload, type_name, repr_text, tb_text)
+    return encode_unpicklable(
+        f"the function raised {repr_text}, which could not be pickled and loaded back "
+        f"({reason(failure) if failure else 'unknown'})", tb_text, type_name=type_name,
+        repr_text=repr_text)
 
 
 def encode_unpicklable(message: str, tb_text: str, *, type_name: str = "",

@@ -281,3 +281,42 @@ def test_truncated_or_foreign_result_object_is_refused():
     for broken in (data[:-1], data[:20], b"", b"something else entirely"):
         with pytest.raises(ValueError):
             wire.unpack_result(broken)
+
+
+_TBLIB_SCRIPT = """
+import tblib.pickling_support
+from batchfutures import wire
+
+class NeedsTwo(Exception):
+    def __init__(self, a, b):
+        super().__init__(a)
+        self.b = b
+
+tblib.pickling_support.install()  # what importing dask.multiprocessing does: every exception
+                                  # type defined by then gets its reducer
+
+def raised(error):
+    try:
+        raise error
+    except BaseException as caught:
+        return caught
+
+ok, exc = wire.outcome_result(wire.encode_error(raised(SystemExit(5))))
+print(type(exc).__name__, exc.code)
+ok, exc = wire.outcome_result(wire.encode_error(raised(NeedsTwo(1, 2))))
+print(type(exc).__name__, exc.args, exc.b)
+"""
+
+
+@pytest.mark.slow  # a real process: tblib's install is process-wide
+def test_an_exception_comes_back_the_same_when_another_library_registered_a_reducer():
+    """tblib's pickling_support.install() registers a reducer for every exception type that
+    rebuilds it without __init__ (SystemExit's code lost): the exception's own reduce is used
+    first, and the registered one only for an exception its own cannot rebuild."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _TBLIB_SCRIPT], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["SystemExit 5", "NeedsTwo (1,) 2"]
