@@ -6,6 +6,7 @@ Tests using the moto server are marked here; a test not marked slow that starts 
 at its teardown, saying so, so the fast tier stays fast as tests are added.
 """
 
+import copyreg
 import os
 import subprocess
 
@@ -14,6 +15,18 @@ import s3server
 
 from batchfutures import BatchExecutor, LocalEnvironment
 from batchfutures.storage import Storage
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _copyreg_as_it_was():
+    """Importing lithops (tests/clients/test_lithops.py) or dask.multiprocessing (dask.compute)
+    runs tblib's pickling_support.install() when tblib is installed: a reducer for every
+    exception type in copyreg, process-wide. Each module's tests see copyreg as it was
+    (tests/test_serialization.py tests that case in its own process)."""
+    before = dict(copyreg.dispatch_table)
+    yield
+    copyreg.dispatch_table.clear()
+    copyreg.dispatch_table.update(before)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -1,7 +1,6 @@
 """dask.compute(..., scheduler=ex): Dask keeps `ex._max_workers` calls in flight, and the
 executor coalesces them into array jobs; each call records how many calls had started."""
 
-import copyreg
 import os
 import time
 
@@ -26,18 +25,6 @@ def rendezvous(folder, index, wanted):
     ended = sum(name.startswith("end-") for name in os.listdir(folder))
     open(os.path.join(folder, f"end-{index}"), "w").close()
     return index, started - ended  # the calls running at once with this one
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _copyreg_as_it_was():
-    """dask.compute imports dask.multiprocessing, which runs tblib's pickling_support.install()
-    when tblib is installed: a reducer for every exception type in copyreg, process-wide. The
-    later tests of this process see copyreg as it was (test_serialization runs it in its own
-    process)."""
-    before = dict(copyreg.dispatch_table)
-    yield
-    copyreg.dispatch_table.clear()
-    copyreg.dispatch_table.update(before)
 
 
 @pytest.fixture
