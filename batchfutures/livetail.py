@@ -239,12 +239,15 @@ def fresh(events: Sequence[Dict[str, Any]], seen: Dict[EventKey, int],
         if counts[key] > seen.get(key, 0):
             seen[key] = counts[key]
             new.append(event)
-    while seen and newest is not None:
-        oldest = next(iter(seen))
-        if oldest[0] >= newest - SEEN_WINDOW_MS:
-            break
-        del seen[oldest]
-        counts.pop(oldest, None)
+    stale: List[EventKey] = []
+    if newest is not None:  # one pass a batch (an iterator per key rescans the emptied front)
+        for key in seen:
+            if key[0] >= newest - SEEN_WINDOW_MS:
+                break
+            stale.append(key)
+    for key in stale:
+        del seen[key]
+        counts.pop(key, None)
     return new, seen
 
 
