@@ -38,6 +38,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+import time
 from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 from itertools import islice
@@ -60,7 +61,7 @@ from urllib.parse import urlsplit
 from botocore.exceptions import EndpointConnectionError
 
 from . import batchapi, jobdetail
-from .logs import NOT_FOUND, Cursor, LiveTailAPI, events_after, log_group_of
+from .logs import NOT_FOUND, SETTLE_READS, Cursor, LiveTailAPI, events_after, log_group_of
 from .statuses import JobStatus
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ if TYPE_CHECKING:
 
 __all__ = ["LIVE", "INTERVAL", "STREAMS_PER_ROUND", "LiveTail", "choose", "shown", "prefixed",
            "POLL", "LIVE_TAIL", "reader_for", "stream_prefix", "group_arn", "session_request",
-           "session_plan", "refusal", "after_end", "fresh"]
+           "session_plan", "refusal", "after_end", "fresh", "settled", "SETTLE_READS"]
 
 logger = logging.getLogger("batchfutures")
 
@@ -252,6 +253,13 @@ def fresh(events: Sequence[Dict[str, Any]], seen: Dict[EventKey, int],
 
 
 # -- the thread ------------------------------------------------------------------------------
+def settled(got: int, reads_after_end: int) -> bool:
+    """Whether an ended child's stream is read to its end: its last read brought nothing, or
+    it was read SETTLE_READS times since it ended (CloudWatch Logs may show a job's last lines
+    a little after it ended; logs.follow waits for them the same way) (pure)."""
+    return got == 0 or reads_after_end >= SETTLE_READS
+
+
 @dataclass
 class _Followed:
     group: str
@@ -263,6 +271,7 @@ class _Followed:
     ended: bool = False
     caught_up: bool = False  # read up to its group's session's start: its streamed lines show
     started: Optional[int] = None  # its attempt's startedAt, as a round first saw it running
+    reads_after_end: int = 0
 
 
 class LiveTail:
@@ -330,7 +339,13 @@ class LiveTail:
             while not self._stop.is_set():
                 self._round_logged(final=False)
                 self._stop.wait(self._interval)
-            self._round_logged(final=True)  # the calls followed, read to their end
+            # the calls followed, read to their end (settled: a few rounds at most)
+            for _ in range(SETTLE_READS):
+                self._round_logged(final=True)
+                if not self._followed:
+                    break
+                # the emulator's logs are whole once a process ended; CloudWatch's lag
+                time.sleep(0 if self._env.is_local else self._interval)
         finally:
             self._close_sessions()
 
@@ -448,15 +463,20 @@ class LiveTail:
             self._sampled_said = True
             self._write(f"[batchfutures: {len(polled)} calls print at once; their live output is "
                         f"sampled, {self._budget} streams a second (future.log() has all of it)]\n")
+        got: Dict[str, int] = {}
         for child in ended + catch_up + chosen:
             try:
-                self._read(child)
+                got[child] = self._read(child)
             except Exception:  # one child's failing read (a group the policy may not read)
                 # holds up no other's; an ended one is dropped all the same
                 logger.debug("live output: reading %s failed", child, exc_info=True)
         with self._show_lock:
             for child in ended:
-                followed = self._followed.pop(child)
+                followed = self._followed[child]
+                followed.reads_after_end += 1
+                if not settled(got.get(child, 0), followed.reads_after_end):
+                    continue  # its last lines may still be on their way: read again next round
+                del self._followed[child]
                 self._by_stream.pop((followed.group, followed.stream), None)
                 self._done.add((followed.group, followed.stream))
                 self._pending.pop((followed.group, followed.stream), None)
@@ -465,13 +485,15 @@ class LiveTail:
         session = self._sessions.get(followed.group)
         return session is not None and followed.group not in self._refused
 
-    def _read(self, child: str) -> None:
+    def _read(self, child: str) -> int:
         """GetLogEvents of a child's stream from where its lines shown end; then, for a child
-        whose session has started, the streamed events kept for it, and it is caught up."""
+        whose session has started, the streamed events kept for it, and it is caught up. The
+        number of events the read brought."""
+        got = 0
         with self._show_lock:
             followed = self._followed.get(child)
             if followed is None:
-                return
+                return got
             session = self._sessions.get(followed.group)
             # after its session's start (the last one, or one since ended: the next start asks
             # for another catch-up), what the read missed is streamed or kept
@@ -481,6 +503,7 @@ class LiveTail:
                                   followed.cursor, start_time_ms=followed.last_ms)
             try:
                 while part := list(islice(events, READ_PART)):
+                    got += len(part)
                     self._show(child, followed, part, POLL, counts)
             except Exception as error:
                 if batchapi.error_code(error) != NOT_FOUND:
@@ -490,6 +513,7 @@ class LiveTail:
                 for update in self._pending.pop((followed.group, followed.stream), None) or []:
                     self._show(child, followed, update, LIVE_TAIL)
                 followed.caught_up = True
+        return got
 
     def _show(self, child: str, followed: _Followed, events: List[Dict[str, Any]],
               reader: str, counts: Optional[Counter] = None) -> None:

@@ -168,6 +168,42 @@ def test_a_stream_not_made_yet_holds_up_no_other(aws_env, names):
         tail.stop()
 
 
+def test_an_ended_childs_lines_that_come_late_still_show(aws_env, names):
+    """CloudWatch Logs may show a job's last lines a little after it ended: an ended child is
+    read again until a read brings nothing (at most SETTLE_READS), then dropped."""
+    env = environment()
+    make_stream(env.logs, names["group"], names["stream"])
+    put(env.logs, names["group"], names["stream"], ["one"])
+    written: List[str] = []
+    tail = livetail.LiveTail(env, lambda: [], write=written.append, interval=0.05)
+    try:
+        follow(tail, names)
+        tail.set_running({names["child"]})
+        tail.read_round()
+        tail.set_running(set())  # it ended
+        put(env.logs, names["group"], names["stream"], ["two"])
+        tail.read_round()  # brought a line: it may have more on their way
+        assert names["child"] in tail._followed
+        put(env.logs, names["group"], names["stream"], ["three"])  # ingested late
+        tail.read_round()
+        tail.read_round()  # brought nothing: read to its end, dropped
+        assert not tail._followed
+    finally:
+        tail.stop()
+    assert lines_of(written) == [f"[{names['child']}] {line}" for line in ("one", "two", "three")]
+
+
+@pytest.mark.parametrize("got, reads_after_end, done", [
+    (0, 1, True),  # the read after the end brought nothing
+    (3, 1, False),  # it brought lines: more may be on their way
+    (3, livetail.SETTLE_READS - 1, False),
+    (3, livetail.SETTLE_READS, True),  # at most SETTLE_READS reads after the end
+    (0, livetail.SETTLE_READS + 2, True),
+])
+def test_settled(got, reads_after_end, done):
+    assert livetail.settled(got, reads_after_end) is done
+
+
 DENY_LIVE_TAIL = {"Version": "2012-10-17", "Statement": [
     {"Effect": "Allow", "Action": "logs:*", "Resource": "*"},
     {"Effect": "Deny", "Action": "logs:StartLiveTail", "Resource": "*"}]}
