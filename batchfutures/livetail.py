@@ -24,8 +24,8 @@ while they run, each line prefixed by its call.
                    STREAMS_PER_ROUND streams a round (GetLogEvents' quota is 10 requests a second
                    per account and Region): beyond that the children take turns (``choose``) and
                    a note says the output is sampled
-            a child seen ended is read to its end once more (GetLogEvents, from its last line
-            shown), then dropped
+            a child seen ended is read on (GetLogEvents, from its last line shown) until a
+            read brings nothing, at most SETTLE_READS rounds (CloudWatch's lag), then dropped
 
 The lines batchfutures' own worker writes (``batchfutures.``: its notes, the logging records it
 keeps for the client) are not shown: a call's records reach the client's handlers when it
