@@ -27,6 +27,9 @@ while they run, each line prefixed by its call.
             a child seen ended is read on (GetLogEvents, from its last line shown) until a
             read brings nothing, at most SETTLE_READS rounds (CloudWatch's lag), then dropped
 
+Warm workers (keepalive=) are followed in the same rounds and budget, known RUNNING from their
+pool's own watch, each line routed to its call (``add_source``: warmlive.py).
+
 The lines batchfutures' own worker writes (``batchfutures.``: its notes, the logging records it
 keeps for the client) are not shown: a call's records reach the client's handlers when it
 resolves, as without "live". What was streamed is not echoed again when the call resolves; a
@@ -296,6 +299,10 @@ class LiveTail:
         self._lock = threading.Lock()
         self._streamed: Set[str] = set()  # children followed: not echoed when they resolve
         self._echoed: Set[str] = set()  # children echoed as they resolved: never followed
+        # add_source: jobs followed besides the outstanding jobs' children (warm workers), each
+        # with the router of its lines (a raw line -> the text to write, or None): warmlive.py
+        self._sources: List[Callable[[], Dict[str, Callable[[str], Optional[str]]]]] = []
+        self._routes: Dict[str, Callable[[str], Optional[str]]] = {}
         # StartLiveTail: the sessions, and what they hand over (under _show_lock)
         self._show_lock = threading.RLock()
         self._sessions: Dict[str, _Session] = {}
@@ -324,6 +331,12 @@ class LiveTail:
             thread.join(timeout=30)
         if thread is None:
             self._close_sessions()
+
+    def add_source(self, routes: Callable[[], Dict[str, Callable[[str], Optional[str]]]]) -> None:
+        """More jobs to follow, in the same rounds and budget: each round ``routes()`` gives
+        those running now, each with the router its lines go through (warm workers)."""
+        with self._lock:
+            self._sources.append(routes)
 
     def echo_at_end(self, child_id: str) -> bool:
         """As a call resolves: True when its output was not streamed (the caller echoes it;
@@ -357,7 +370,7 @@ class LiveTail:
 
     # -- one round ---------------------------------------------------------------------------
     def _running(self) -> Set[str]:
-        """The child job ids running now, of the outstanding jobs."""
+        """The child job ids running now, of the outstanding jobs, and the sources' jobs."""
         batch = self._env.batch
         running: Set[str] = set()
         plain: List[str] = []
@@ -381,6 +394,13 @@ class LiveTail:
             if description.get("status") == JobStatus.RUNNING.value:
                 running.add(description.get("jobId", ""))
                 self._started[description.get("jobId", "")] = int(description.get("startedAt") or 0)
+        with self._lock:
+            sources = list(self._sources)
+        for source in sources:
+            routes = source()
+            with self._show_lock:
+                self._routes.update(routes)
+            running |= set(routes)
         return running
 
     def round(self, final: bool = False) -> None:
@@ -477,6 +497,7 @@ class LiveTail:
                 if not settled(got.get(child, 0), followed.reads_after_end):
                     continue  # its last lines may still be on their way: read again next round
                 del self._followed[child]
+                self._routes.pop(child, None)
                 self._by_stream.pop((followed.group, followed.stream), None)
                 self._done.add((followed.group, followed.stream))
                 self._pending.pop((followed.group, followed.stream), None)
@@ -527,7 +548,10 @@ class LiveTail:
         if reader == LIVE_TAIL:
             followed.cursor = Cursor()  # the next read goes on from last_ms, not the old token
         lines = [str(e.get("message", "")) for e in new]
-        text = "".join(prefixed(child, line) + "\n" for line in lines if shown(line))
+        route = self._routes.get(child)  # a source's job (add_source): its router says
+        text = "".join(line + "\n" for line in (
+            [routed for routed in map(route, lines) if routed is not None] if route else
+            [prefixed(child, line) for line in lines if shown(line)]))
         self.counts[f"lines by {reader}"] += len(lines)
         if text:
             self._write(text)

@@ -638,6 +638,8 @@ class WarmPool:
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._run, name="batchfutures-warm", daemon=True)
         self._thread.start()
+        if self.live is not None:  # followed by the session's one LiveTail, in its budget
+            session.live_tail.add_source(self.live.routes)
 
     # -- set-up ------------------------------------------------------------------------------
     def _write_config(self) -> None:

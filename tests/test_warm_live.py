@@ -2,6 +2,7 @@
 each call's lines prefixed while it runs, none echoed twice."""
 
 import os
+import time
 
 import pytest
 
@@ -175,3 +176,102 @@ def test_the_worker_writes_each_call_between_its_markers(local_env):
     assert by_call == {0: ["out 0", "err 0", "no newline 0"], 1: ["out 1", "err 1", "no newline 1"],
                        2: ["dying 2"], 3: ["out 3", "err 3", "no newline 3"]}
     assert sum(line.endswith(f"{token} 2 end") for line in lines) == 1  # by the supervisor
+
+
+# -- end to end: a warm pool on the emulator, the session's one LiveTail -----------------------
+def _wait_for(path, seconds=120):
+    deadline = time.time() + seconds
+    while not os.path.exists(path) and time.time() < deadline:
+        time.sleep(0.05)
+
+
+def _talk_then_wait(flag_path):
+    print("first line", flush=True)
+    _wait_for(flag_path)  # the test writes it once it has seen the first line
+    print("second line")
+    return "done"
+
+
+def _item_then_wait(x, flag_path):
+    print(f"item {x} started")
+    _wait_for(flag_path)
+    return x
+
+
+def _output_reader(capsys):
+    seen = []
+
+    def output():
+        seen.append(capsys.readouterr().out)
+        return "".join(seen)
+
+    return output
+
+
+def _until(output, text, seconds=120):
+    deadline = time.time() + seconds
+    while text not in output() and time.time() < deadline:
+        time.sleep(0.05)
+    return output()
+
+
+@pytest.mark.slow
+def test_a_warm_call_streams_while_it_runs_and_is_not_echoed_again(local_env, tmp_path, capsys):
+    flag = tmp_path / "go"
+    output = _output_reader(capsys)
+    with BatchExecutor(local_env, keepalive=30, max_workers=1, echo_output="live") as ex:
+        future = ex.submit(_talk_then_wait, str(flag))
+        text = _until(output, "first line")
+        assert not future.done()  # streamed while the call still runs
+        first = [line for line in text.splitlines() if line.endswith("first line")]
+        assert len(first) == 1 and first[0].endswith(" call 0] first line"), text
+        flag.write_text("go")
+        assert future.result(timeout=120) == "done"
+        worker = future.job_id
+    text = output()  # the executor's exit waits for the LiveTail's last round
+    assert first == [f"[{worker} call 0] first line"]  # prefixed by the worker and the call
+    assert f"[{worker} call 0] second line" in text.splitlines()
+    assert text.count("first line") == 1 and text.count("second line") == 1  # not echoed again
+
+
+@pytest.mark.slow
+def test_a_warm_maps_lines_name_their_items(local_env, tmp_path, capsys):
+    flag = tmp_path / "go"
+    output = _output_reader(capsys)
+    with BatchExecutor(local_env, keepalive=30, max_workers=2, echo_output="live") as ex:
+        futures = ex.map_futures(_item_then_wait, [0, 1], [str(flag)] * 2)
+        _until(output, "item 0 started")
+        text = _until(output, "item 1 started")
+        assert not any(future.done() for future in futures)
+        flag.write_text("go")
+        assert [future.result(timeout=120) for future in futures] == [0, 1]
+        workers = [future.job_id for future in futures]
+    text = output()
+    for x in (0, 1):
+        assert text.splitlines().count(f"[{workers[x]} item {x}] item {x} started") == 1, text
+        assert text.count(f"item {x} started") == 1
+
+
+def _quick(x):
+    print(f"quick {x}")
+    return x
+
+
+@pytest.mark.slow
+def test_warm_calls_print_once_whether_echoed_or_streamed(local_env, tmp_path, capsys):
+    flag = tmp_path / "go"
+    output = _output_reader(capsys)
+    with BatchExecutor(local_env, keepalive=30, max_workers=1, echo_output="live") as ex:
+        # done before the LiveTail follows the worker (a round a second): echoed as they resolve
+        assert list(ex.map(_quick, range(3))) == [0, 1, 2]
+        future = ex.submit(_talk_then_wait, str(flag))
+        _until(output, "first line")  # streamed: the worker is followed from now on
+        flag.write_text("go")
+        assert future.result(timeout=120) == "done"
+        assert list(ex.map(_quick, range(3, 6))) == [3, 4, 5]  # the same worker: streamed
+        worker = future.job_id
+    lines = output().splitlines()
+    for x in range(6):
+        assert sum(line.endswith(f"quick {x}") for line in lines) == 1, lines
+    for position, x in enumerate(range(3, 6)):  # a map's lines name their items
+        assert f"[{worker} item {position}] quick {x}" in lines
