@@ -398,7 +398,10 @@ class Runner:
                 return
             try:
                 self.pool.finish(*tail)
-            except Exception:  # its message comes back after the visibility timeout
+            except Exception as error:  # its message comes back after the visibility timeout
+                if sqsapi.is_queue_gone(error):  # the pool shut down: nobody waits for it
+                    logger.debug("warm call %s not recorded: the pool's queue is gone", tail[0])
+                    continue
                 logger.exception("could not record warm call %s", tail[0])
 
     def serve(self) -> int:
@@ -434,12 +437,21 @@ class Runner:
                     return 0
                 raise
             for message in answer.get("Messages", []):
-                if checkpoints.interrupted():  # asked to stop while it waited: another's
-                    pool.sqs.change_message_visibility(QueueUrl=config["queue"],
-                                                       ReceiptHandle=message["ReceiptHandle"],
-                                                       VisibilityTimeout=0)
-                    continue
-                self.handle(message)
+                try:
+                    if checkpoints.interrupted():  # asked to stop while it waited: another's
+                        pool.sqs.change_message_visibility(
+                            QueueUrl=config["queue"], ReceiptHandle=message["ReceiptHandle"],
+                            VisibilityTimeout=0)
+                        continue
+                    self.handle(message)
+                except Exception as error:
+                    # the pool shut down while a call was held (its completion or DeleteMessage
+                    # refused): the pool's end, as an idle worker's, not the runner's failure
+                    if not sqsapi.is_queue_gone(error):
+                        raise
+                    self.holding.release()
+                    logger.debug("the warm pool's queue went away during a call: exiting")
+                    return 0
                 idle_since = time.monotonic()
 
     def handle(self, message: Dict[str, Any]) -> None:
@@ -698,9 +710,16 @@ class Supervisor:
                 error = warmwire.runner_failure(status, timed_out=timed_out == number,
                                                 timeout=timeout, worker=pool.worker_id,
                                                 memory_mib=config.get("memory_mib"))
-                pool.finish(number, pool.failure(number, items, error), handle,
-                            warmwire.attempt_record(receives, started, time.time(), status,
-                                                    error.status_reason or why))
+                try:
+                    pool.finish(number, pool.failure(number, items, error), handle,
+                                warmwire.attempt_record(receives, started, time.time(), status,
+                                                        error.status_reason or why))
+                except Exception as failed:  # the pool shut down: nobody waits for the call
+                    if not sqsapi.is_queue_gone(failed):
+                        raise
+                    logger.debug("call %s not failed: the warm pool's queue is gone", number)
+                    self.holding.release()
+                    return 0
             self.holding.release()
             if self.stopping:
                 return 0
