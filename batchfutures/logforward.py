@@ -62,10 +62,26 @@ _TRUSTED_KEYS = frozenset({"exc_info", "args"})  # never taken from the wire: re
 _METHODS = frozenset(name for name in dir(logging.LogRecord) if callable(getattr(logging.LogRecord, name)))
 
 
+# fields a formatter takes as numbers (%(lineno)d, formatTime) or adds as text (exc_text): one
+# of another type in a line the call printed itself is dropped (the LogRecord's default), or
+# the client's handler prints "--- Logging error ---" and a traceback instead of the record
+_NUMBERS = frozenset({"created", "msecs", "relativeCreated", "lineno", "thread", "process"})
+_TEXTS = frozenset({"exc_text", "stack_info", "levelname"})
+
+
+def _typed(key: str, value: Any) -> bool:
+    if key in _NUMBERS:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return key not in _TEXTS or isinstance(value, str)
+
+
 def _record(data: Mapping[str, Any]) -> logging.LogRecord:
     fields = {key: value for key, value in data.items()
               if isinstance(key, str) and key not in _TRUSTED_KEYS and key not in _METHODS
-              and not key.startswith("__")}
+              and not key.startswith("__") and _typed(key, value)}
+    fields.setdefault("levelname", logging.getLevelName(fields["levelno"]))
+    if not isinstance(fields.get("msg", ""), str):  # filters and handlers may take it as text
+        fields["msg"] = str(fields["msg"])
     if isinstance(fields.get("exc_text"), str):  # the call's frames with this file's lines
         fields["exc_text"] = tracebacks.with_source_lines(fields["exc_text"])
     fields["args"] = None  # the message was formatted in the worker

@@ -254,3 +254,28 @@ def test_a_hostile_records_line_is_replayed_safely(clean_logging):
     assert logforward.replay_line(logrecords.LINE_PREFIX + json.dumps(hostile)) is True
     assert logforward.replay_line(logrecords.LINE_PREFIX + '{"name": 3, "levelno": 20}') is True
     assert len(seen) == 1
+
+
+@pytest.mark.parametrize("field, value", [
+    ("created", "yesterday"), ("msecs", "12"), ("relativeCreated", []), ("lineno", "12"),
+    ("thread", "t"), ("process", {"pid": 1}), ("created", True), ("exc_text", ["frame"]),
+    ("stack_info", {"a": 1}), ("levelname", 5), ("msg", {"not": "text"}),
+])
+def test_a_records_line_with_a_field_of_the_wrong_type_is_shown_not_a_logging_error(
+        clean_logging, capsys, field, value):
+    # a line the call printed itself (echo_output="live" reads every line of its log): a field
+    # a LogRecord's formatter takes as a number or text must not make the client's handler
+    # print "--- Logging error ---" and a traceback instead of the record
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter(
+        "%(asctime)s %(levelname)s %(name)s %(filename)s:%(lineno)d %(thread)d %(process)d "
+        "%(relativeCreated)d %(message)s"))
+    logging.getLogger().handlers[:] = [handler]
+    logging.getLogger().setLevel(logging.INFO)
+    record = {"name": "app", "levelno": 20, "msg": "hello", field: value}
+    assert logforward.replay_line(logrecords.LINE_PREFIX + json.dumps(record)) is True
+    assert "Logging error" not in capsys.readouterr().err
+    (line,) = stream.getvalue().splitlines()
+    assert " INFO app " in line  # the level's name from its number when not text
+    assert line.endswith(" {'not': 'text'}" if field == "msg" else " hello")
