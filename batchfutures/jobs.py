@@ -307,7 +307,7 @@ class TrackedJob:
         # sys.stdout/sys.stderr as its future resolves (_settle_child)
         self.echo_output = False
         # echo_output="live": livetail.LiveTail.echo_at_end(child id), False when the child's
-        # output was streamed while it ran (its records are still replayed); None: not live
+        # output and records were streamed while it ran (nothing echoed again); None: not live
         self.echo_at_end: Optional[Callable[[str], bool]] = None
         # future.attempts and future.cost (set by Submitter.submit_now): a
         # callattempts.AttemptsReader, and a costs.CallPricing of its calls
@@ -339,9 +339,11 @@ class TrackedJob:
         """The children still to be settled, live (read it on the poller thread only)."""
         return self._open
 
-    def _echo_streams(self, index: int) -> bool:
-        """Whether child ``index``'s printed output is echoed as it resolves (not streamed live)."""
-        return self.echo_at_end is None or self.echo_at_end(self.child_id(index))
+    def _echo(self, printed: Sequence[Any], index: int) -> None:
+        """Echo what child ``index``'s call printed and logged as it resolves, unless it was
+        streamed live (echo_output="live": its prints and records were shown as read)."""
+        if self.echo_at_end is None or self.echo_at_end(self.child_id(index)):
+            wire.echo_output(printed)
 
     @property
     def unresolved(self) -> FrozenSet[int]:
@@ -620,7 +622,7 @@ class TrackedJob:
         if self.item_counts is not None:
             if printed and not self.children[index][0].done():
                 for position in sorted(printed):
-                    wire.echo_output(printed[position], streams=self._echo_streams(index))
+                    self._echo(printed[position], index)
             if not self.children[index][0].done():  # its items' usage: the child's cost
                 for position, entry in enumerate(wire.result_usage(data) or ()):
                     self.usage.record(index, position, entry)
@@ -633,7 +635,7 @@ class TrackedJob:
             for position, (future, (ok, value)) in enumerate(
                     zip(self.children[index], decode_result(data, count))):
                 if position in printed and not future.done():
-                    wire.echo_output(printed[position], streams=self._echo_streams(index))
+                    self._echo(printed[position], index)
                 if position < len(entries) and not future.done():
                     self.usage.record(index, position, entries[position])
                 settle(future, ok, value)
@@ -643,7 +645,7 @@ class TrackedJob:
         if self.echo_output and not all(f.done() for f in self.children[index]):
             for data in node_data:  # what the call printed on each node, in node order
                 for _, printed in sorted(wire.result_output(data).items()):
-                    wire.echo_output(printed, streams=self._echo_streams(index))
+                    self._echo(printed, index)
         ok, value = combine_node_results(node_data, self.job_id)
         used = node_usage(node_data)
         for position, future in enumerate(self.children[index]):

@@ -31,9 +31,11 @@ Warm workers (keepalive=) are followed in the same rounds and budget, known RUNN
 pool's own watch, each line routed to its call (``add_source``: warmlive.py).
 
 The lines batchfutures' own worker writes (``batchfutures.``: its notes, the logging records it
-keeps for the client) are not shown: a call's records reach the client's handlers when it
-resolves, as without "live". What was streamed is not echoed again when the call resolves; a
-call's last lines may follow its future's resolution by one round.
+keeps for the client) are not shown; a record's line (``batchfutures.log: `` and its JSON) is
+replayed through the client's handlers where it falls among the call's lines
+(logforward.replay_line); a warm call's records reach them when it resolves. What was streamed
+is not echoed or replayed again when the call resolves; a call's last lines may follow its
+future's resolution by one round.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ from urllib.parse import urlsplit
 
 from botocore.exceptions import EndpointConnectionError
 
-from . import batchapi, jobdetail
+from . import batchapi, jobdetail, logforward
 from .logs import NOT_FOUND, SETTLE_READS, Cursor, LiveTailAPI, events_after, log_group_of
 from .statuses import JobStatus
 
@@ -340,7 +342,7 @@ class LiveTail:
 
     def echo_at_end(self, child_id: str) -> bool:
         """As a call resolves: True when its output was not streamed (the caller echoes it;
-        it is then never streamed), False when it was (only its records are replayed)."""
+        it is then never streamed), False when it was (its records were replayed as read)."""
         with self._lock:
             if child_id in self._streamed:
                 return False
@@ -549,12 +551,23 @@ class LiveTail:
             followed.cursor = Cursor()  # the next read goes on from last_ms, not the old token
         lines = [str(e.get("message", "")) for e in new]
         route = self._routes.get(child)  # a source's job (add_source): its router says
-        text = "".join(line + "\n" for line in (
-            [routed for routed in map(route, lines) if routed is not None] if route else
-            [prefixed(child, line) for line in lines if shown(line)]))
         self.counts[f"lines by {reader}"] += len(lines)
-        if text:
-            self._write(text)
+        if route:
+            text = "".join(routed + "\n" for routed in map(route, lines) if routed is not None)
+            if text:
+                self._write(text)
+            return
+        pending: List[str] = []  # a call's own stream: a record's line is replayed where it falls
+        for line in lines:
+            if line.startswith(logforward.LINE_PREFIX):
+                if pending:
+                    self._write("".join(pending))
+                pending = []
+                logforward.replay_line(line)  # through the client's handlers (its records)
+            elif shown(line):
+                pending.append(prefixed(child, line) + "\n")
+        if pending:
+            self._write("".join(pending))
 
     # -- StartLiveTail sessions --------------------------------------------------------------
     def _plan_sessions(self) -> None:

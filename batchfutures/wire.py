@@ -492,7 +492,8 @@ def echo_output(printed: Optional[Sequence[Any]], streams: bool = True) -> None:
     parent's terminal: in the order the call made them when the entry has it (a sixth entry,
     outputorder's runs), else stdout, stderr, then the records (an entry written before the
     order was kept, or a malformed one). ``streams=False``: its prints were streamed while it
-    ran (echo_output="live"), not written again; its records are still replayed, after them."""
+    ran (a warm call under echo_output="live"), not written again; its records are replayed.
+    (A cold call streamed live is not echoed at all: LiveTail replayed its records as read.)"""
     if not printed:
         return
     out, err, out_cut, err_cut = printed[:4]

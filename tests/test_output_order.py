@@ -11,11 +11,12 @@ import logging
 import os
 import subprocess
 import sys
+import time
 import warnings
 
 import pytest
 
-from batchfutures import outputorder, wire
+from batchfutures import BatchExecutor, outputorder, wire
 from batchfutures.outputorder import MAX_RUNS, RECORDS, STDERR, STDOUT
 from batchfutures.worker import calls, logrecords
 
@@ -291,3 +292,50 @@ def test_warm_workers_keep_the_order_too(tmp_path):
     ppe, warm = _calls(_terminal(tmp_path, "ppe")), _calls(_terminal(tmp_path, "warm"))
     assert warm[:2] == ppe[:2]
     assert sorted(warm[2:]) == sorted(ppe[2:]) and len(warm) == 4
+
+
+# -- echo_output="live": a record's line replayed as it is read ---------------------------------
+def _live_call(flag_path):
+    log = logging.getLogger("live_order_app")
+    print("live one", flush=True)
+    log.warning("live two")
+    print("live three", flush=True)
+    deadline = time.time() + 120
+    while not os.path.exists(flag_path) and time.time() < deadline:
+        time.sleep(0.05)
+    log.warning("live four")
+    print("live five")
+    return "done"
+
+
+@slow
+def test_live_records_are_replayed_as_read_in_order_with_the_prints(local_env, tmp_path, capsys):
+    flag = tmp_path / "go"
+    seen = []
+
+    def output():
+        seen.append(capsys.readouterr().out)
+        return "".join(seen)
+
+    logger = logging.getLogger("live_order_app")
+    handler = logging.StreamHandler(sys.stdout)  # capsys's: one stream with the prints
+    handler.setFormatter(logging.Formatter("RECORD %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING)
+    try:
+        with BatchExecutor(local_env, echo_output="live") as ex:
+            future = ex.submit(_live_call, str(flag))
+            deadline = time.time() + 120
+            while "live three" not in output() and time.time() < deadline:
+                time.sleep(0.05)
+            assert not future.done()  # streamed, the record too, while the call still runs
+            assert [line for line in output().splitlines() if "live " in line] == [
+                f"[{future.job_id}] live one", "RECORD live two", f"[{future.job_id}] live three"]
+            flag.write_text("go")
+            assert future.result(timeout=120) == "done"
+    finally:
+        logger.removeHandler(handler)
+    # the last lines come with the executor's last round; none is echoed or replayed again
+    assert [line for line in output().splitlines() if "live " in line] == [
+        f"[{future.job_id}] live one", "RECORD live two", f"[{future.job_id}] live three",
+        "RECORD live four", f"[{future.job_id}] live five"]
