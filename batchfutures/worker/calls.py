@@ -529,6 +529,7 @@ class _Order:
     def __init__(self, limit: int = MAX_RUNS) -> None:
         self.lock = threading.RLock()  # Capture.take holds it across the tees' and records' takes
         self._runs: Deque[List[int]] = collections.deque(maxlen=limit)
+        self.last: Optional[int] = None  # the tee written last (_RecordLines)
 
     def note(self, source: int, count: int) -> None:
         """``count`` characters (or records) of ``source`` happened now; the caller holds lock."""
@@ -585,6 +586,7 @@ class _Tee:
         self._parts: List[str] = []
         self._size = 0
         self._cut = 0
+        self.open_line = False  # its last write did not end a line (_RecordLines)
 
     def write(self, text: Any) -> Any:
         written = self._stream.write(text)
@@ -592,8 +594,10 @@ class _Tee:
             with self._lock:
                 self._parts.append(text)
                 self._size += len(text)
+                self.open_line = text[-1] != "\n"
                 if self._order is not None:
                     self._order.note(self._source, len(text))
+                    self._order.last = self._source
                 if self._size > 2 * OUTPUT_LIMIT:  # bounded: keep the end
                     kept = "".join(self._parts)
                     self._cut += len(kept) - OUTPUT_LIMIT
@@ -618,6 +622,43 @@ class _Tee:
         return getattr(self._stream, name)
 
 
+class _RecordLines:
+    """Where the record keeper writes a record's line (the container's log, past the tees), at
+    the start of a line: after a partial line the call wrote to that stream (a progress bar,
+    print(..., end="")), the record's JSON was glued to its text, and the client showed it as
+    output instead of replaying it. ``out``: stdout's tee when it writes to the same file
+    (warm live's os.dup2), flushed first so its text comes before the record, as made."""
+
+    def __init__(self, err: _Tee, out: Optional[_Tee], order: _Order) -> None:
+        self._err, self._out, self._order = err, out, order
+
+    def write(self, text: str) -> Any:
+        if self._out is not None:
+            try:
+                self._out._stream.flush()
+            except Exception:
+                pass
+        with self._order.lock:
+            last = self._out if self._out is not None and self._order.last == _STDOUT \
+                else self._err
+            if last.open_line:
+                text = "\n" + text
+            self._err.open_line = False
+            if self._out is not None:
+                self._out.open_line = False
+            return self._err._stream.write(text)
+
+
+def _one_file(first: Any, second: Any) -> bool:
+    """Whether two streams write to the same file (once per process: two fstat calls)."""
+    if first is second:
+        return True
+    try:
+        return os.path.sameopenfile(first.fileno(), second.fileno())
+    except Exception:  # no descriptor (replaced by a StringIO): apart
+        return False
+
+
 class Capture:
     """Each item's stdout and stderr in this process (``_Tee`` on both), its logging records
     (a logrecords.RecordKeeper on the root logger, writing to the container's log, not to the
@@ -634,10 +675,12 @@ class Capture:
         self._order = _Order()
         if enabled and sys.stdout is not None and sys.stderr is not None:
             order = self._order
+            out, err = _Tee(sys.stdout, order, _STDOUT), _Tee(sys.stderr, order, _STDERR)
+            lines = _RecordLines(err, out if _one_file(sys.stdout, sys.stderr) else None, order)
             self._records = logrecords.RecordKeeper(
-                log_stream=sys.stderr, lock=order.lock,
+                log_stream=lines, lock=order.lock,
                 on_kept=lambda: order.note(_RECORDS, 1)).install()
-            self._tees = (_Tee(sys.stdout, order, _STDOUT), _Tee(sys.stderr, order, _STDERR))
+            self._tees = (out, err)
             sys.stdout, sys.stderr = self._tees
 
     def take(self) -> Optional[List[Any]]:
