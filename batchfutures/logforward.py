@@ -66,7 +66,8 @@ _METHODS = frozenset(name for name in dir(logging.LogRecord) if callable(getattr
 # of another type in a line the call printed itself is dropped (the LogRecord's default), or
 # the client's handler prints "--- Logging error ---" and a traceback instead of the record
 _NUMBERS = frozenset({"created", "msecs", "relativeCreated", "lineno", "thread", "process"})
-_TEXTS = frozenset({"exc_text", "stack_info", "levelname"})
+_TEXTS = frozenset({"exc_text", "stack_info", "levelname", "pathname", "filename", "module",
+                    "funcName", "threadName", "processName"})
 
 
 def _typed(key: str, value: Any) -> bool:
