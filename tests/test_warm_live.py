@@ -275,3 +275,23 @@ def test_warm_calls_print_once_whether_echoed_or_streamed(local_env, tmp_path, c
         assert sum(line.endswith(f"quick {x}") for line in lines) == 1, lines
     for position, x in enumerate(range(3, 6)):  # a map's lines name their items
         assert f"[{worker} item {position}] quick {x}" in lines
+
+
+def _subprocess_writes_to_stderr(_):
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-c", "import sys; sys.stderr.write('sub err\\n')"],
+                   check=True)
+    return sys.stderr is sys.stdout
+
+
+@pytest.mark.slow
+def test_a_subprocess_stderr_is_in_its_calls_lines_and_sys_stderr_stays_its_own(local_env):
+    # docs/warm.md: with live, descriptor 2 is stdout's pipe (os.dup2), for what the call
+    # starts too; the Python streams stay two objects
+    with BatchExecutor(local_env, keepalive=30, max_workers=1, echo_output="live") as ex:
+        assert ex.submit(_subprocess_writes_to_stderr, 0).result(timeout=120) is False
+        pool = next(iter(ex._session.warm_pools.values()))
+        token, (worker,) = pool.live.token, list(pool.workers)
+    assert (0, "sub err") in warmlive.CallSplitter(token).split(_worker_lines(local_env, worker))
