@@ -10,7 +10,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from batchfutures import BatchExecutor, jobdetail
+from batchfutures import BatchExecutor, jobdetail, warmpool
 from batchfutures.emulator.sqs import LocalSQS
 from batchfutures.logs import lines_after, log_group_of
 from batchfutures.sqsapi import is_queue_gone
@@ -76,12 +76,17 @@ def _until(predicate, seconds=120):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("deleted, kill", [
-    ("work", False),  # the completion sent, then DeleteMessage refused (the race seen)
-    ("both", False),  # the completion refused
-    ("both", True),  # the runner died: the supervisor's failure of the call refused
+@pytest.mark.parametrize("deleted, kill, latency", [
+    ("work", False, 0),  # the completion sent, then DeleteMessage refused (the race seen)
+    ("both", False, 0),  # the completion refused
+    ("both", True, 0),  # the runner died: the supervisor's failure of the call refused
+    # SQS's round trips (as on AWS): the call's tail is sent by the runner's tail threads
+    ("work", False, 0.001),
 ])
-def test_queues_deleted_while_a_worker_holds_a_call(local_env, tmp_path, deleted, kill):
+def test_queues_deleted_while_a_worker_holds_a_call(local_env, tmp_path, monkeypatch, deleted,
+                                                     kill, latency):
+    if latency:
+        monkeypatch.setitem(warmpool.INJECTED_LATENCY, "sqs", latency)
     started, flag = tmp_path / "started", tmp_path / "go"
     ex = BatchExecutor(local_env, keepalive=60, max_workers=1, echo_output=False)
     try:
