@@ -58,6 +58,10 @@ line-buffered and share one pipe, and each call it runs is written between two m
 writes the end of a call whose runner died): the client splits the worker's log stream by call
 (warmlive.py). What is printed between calls is nobody's, as the calls' capture treats it.
 
+The pool's queues gone while a call is held (its executor shut down between the call's start
+and its completion or DeleteMessage, or the supervisor's failure of a dead runner's call) is
+the pool's end too, not a failure: exit 0, a debug line (sqsapi.is_queue_gone).
+
 The runner's path has no round trip to the supervisor (a call costs no pipe write and no
 context switch): the supervisor only reads the small shared record of the call held.
 The runner makes its own SQS client and storage after the fork (boto3's and s3fs's are not
