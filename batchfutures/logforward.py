@@ -28,7 +28,8 @@ from typing import Any, Dict, Iterable, Mapping
 
 from . import tracebacks
 
-__all__ = ["client_levels", "levels_of", "replay", "replay_line", "OWN_LOGGER", "LINE_PREFIX"]
+__all__ = ["client_levels", "levels_of", "replay", "replay_line", "readable_line", "OWN_LOGGER",
+           "LINE_PREFIX"]
 
 OWN_LOGGER = "batchfutures"  # its levels are this library's business, not the calls'
 # a record's line in a call's log (worker/logrecords.log_line): this prefix, then its JSON
@@ -109,17 +110,37 @@ def replay(records: Iterable[Any]) -> None:
                                                 exc_info=True)
 
 
+def _record_of_line(line: str) -> Any:
+    """The JSON object of a record's line, or None (bounded: never raises)."""
+    if not line.startswith(LINE_PREFIX) or len(line) > MAX_LINE:
+        return None
+    try:
+        data = json.loads(line[len(LINE_PREFIX):])
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def readable_line(line: str) -> str:
+    """A log line for people (future.log(), `batchfutures logs`, an error's log tail): a record's
+    JSON line as ``batchfutures.log: LEVEL:logger:message`` and its traceback, as logging's
+    default format writes it; any other line as it is (pure)."""
+    data = _record_of_line(line)
+    if data is None:
+        return line
+    text = f"{LINE_PREFIX}{data.get('levelname')}:{data.get('name') or 'root'}:{data.get('msg')}"
+    for key in ("exc_text", "stack_info"):
+        if isinstance(data.get(key), str) and data[key]:
+            text += "\n" + data[key]
+    return text
+
+
 def replay_line(line: Any) -> bool:
     """A line of a call's log: when it is a record's line (LINE_PREFIX and a JSON object, at most
     MAX_LINE characters), replay that record (as ``replay``) and say True; anything else, False.
     Never raises (a hostile line is not a record)."""
-    if not isinstance(line, str) or not line.startswith(LINE_PREFIX) or len(line) > MAX_LINE:
-        return False
-    try:
-        data = json.loads(line[len(LINE_PREFIX):])
-    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
-        return False
-    if not isinstance(data, dict):
+    data = _record_of_line(line) if isinstance(line, str) else None
+    if data is None:
         return False
     replay([data])
     return True

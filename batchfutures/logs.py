@@ -32,6 +32,7 @@ import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, runtime_checkable
 
 from . import batchapi, jobdetail
+from .logforward import readable_line
 from .statuses import FINISHED
 
 logger = logging.getLogger("batchfutures")
@@ -86,7 +87,7 @@ def _page(logs_client: LogsAPI, group: str, stream: str, **params: Any) -> Dict[
 
 
 def _messages(page: Dict[str, Any]) -> List[str]:
-    return [event.get("message", "") for event in page.get("events", [])]
+    return [readable_line(event.get("message", "")) for event in page.get("events", [])]
 
 
 def tail(logs_client: LogsAPI, group: str, stream: str, *, lines: int = 20) -> List[str]:
@@ -126,7 +127,7 @@ def lines_after(logs_client: LogsAPI, group: str, stream: str, cursor: Optional[
     `batchapi.MAX_PAGES` pages in one read.
     """
     for event in events_after(logs_client, group, stream, cursor, end_time_ms=end_time_ms):
-        yield event.get("message", "")
+        yield readable_line(event.get("message", ""))  # a record's JSON line as logging writes it
 
 
 def events_after(logs_client: LogsAPI, group: str, stream: str, cursor: Optional[Cursor] = None, *,

@@ -283,3 +283,39 @@ def test_a_records_line_with_a_field_of_the_wrong_type_is_shown_not_a_logging_er
     (line,) = stream.getvalue().splitlines()
     assert " INFO app " in line  # the level's name from its number when not text
     assert line.endswith(" {'not': 'text'}" if field == "msg" else " hello")
+
+
+_WORKER_LINE = logrecords.log_line({"name": "app", "levelname": "WARNING", "levelno": 30,
+                                    "msg": "disk low", "exc_text": None, "job_id": "j"})
+
+
+@pytest.mark.parametrize("line, readable", [
+    (_WORKER_LINE, "batchfutures.log: WARNING:app:disk low"),  # as logging's default format
+    (logrecords.LINE_PREFIX + json.dumps({"name": "", "levelname": "ERROR", "msg": "boom",
+                                          "exc_text": "Traceback (most recent call last):\n  x"}),
+     "batchfutures.log: ERROR:root:boom\nTraceback (most recent call last):\n  x"),
+    ("hello from the call", "hello from the call"),  # the call's own lines, as they are
+    ("batchfutures.log: INFO:app:an older worker's line", "batchfutures.log: INFO:app:an older worker's line"),
+    ("batchfutures.log: [1, 2]", "batchfutures.log: [1, 2]"),
+    ("batchfutures.log: {\"msg\": \"" + "x" * 70_000 + "\"}",  # too long to be the worker's
+     "batchfutures.log: {\"msg\": \"" + "x" * 70_000 + "\"}"),
+])
+def test_readable_line(line, readable):
+    assert logforward.readable_line(line) == readable
+
+
+def test_a_jobs_log_shows_records_as_logging_writes_them(tmp_path):
+    """future.log() and the CLI read a record's JSON line (kept for the client's handlers) as
+    `batchfutures.log: LEVEL:logger:message`, on the emulator's logs service."""
+    from batchfutures import logs
+    from batchfutures.emulator.logservice import LogsService
+
+    folder = tmp_path / "logs"
+    (folder / "def" / "default").mkdir(parents=True)
+    (folder / "def" / "default" / "task").write_text(f"printed\n{_WORKER_LINE}\nafter\n")
+    service = LogsService(folder)
+    group = "/aws/batch/job"
+    assert logs.read_all(service, group, "def/default/task") == [
+        "printed", "batchfutures.log: WARNING:app:disk low", "after"]
+    assert logs.tail(service, group, "def/default/task", lines=2) == [
+        "batchfutures.log: WARNING:app:disk low", "after"]
