@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Tuple
 
 from . import batchapi, jobdetail
+from .logforward import readable_line
 from .logs import log_group_of
 from .statuses import JobStatus
 
@@ -106,7 +107,7 @@ def search(env: "Environment", job_ids: Iterable[str], text: Optional[str] = Non
                 request["filterPattern"] = pattern
             for page in batchapi.paginate(env.logs.filter_log_events, max_pages=MAX_PAGES, **request):
                 for event in page.get("events", []):
-                    message = str(event.get("message", "")).rstrip("\n")
+                    message = readable_line(str(event.get("message", "")).rstrip("\n"))
                     if text and text not in message:
                         continue
                     who = named.get(event.get("logStreamName", ""))
