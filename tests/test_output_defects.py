@@ -84,3 +84,36 @@ def test_full_lines_get_no_empty_line_before_a_record(clean_logging):
         logging.getLogger("glued_app").warning("another")
     _log_of(io.StringIO(), log, body)
     assert "" not in log.getvalue().splitlines()
+
+
+# -- warm live: a marker ends the line a call left open ------------------------------------------
+def _ends_without_newline(_):
+    print("progress 99%", end="", file=sys.stderr, flush=True)
+
+
+def _logs_first(_):
+    logging.getLogger("glued_app").warning("first thing")
+    print("after the record")
+
+
+@pytest.mark.slow
+def test_a_record_first_in_a_warm_call_after_one_left_a_line_open_adds_no_empty_line(tmp_path):
+    from batchfutures import BatchExecutor, LocalEnvironment, jobdetail, warmlive
+    from batchfutures.logs import lines_after, log_group_of
+
+    env = LocalEnvironment(tmp_path / "work", max_vcpus=2)
+    try:
+        with BatchExecutor(env, keepalive=30, max_workers=1, echo_output="live") as ex:
+            ex.submit(_ends_without_newline, 0).result(timeout=120)
+            ex.submit(_logs_first, 1).result(timeout=120)
+            pool = next(iter(ex._session.warm_pools.values()))
+            token, (worker,) = pool.live.token, list(pool.workers)
+        description = env.batch.describe_jobs(jobs=[worker])["jobs"][0]
+        lines = list(lines_after(env.logs, log_group_of(description, env.log_group),
+                                 jobdetail.log_stream(description)))
+    finally:
+        env.emulator.close()
+    second = [line for number, line in warmlive.CallSplitter(token).split(lines) if number == 1]
+    # the end marker of call 0 ended its open line: call 1's record needs no newline before it
+    assert len(second) == 2 and second[0].startswith(logrecords.LINE_PREFIX), second
+    assert second[1] == "after the record"

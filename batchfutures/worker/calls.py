@@ -701,6 +701,14 @@ class Capture:
             return printed + [records]
         return printed if out or err or out_cut or err_cut else None
 
+    def line_ended(self) -> None:
+        """A line written past the tees (warm live's call marker) ended any line they left open:
+        the next record's line needs no newline before it."""
+        if self._tees is not None:
+            with self._order.lock:
+                for tee in self._tees:
+                    tee.open_line = False
+
     def keep(self, output: Optional[Dict[int, Any]], position: int) -> None:
         """What was written since the last take is item ``position``'s."""
         printed = self.take()

@@ -241,6 +241,8 @@ class World:
                 outcomes = []
                 self.capture.take()  # what was printed between calls is nobody's
                 write_marker(self.live, head["n"], warmwire.CALL_BEGIN)
+                if self.live:  # the marker ended the line the last call may have left open
+                    self.capture.line_ended()
                 try:
                     for item in items:
                         checkpoints.at_item(len(outcomes))  # checkpoint() of this item: its key
