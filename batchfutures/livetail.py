@@ -552,14 +552,14 @@ class LiveTail:
         lines = [str(e.get("message", "")) for e in new]
         route = self._routes.get(child)  # a source's job (add_source): its router says
         self.counts[f"lines by {reader}"] += len(lines)
-        if route:
-            text = "".join(routed + "\n" for routed in map(route, lines) if routed is not None)
-            if text:
-                self._write(text)
-            return
+        if route:  # a warm worker's stream: its router prefixes each call's lines
+            lines = [routed for line in lines if (shown_lines := route(line)) is not None
+                     for routed in shown_lines.split("\n")]
         pending: List[str] = []  # a call's own stream: a record's line is replayed where it falls
         for line in lines:
-            if line.startswith(logforward.LINE_PREFIX):
+            if route and not line.startswith(logforward.LINE_PREFIX):
+                pending.append(line + "\n")  # prefixed by the router
+            elif line.startswith(logforward.LINE_PREFIX):
                 if pending:
                     self._write("".join(pending))
                 pending = []

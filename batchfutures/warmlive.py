@@ -34,6 +34,7 @@ import threading
 from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 from . import warmwire
+from .logforward import LINE_PREFIX
 from .statuses import FINISHED, JobStatus
 
 __all__ = ["read_marker", "CallSplitter", "label_for", "WarmLive", "LABELS_KEPT"]
@@ -157,9 +158,12 @@ class WarmLive:
         splitter = CallSplitter(self.token)
 
         def route(line: str) -> Optional[str]:
-            shown = [f"[{worker} {self.label_of(number)}] {text}"
+            # a call's logging record's line goes on as it is (LiveTail replays it through the
+            # client's handlers, in order with the prints); the call's own lines get its prefix
+            shown = [text if text.startswith(LINE_PREFIX) else
+                     f"[{worker} {self.label_of(number)}] {text}"
                      for number, text in splitter.split([line])
-                     if number not in skipped and self._shown(text)]
+                     if number not in skipped and (self._shown(text) or text.startswith(LINE_PREFIX))]
             return "\n".join(shown) if shown else None
 
         return route

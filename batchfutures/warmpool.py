@@ -962,10 +962,11 @@ class WarmPool:
             return
         call._status = JobStatus.SUCCEEDED.value if all(ok for ok, _ in decoded) \
             else JobStatus.FAILED.value
-        if self.echo_output:  # live: not what was streamed while it ran (its records are)
-            streams = self.live is None or self.live.echo_at_end(number, worker)
+        # live: a call streamed while it ran is not echoed (its records were replayed in order
+        # with its prints, from the stream)
+        if self.echo_output and (self.live is None or self.live.echo_at_end(number, worker)):
             for position in sorted(call.output):
-                wire.echo_output(call.output[position], streams=streams)
+                wire.echo_output(call.output[position])
         if call.per_child:
             settle(call.futures[0], True, functools.partial(_same, decoded))
             return

@@ -339,3 +339,41 @@ def test_live_records_are_replayed_as_read_in_order_with_the_prints(local_env, t
     assert [line for line in output().splitlines() if "live " in line] == [
         f"[{future.job_id}] live one", "RECORD live two", f"[{future.job_id}] live three",
         "RECORD live four", f"[{future.job_id}] live five"]
+
+
+@slow
+def test_live_records_of_a_warm_call_are_replayed_in_order_with_its_prints(local_env, tmp_path,
+                                                                            capsys):
+    """The same on a warm worker (keepalive=): the worker's stream carries the call's record
+    lines between its markers; LiveTail replays them where they fall, and the call, streamed,
+    is neither echoed nor replayed again as it resolves."""
+    flag = tmp_path / "go"
+    seen = []
+
+    def output():
+        seen.append(capsys.readouterr().out)
+        return "".join(seen)
+
+    def live_lines():  # the call's prefix ([<worker> call 0] ) taken off its printed lines
+        return [line.split("] ", 1)[1] if line.startswith("[") else line
+                for line in output().splitlines() if "live " in line]
+
+    logger = logging.getLogger("live_order_app")
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("RECORD %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING)
+    try:
+        with BatchExecutor(local_env, echo_output="live", keepalive=30) as ex:
+            future = ex.submit(_live_call, str(flag))
+            deadline = time.time() + 120
+            while "live three" not in output() and time.time() < deadline:
+                time.sleep(0.05)
+            assert not future.done()
+            assert live_lines() == ["live one", "RECORD live two", "live three"]
+            flag.write_text("go")
+            assert future.result(timeout=120) == "done"
+    finally:
+        logger.removeHandler(handler)
+    assert live_lines() == ["live one", "RECORD live two", "live three", "RECORD live four",
+                            "live five"]
