@@ -295,7 +295,8 @@ _WORKER_LINE = logrecords.log_line({"name": "app", "levelname": "WARNING", "leve
                                           "exc_text": "Traceback (most recent call last):\n  x"}),
      "batchfutures.log: ERROR:root:boom\nTraceback (most recent call last):\n  x"),
     ("hello from the call", "hello from the call"),  # the call's own lines, as they are
-    ("batchfutures.log: INFO:app:an older worker's line", "batchfutures.log: INFO:app:an older worker's line"),
+    ("batchfutures.log: INFO:app:an older worker's line",
+     "batchfutures.log: INFO:app:an older worker's line"),
     ("batchfutures.log: [1, 2]", "batchfutures.log: [1, 2]"),
     ("batchfutures.log: {\"msg\": \"" + "x" * 70_000 + "\"}",  # too long to be the worker's
      "batchfutures.log: {\"msg\": \"" + "x" * 70_000 + "\"}"),
