@@ -246,8 +246,10 @@ def test_each_items_output_comes_back_from_its_sub_process(local):
                                                          output=output))]
     assert set(output) == set(range(6))
     for x in range(6):
-        out, err, out_cut, err_cut = output[x]
+        out, err, out_cut, err_cut = output[x][:4]
         assert out.endswith(f"item {x}\n") and err == (f"odd {x}\n" if x % 2 else "")
+        if x % 2:  # stdout then stderr, in the order written (the runs: outputorder)
+            assert output[x][5] == [[0, len(out)], [1, len(err)]]
         assert out_cut == err_cut == 0
     # each sub-process's initializer output comes with the first item it ran
     inits = [output[x][0].split("\n")[0] for x in range(6) if output[x][0].startswith("init ")]

@@ -140,10 +140,13 @@ def test_with_output_each_items_prints_are_kept_and_still_reach_the_log(local):
     assert done.stdout.count("out 0") == done.stdout.count("out 3") == 1
     assert "more 3" in done.stdout and "about to fail" in done.stdout and "err 3" in done.stderr
     data = local.read_result(job, 0)
+    # [stdout, stderr, cut, cut, records, the runs of what was written in order (only where
+    # more than one source wrote: outputorder)]
+    in_order = [[0, len("out 0\n")], [1, len("err 0\n")], [0, len("more 0\n")]]
     assert wire.result_output(data) == {
-        0: ["out 0\nmore 0\n", "err 0\n", 0, 0],
+        0: ["out 0\nmore 0\n", "err 0\n", 0, 0, [], in_order],
         2: ["about to fail\n", "", 0, 0],  # a call that raised printed too
-        3: ["out 3\nmore 3\n", "err 3\n", 0, 0],
+        3: ["out 3\nmore 3\n", "err 3\n", 0, 0, [], in_order],
     }
     assert [ok for ok, _ in results(local, job)[1]] == [True, True, False, True]
 
