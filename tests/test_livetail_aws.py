@@ -78,6 +78,19 @@ def follow(tail, names) -> None:
                 job_arn=f"arn:aws:batch:{REGION}:{ACCOUNT}:job/{names['child']}")
 
 
+def following(names, messages: List[str]):
+    """An AWS environment, the child's stream with ``messages`` in it, and a LiveTail following
+    the child, running (stop it when done): (env, tail, what it wrote)."""
+    env = environment()
+    make_stream(env.logs, names["group"], names["stream"])
+    put(env.logs, names["group"], names["stream"], messages)
+    written: List[str] = []
+    tail = livetail.LiveTail(env, lambda: [], write=written.append, interval=0.05)
+    follow(tail, names)
+    tail.set_running({names["child"]})
+    return env, tail, written
+
+
 def test_a_start_live_tail_session_shows_each_line_once_in_order(aws_env, monkeypatch, names):
     monkeypatch.setenv("AWS_DISABLE_HOST_PREFIX_INJECTION", "true")  # botocore's own setting
     env = environment()
@@ -113,14 +126,8 @@ def test_a_sampled_session_says_so_once(aws_env, monkeypatch, names):
     """Past 500 events, a session update is a sample (moto's too): said once, however many
     updates are sampled; the catch-up read still shows every line once."""
     monkeypatch.setenv("AWS_DISABLE_HOST_PREFIX_INJECTION", "true")
-    env = environment()
-    make_stream(env.logs, names["group"], names["stream"])
-    put(env.logs, names["group"], names["stream"], [f"line {i}" for i in range(600)])
-    written: List[str] = []
-    tail = livetail.LiveTail(env, lambda: [], write=written.append, interval=0.05)
+    _, tail, written = following(names, [f"line {i}" for i in range(600)])
     try:
-        follow(tail, names)
-        tail.set_running({names["child"]})
         rounds_until(tail, lambda: len(lines_of(written)) >= 601 and tail.counts["sessions"] >= 2)
     finally:
         tail.stop()
@@ -132,14 +139,8 @@ def test_a_sampled_session_says_so_once(aws_env, monkeypatch, names):
 
 def test_a_custom_endpoint_with_host_prefix_injection_reads_with_get_log_events(aws_env, names):
     """StartLiveTail's host prefix would name stream-127.0.0.1: no session is tried."""
-    env = environment()
-    make_stream(env.logs, names["group"], names["stream"])
-    put(env.logs, names["group"], names["stream"], ["one", "two"])
-    written: List[str] = []
-    tail = livetail.LiveTail(env, lambda: [], write=written.append, interval=0.05)
+    _, tail, written = following(names, ["one", "two"])
     try:
-        follow(tail, names)
-        tail.set_running({names["child"]})
         rounds_until(tail, lambda: len(lines_of(written)) >= 2)
     finally:
         tail.stop()
@@ -171,14 +172,8 @@ def test_a_stream_not_made_yet_holds_up_no_other(aws_env, names):
 def test_an_ended_childs_lines_that_come_late_still_show(aws_env, names):
     """CloudWatch Logs may show a job's last lines a little after it ended: an ended child is
     read again until a read brings nothing (at most SETTLE_READS), then dropped."""
-    env = environment()
-    make_stream(env.logs, names["group"], names["stream"])
-    put(env.logs, names["group"], names["stream"], ["one"])
-    written: List[str] = []
-    tail = livetail.LiveTail(env, lambda: [], write=written.append, interval=0.05)
+    env, tail, written = following(names, ["one"])
     try:
-        follow(tail, names)
-        tail.set_running({names["child"]})
         tail.read_round()
         tail.set_running(set())  # it ended
         put(env.logs, names["group"], names["stream"], ["two"])

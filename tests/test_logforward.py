@@ -123,7 +123,7 @@ def test_replay_honours_the_clients_level_now(clean_logging):
     assert stream.getvalue() == "kept\n"
 
 
-def test_replay_sets_the_tags_on_the_record(clean_logging):
+def _keep_replayed():
     seen = []
 
     class Keep(logging.Handler):
@@ -132,6 +132,11 @@ def test_replay_sets_the_tags_on_the_record(clean_logging):
 
     logging.getLogger().handlers[:] = [Keep()]
     logging.getLogger().setLevel(logging.DEBUG)
+    return seen
+
+
+def test_replay_sets_the_tags_on_the_record(clean_logging):
+    seen = _keep_replayed()
     logforward.replay([logrecords.as_dict(_record(), TAGS)])
     (record,) = seen
     assert (record.job_id, record.call_index, record.getMessage()) == ("abc", 2, "hello there")
@@ -183,18 +188,6 @@ def test_records_past_the_limit_are_cut_with_a_note(clean_logging):
 
 
 # -- a record's line in the container's log, read back (echo_output="live") --------------------
-def _keep_replayed():
-    seen = []
-
-    class Keep(logging.Handler):
-        def emit(self, record):
-            seen.append(record)
-
-    logging.getLogger().handlers[:] = [Keep()]
-    logging.getLogger().setLevel(logging.DEBUG)
-    return seen
-
-
 def test_a_records_line_replays_it(clean_logging):
     seen = _keep_replayed()
     line = logrecords.log_line(logrecords.as_dict(_record(), TAGS))
