@@ -313,3 +313,10 @@ def test_a_jobs_log_shows_records_as_logging_writes_them(tmp_path):
         "printed", "batchfutures.log: WARNING:app:disk low", "after"]
     assert logs.tail(service, group, "def/default/task", lines=2) == [
         "batchfutures.log: WARNING:app:disk low", "after"]
+
+
+def test_the_worker_and_the_client_name_the_record_line_alike():
+    """The worker may not import the client's modules: each keeps its copy of the line's
+    prefix, and the client reads back every line the worker may write."""
+    assert logforward.LINE_PREFIX == logrecords.LINE_PREFIX
+    assert logrecords.MAX_LINE <= logforward.MAX_LINE
